@@ -1,0 +1,145 @@
+"""The one storage factory: Optuna RDB storage on SQLite (embedded default) or PostgreSQL."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import sqlalchemy
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from hpo._errors import UserError
+
+DEFAULT_SQLITE_FILE = "hpo-studies.db"
+STORAGE_ENV = "HPO_STORAGE"
+_POSTGRES_DRIVERS = ("postgresql", "postgresql+psycopg2", "postgresql+psycopg")
+# Any fixed 64-bit number works; it only has to be the same in every worker.
+_TABLE_CREATION_LOCK_ID = 0x68706F5F7461626C
+
+
+class StorageError(UserError):
+    """The storage URL is malformed, unsupported or unreachable."""
+
+
+def resolve_storage_url(url: str | None) -> str:
+    """``--storage`` if given, else ``$HPO_STORAGE``, else a SQLite file in the working directory."""
+    return url or os.environ.get(STORAGE_ENV) or f"sqlite:///{DEFAULT_SQLITE_FILE}"
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``, safe to print and log."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def mask_secrets(text: str, url: str) -> str:
+    """``text`` with the password of ``url`` (and the raw URL) masked wherever it appears."""
+    text = text.replace(url, mask_url(url))
+    with contextlib.suppress(ArgumentError, ValueError):
+        password = make_url(url).password
+        if password:
+            text = text.replace(str(password), "***")
+    return text
+
+
+def _parse(url: str) -> URL:
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise StorageError(
+            f"storage URL {mask_url(url)!r} is malformed; use sqlite:///path.db or postgresql://user:password@host:5432/db"
+        ) from None
+    if parsed.drivername not in ("sqlite", *_POSTGRES_DRIVERS):
+        raise StorageError(
+            f"storage URL scheme {parsed.drivername!r} is not supported; use sqlite:///path.db or postgresql://user:password@host:5432/db"
+        )
+    return parsed
+
+
+def _explain_connection_error(url: URL, error: Exception) -> str:
+    where = f"PostgreSQL at {url.host or 'localhost'}:{url.port or 5432}"
+    text = str(getattr(error, "orig", error) or error)
+    if "password authentication failed" in text or "no password supplied" in text:
+        return f"password authentication failed for user {url.username!r} on {where}; check the password in the storage URL"
+    if re.search(r'database ".*" does not exist', text):
+        return (
+            f"database {url.database!r} does not exist on {where}; create it with "
+            f"`createdb -h {url.host or 'localhost'} -p {url.port or 5432} -U {url.username or 'postgres'} {url.database}`"
+        )
+    if "Connection refused" in text or "could not connect" in text or "timeout expired" in text:
+        return f"cannot reach {where} (is the server running?); start it or fix --storage / ${STORAGE_ENV}"
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return f"cannot connect to {where}: {first}"
+
+
+@contextlib.contextmanager
+def _table_creation_lock(url: URL, engine: sqlalchemy.Engine | None) -> Iterator[None]:
+    """Serialise Optuna's CREATE TABLE across workers starting at once on a fresh database."""
+    if engine is not None:
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:id)"), {"id": _TABLE_CREATION_LOCK_ID})
+            try:
+                yield
+            finally:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:id)"), {"id": _TABLE_CREATION_LOCK_ID})
+        return
+    database = url.database
+    if not database or database == ":memory:":
+        yield
+        return
+    with open(f"{database}.lock", "a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def check_storage_url(url: str) -> None:
+    """Fail fast, before anything is written, on a malformed URL or an unreachable database."""
+    parsed = _parse(url)
+    if parsed.drivername == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            parent = Path(parsed.database).expanduser().resolve().parent
+            if not parent.is_dir():
+                raise StorageError(f"SQLite directory {parent} does not exist; create it or choose another path")
+        return
+    engine = sqlalchemy.create_engine(parsed, connect_args={"connect_timeout": 10}, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect():
+            pass
+    except SQLAlchemyError as err:
+        raise StorageError(mask_secrets(_explain_connection_error(parsed, err), url)) from None
+    finally:
+        engine.dispose()
+
+
+def create_storage(url: str) -> optuna.storages.RDBStorage:
+    """Open (and on first use create) Optuna's RDB storage at ``url``.
+
+    Connections are checked before use (``pool_pre_ping``), so a database restart between
+    trials does not break a long-running worker.
+    """
+    check_storage_url(url)
+    parsed = _parse(url)
+    engine_kwargs: dict[str, object] = {"pool_pre_ping": True}
+    lock_engine = None
+    if parsed.drivername != "sqlite":
+        engine_kwargs["connect_args"] = {"connect_timeout": 10}
+        lock_engine = sqlalchemy.create_engine(parsed, poolclass=sqlalchemy.pool.NullPool, connect_args={"connect_timeout": 10})
+    try:
+        with _table_creation_lock(parsed, lock_engine):
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    except SQLAlchemyError as err:
+        raise StorageError(mask_secrets(f"storage {mask_url(url)} failed: {str(err).splitlines()[0]}", url)) from None
+    finally:
+        if lock_engine is not None:
+            lock_engine.dispose()

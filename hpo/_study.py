@@ -1,0 +1,105 @@
+"""Opening a study safely and running it to its global budget of finished trials."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._errors import UserError
+from hpo._objective import SKIP_UNSUPPORTED
+from hpo._space import SearchSpace
+from trial_executor import TextClassificationData
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+MAX_CONSECUTIVE_FAILURES = 3
+
+
+class TooManyFailuresError(RuntimeError):
+    """Trials keep failing; running more would only repeat the failure."""
+
+
+def _study_attrs(space: SearchSpace, data: TextClassificationData) -> dict[str, Any]:
+    return {
+        "search_space": space.model_dump(mode="json"),
+        "dataset_fingerprint": data.fingerprint(),
+        "label_names": data.label_names,
+    }
+
+
+def open_study(
+    storage: optuna.storages.BaseStorage, study_name: str, space: SearchSpace, data: TextClassificationData, seed: int
+) -> optuna.Study:
+    """Create the study, or resume it when the search space and data are the ones it was made with."""
+    wanted = _study_attrs(space, data)
+    try:
+        existing = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        existing = None
+    if existing is not None:
+        stored = existing.user_attrs
+        if "search_space" in stored and stored["search_space"] != wanted["search_space"]:
+            raise UserError(
+                f"study {study_name!r} was created with a different search space; "
+                "rerun with its original --space, or pick a new --study-name"
+            )
+        if "dataset_fingerprint" in stored and stored["dataset_fingerprint"] != wanted["dataset_fingerprint"]:
+            raise UserError(
+                f"study {study_name!r} was created on different data (fingerprint {stored['dataset_fingerprint']}, "
+                f"now {wanted['dataset_fingerprint']}); rerun with its original data, or pick a new --study-name"
+            )
+    study = optuna.create_study(
+        storage=storage,
+        study_name=study_name,
+        direction=space.objective.direction,
+        sampler=optuna.samplers.TPESampler(seed=seed),
+        pruner=space.build_pruner(),
+        load_if_exists=True,
+    )
+    for key, value in wanted.items():
+        if study.user_attrs.get(key) != value:
+            study.set_user_attr(key, value)
+    return study
+
+
+def counts_toward_budget(trial: FrozenTrial) -> bool:
+    """Finished trials count; instant skips of a precision this machine cannot run do not."""
+    return trial.state in FINISHED and trial.user_attrs.get("skip_reason") != SKIP_UNSUPPORTED
+
+
+def finished_count(study: optuna.Study) -> int:
+    return sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def run_to_budget(
+    study: optuna.Study,
+    objective: Callable[[optuna.Trial], float],
+    n_trials: int,
+    *,
+    timeout: float | None = None,
+    on_trial_finished: Callable[[FrozenTrial], None] | None = None,
+) -> None:
+    """Run trials until the study, across all workers and runs, has ``n_trials`` finished ones.
+
+    A study already at its budget runs nothing, so rerunning a command after a crash runs
+    only the remainder. Raises :class:`TooManyFailuresError` after several failures in a row.
+    """
+    failures = 0
+
+    def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
+        nonlocal failures
+        if on_trial_finished is not None:
+            on_trial_finished(trial)
+        failures = failures + 1 if trial.state == TrialState.FAIL else 0
+        if failures >= MAX_CONSECUTIVE_FAILURES or finished_count(study) >= n_trials:
+            study.stop()
+
+    if finished_count(study) >= n_trials:
+        return
+    study.optimize(objective, timeout=timeout, callbacks=[after_trial], catch=(Exception,))
+    if failures >= MAX_CONSECUTIVE_FAILURES:
+        last = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))[-1]
+        reason = str(last.user_attrs.get("fail_reason", "unknown error")).strip().splitlines()[0]
+        raise TooManyFailuresError(f"{failures} trials failed in a row (last, trial {last.number}: {reason})")

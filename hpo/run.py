@@ -1,0 +1,227 @@
+"""``python -m hpo.run``: run (or resume, or extend) a precision-search study.
+
+With no arguments it runs the demo study: the default search space on synthetic reviews,
+stored in a SQLite file in the working directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.exc import SQLAlchemyError
+
+from hpo._errors import UserError
+from hpo._objective import SKIP_UNSUPPORTED, make_objective
+from hpo._space import DEFAULT_SPACE, SearchSpace, load_search_space
+from hpo._storage import STORAGE_ENV, check_storage_url, create_storage, mask_secrets, mask_url, resolve_storage_url
+from hpo._study import TooManyFailuresError, finished_count, open_study, run_to_budget
+from trial_executor import (
+    DataError,
+    ModelNotFoundError,
+    TextClassificationData,
+    check_model_name,
+    demo_dataset,
+    load_text_classification,
+)
+
+DEFAULT_STUDY_NAME = "precision-demo"
+DEFAULT_N_TRIALS = 8
+PROG = "python -m hpo.run"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, no usage dump: the message already names the flag.
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "examples:\n"
+            f"  {PROG}                                   # demo study, SQLite file in this directory\n"
+            f"  {PROG} --n-trials 20                     # extend the same study to 20 finished trials\n"
+            f"  {PROG} --storage postgresql://user:pass@db:5432/hpo --study-name sst2 \\\n"
+            "      --data train.tsv --text-column sentence --label-column label --space search_spaces/default.yaml"
+        ),
+    )
+    parser.add_argument("--space", default=str(DEFAULT_SPACE), help="search-space YAML (default: %(default)s)")
+    parser.add_argument(
+        "--storage", default=None,
+        help=f"database URL: sqlite:///file.db or postgresql://user:pass@host:5432/db (default: ${STORAGE_ENV}, else sqlite:///hpo-studies.db)",
+    )
+    parser.add_argument("--study-name", default=DEFAULT_STUDY_NAME, help="study to create or resume (default: %(default)s)")
+    parser.add_argument(
+        "--n-trials", type=_positive_int, default=DEFAULT_N_TRIALS,
+        help="the study's total budget of finished (complete + pruned) trials, across all runs and workers (default: %(default)s)",
+    )
+    parser.add_argument("--timeout", type=_positive_float, default=None, help="stop starting new trials after this many seconds")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the sampler and each trial (trial seed = seed + trial number)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where trials train (default: %(default)s)")
+    data = parser.add_argument_group("data (default: the built-in synthetic reviews)")
+    data.add_argument("--data", default=None, help="training file: CSV, TSV or JSONL")
+    data.add_argument("--text-column", default="text", help="column holding the text (default: %(default)s)")
+    data.add_argument("--label-column", default="label", help="column holding the label, int or string (default: %(default)s)")
+    held_out = data.add_mutually_exclusive_group()
+    held_out.add_argument("--valid-data", default=None, help="validation file, same format and columns as --data")
+    held_out.add_argument(
+        "--valid-fraction", type=_fraction, default=0.1, help="seeded share of --data held out for validation (default: %(default)s)"
+    )
+    return parser
+
+
+def _load_data(args: argparse.Namespace) -> TextClassificationData:
+    if args.data is None:
+        if args.valid_data is not None:
+            raise UserError("--valid-data needs --data; pass the training file too")
+        return demo_dataset(seed=args.seed)
+    return load_text_classification(
+        args.data, text_column=args.text_column, label_column=args.label_column,
+        valid_path=args.valid_data, valid_fraction=args.valid_fraction, seed=args.seed,
+    )
+
+
+def _check_models(space: SearchSpace) -> None:
+    model = space.params.get("model")
+    names = getattr(model, "choices", None) or [space.fixed.get("model", "tiny-bert")]
+    for name in names:
+        check_model_name(str(name))
+
+
+def _format_value(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def trial_line(trial: FrozenTrial, metric: str) -> str:
+    """One line per finished trial: number, state, params, metric, samples/s, peak memory."""
+    params = " ".join(f"{k}={_format_value(v)}" for k, v in trial.params.items())
+    attrs = trial.user_attrs
+    if attrs.get("skip_reason") == SKIP_UNSUPPORTED:
+        return f"trial {trial.number:>3}  SKIPPED   {params}  ({attrs.get('skip_detail')})"
+    if trial.state == TrialState.FAIL:
+        return f"trial {trial.number:>3}  FAIL      {params}  ({attrs.get('fail_reason', 'see the log above')})"
+    value = trial.value if trial.state == TrialState.COMPLETE else attrs.get("metrics", {}).get(metric)
+    parts = [f"trial {trial.number:>3}", f"{trial.state.name:<9}", f"{metric}={_format_value(value)}", params]
+    if "throughput_samples_per_s" in attrs:
+        parts.append(f"{attrs['throughput_samples_per_s']:.0f} samples/s")
+        parts.append(f"{attrs['peak_memory_mb']:.0f} MB peak")
+    return "  ".join(parts)
+
+
+def _summary(study: optuna.Study, url: str, budget: int, metric: str) -> str:
+    trials = study.get_trials(deepcopy=False)
+    by_state = {s: sum(t.state == s for t in trials) for s in TrialState}
+    skipped = sum(t.user_attrs.get("skip_reason") == SKIP_UNSUPPORTED for t in trials)
+    shown = mask_url(url)
+    lines = [
+        "",
+        f"Study {study.study_name!r} in {shown}: {finished_count(study)} of {budget} budgeted trials finished "
+        f"({by_state[TrialState.COMPLETE]} complete, {by_state[TrialState.PRUNED] - skipped} pruned, "
+        f"{by_state[TrialState.FAIL]} failed; {skipped} skipped as unsupported on this machine, not counted)",
+    ]
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    if complete:
+        best = study.best_trial
+        lines.append(f"Best trial {best.number}: {metric}={best.value:.4f}")
+        lines += [f"  {k}: {_format_value(v)}" for k, v in best.params.items()]
+    else:
+        lines.append("No trial has completed yet.")
+    lines.append(f"Browse it:  optuna-dashboard {shown}")
+    if shown != url:
+        lines.append(f"  (the password is masked: run `optuna-dashboard \"${STORAGE_ENV}\"` with ${STORAGE_ENV} set to the full URL)")
+    return "\n".join(lines)
+
+
+def _quiet_libraries() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the study; return the process exit code."""
+    args = build_parser().parse_args(argv)
+    _quiet_libraries()
+    url = resolve_storage_url(args.storage)
+    try:
+        # Everything that can be wrong with the input is checked before anything is written.
+        space = load_search_space(Path(args.space))
+        data = _load_data(args)
+        _check_models(space)
+        check_storage_url(url)
+        storage = create_storage(url)
+        study = open_study(storage, args.study_name, space, data, args.seed)
+        metric = space.objective.metric
+        print(
+            f"Study {args.study_name!r} in {mask_url(url)}: {finished_count(study)} of {args.n_trials} "
+            f"budgeted trials already finished; training on {len(data.train_texts)} rows, validating on {len(data.valid_texts)}.",
+            flush=True,
+        )
+        objective = make_objective(space, data, base_seed=args.seed, device=args.device)
+        run_to_budget(
+            study, objective, args.n_trials, timeout=args.timeout,
+            on_trial_finished=lambda trial: print(trial_line(trial, metric), flush=True),
+        )
+        print(_summary(study, url, args.n_trials, metric), flush=True)
+    except (UserError, DataError, ModelNotFoundError) as err:
+        print(f"{PROG}: error: {mask_secrets(str(err), url)}", file=sys.stderr)
+        return 2
+    except TooManyFailuresError as err:
+        print(f"{PROG}: error: {mask_secrets(str(err), url)}", file=sys.stderr)
+        return 1
+    except SQLAlchemyError as err:
+        first = str(err).strip().splitlines()[0]
+        print(f"{PROG}: error: storage {mask_url(url)} failed: {mask_secrets(first, url)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; rerun the same command to resume the study", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Search-space YAML files shipped with precision-hpo (``default.yaml`` drives the demo)."""

@@ -1,0 +1,81 @@
+"""The executor's input: one plain, validated configuration per trial."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from trial_executor._precision import PRECISIONS
+
+LR_SCHEDULES: tuple[str, ...] = ("linear", "cosine", "constant")
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+_ACCEPTED_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run needs besides the data.
+
+    ``eval_every`` counts optimizer steps (0: evaluate only at the end); ``max_steps`` caps
+    optimizer steps across epochs (``None``: run every epoch in full). The effective batch is
+    ``batch_size * grad_accum_steps``.
+    """
+
+    model: str = "tiny-bert"
+    fp_precision: str = "fp32"
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    epochs: int = 1
+    max_steps: int | None = None
+    max_length: int = 64
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    lr_schedule: str = "linear"
+    grad_accum_steps: int = 1
+    max_grad_norm: float | None = 1.0
+    eval_every: int = 50
+    eval_batch_size: int = 256
+    seed: int = 0
+    device: str = "auto"
+    cudnn_benchmark: bool = False
+
+    def __post_init__(self) -> None:
+        problems = []
+        for f in dataclasses.fields(self):
+            value, annotation = getattr(self, f.name), str(f.type)
+            if value is None and annotation.endswith("| None"):
+                continue
+            want = _ACCEPTED_TYPES[annotation.removesuffix(" | None")]
+            # bool is an int subclass: a YAML ``true`` must not pass as a batch size.
+            if not isinstance(value, want) or (isinstance(value, bool) and bool not in want):
+                problems.append(f"{f.name} must be {annotation}, got {value!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        checks = [
+            (self.fp_precision in PRECISIONS, f"fp_precision must be one of {', '.join(PRECISIONS)}"),
+            (self.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}"),
+            (self.device in DEVICES, f"device must be one of {', '.join(DEVICES)}"),
+            (self.batch_size >= 1, "batch_size must be >= 1"),
+            (self.eval_batch_size >= 1, "eval_batch_size must be >= 1"),
+            (self.learning_rate > 0, "learning_rate must be > 0"),
+            (self.epochs >= 1, "epochs must be >= 1"),
+            (self.max_steps is None or self.max_steps >= 1, "max_steps must be >= 1 or null"),
+            (self.max_length >= 8, "max_length must be >= 8"),
+            (self.weight_decay >= 0, "weight_decay must be >= 0"),
+            (0 <= self.warmup_ratio < 1, "warmup_ratio must be in [0, 1)"),
+            (self.grad_accum_steps >= 1, "grad_accum_steps must be >= 1"),
+            (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm must be > 0 or null"),
+            (self.eval_every >= 0, "eval_every must be >= 0"),
+            (bool(self.model.strip()), "model must not be empty"),
+        ]
+        failed = [message for ok, message in checks if not ok]
+        if failed:
+            raise ValueError("; ".join(failed))
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

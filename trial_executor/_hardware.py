@@ -1,0 +1,122 @@
+"""What a trial ran on: device, versions, precision state, and peak memory."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import importlib.metadata
+import platform
+import resource
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+from trial_executor._precision import precision_support, tf32_enabled
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` picks CUDA when available, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' requested but torch sees no CUDA device; use --device cpu or auto")
+    return torch.device(name)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _nvidia_driver_version() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().splitlines()[0] if out.strip() else None
+
+
+def hardware_metadata(device: torch.device) -> dict[str, Any]:
+    """The facts that make a trial's speed and precision comparable across machines."""
+    is_cuda = device.type == "cuda"
+    if is_cuda:
+        props = torch.cuda.get_device_properties(device)
+        name, capability = props.name, f"{props.major}.{props.minor}"
+        total_mb = round(props.total_memory / 2**20)
+    else:
+        name, capability = _cpu_name(), None
+        total_mb = round(psutil.virtual_memory().total / 2**20)
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "host": socket.gethostname(),
+        "device_type": device.type,
+        "device_name": name,
+        "compute_capability": capability,
+        "total_memory_mb": total_mb,
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": str(cudnn) if cudnn is not None else None,
+        "driver_version": _nvidia_driver_version() if is_cuda else None,
+        "torch_version": torch.__version__,
+        "transformers_version": _version("transformers"),
+        "optuna_version": _version("optuna"),
+        "bf16_supported": precision_support(device)["bf16"] is None,
+        "tf32_enabled": tf32_enabled(),
+    }
+
+
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a fresh peak-memory window for this trial."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    with contextlib.suppress(OSError):
+        # Writing 5 resets the kernel's VmHWM (peak RSS) for this process (Linux >= 4.0).
+        _CLEAR_REFS.write_text("5")
+
+
+def release_memory(device: torch.device) -> None:
+    """Return freed memory to the OS / driver so the next trial starts from a clean baseline."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    with contextlib.suppress(OSError, AttributeError):
+        # glibc keeps freed heap pages mapped; trimming stops one trial's peak inflating the next's RSS.
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """CUDA max allocated, or the CPU process's peak RSS, since :func:`reset_peak_memory`."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    # ru_maxrss is the whole process's peak (KiB on Linux), a safe upper bound elsewhere.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -1,0 +1,200 @@
+"""The training loop: one config and one dataset in, one :class:`TrialResult` out.
+
+Reads top to bottom: resolve precision, build the model, train with accumulation and
+clipping, evaluate every ``eval_every`` optimizer steps and at the end, report each
+evaluation to the caller, who may stop the run (pruning).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from trial_executor._batching import TokenizedSplit, eval_batches, tokenize, train_batches
+from trial_executor._config import TrainConfig
+from trial_executor._data import TextClassificationData
+from trial_executor._hardware import peak_memory_mb, release_memory, reset_peak_memory, resolve_device
+from trial_executor._metrics import classification_metrics
+from trial_executor._models import load_model
+from trial_executor._precision import PrecisionPolicy
+from trial_executor._result import TrialResult
+
+ReportFn = Callable[[int, dict[str, float]], bool]
+"""``report(step, metrics)`` is called after each evaluation and returns True to stop the run."""
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """Linear warmup to the peak rate, then linear or cosine decay to zero (or constant)."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "constant":
+            return 1.0
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        if schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return max(0.0, 1.0 - progress)
+
+    return factor
+
+
+def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW, fused where this torch supports it on ``device``; no decay on biases and norms."""
+    decay, no_decay = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.ndim >= 2 else no_decay).append(param)
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    try:
+        return torch.optim.AdamW(groups, lr=config.learning_rate, fused=device.type in ("cuda", "cpu"))
+    except RuntimeError:
+        return torch.optim.AdamW(groups, lr=config.learning_rate)
+
+
+def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def evaluate(
+    model: torch.nn.Module, split: TokenizedSplit, policy: PrecisionPolicy, config: TrainConfig,
+    pad_id: int, num_labels: int, device: torch.device,
+) -> dict[str, float]:
+    """Metrics on ``split``, run under the trial's autocast dtype."""
+    model.eval()
+    logits_by_index: dict[int, torch.Tensor] = {}
+    for indices, batch in eval_batches(split, config.eval_batch_size, pad_id):
+        batch = _to(batch, device)
+        with policy.autocast():
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        for i, row in zip(indices, logits.float().cpu(), strict=True):
+            logits_by_index[i] = row
+    model.train()
+    logits = torch.stack([logits_by_index[i] for i in range(len(split))])
+    labels = torch.tensor(split.labels)
+    metrics = classification_metrics(logits.argmax(dim=-1), labels, num_labels)
+    metrics["loss"] = F.cross_entropy(logits, labels).item()
+    return metrics
+
+
+def run_trial(config: TrainConfig, data: TextClassificationData, report: ReportFn | None = None) -> TrialResult:
+    """Train ``config.model`` on ``data`` and evaluate it on the validation split.
+
+    Raises :class:`~trial_executor.UnsupportedPrecisionError` before any work when the
+    device cannot run ``config.fp_precision``.
+    """
+    device = resolve_device(config.device)
+    policy = PrecisionPolicy.resolve(config.fp_precision, device)
+    policy.apply_global_state(cudnn_benchmark=config.cudnn_benchmark)
+    try:
+        return _train(config, data, report, device, policy)
+    finally:
+        # _train's model, optimizer and batches are unreachable once it returns.
+        release_memory(device)
+
+
+def _train(
+    config: TrainConfig, data: TextClassificationData, report: ReportFn | None, device: torch.device, policy: PrecisionPolicy
+) -> TrialResult:
+    seed_everything(config.seed)
+    model, tokenizer = load_model(config.model, data.label_names, data.train_texts)
+    model.to(device).train()
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    train_split = tokenize(tokenizer, data.train_texts, data.train_labels, config.max_length)
+    valid_split = tokenize(tokenizer, data.valid_texts, data.valid_labels, config.max_length)
+
+    micro_per_epoch = math.ceil(len(train_split) / config.batch_size)
+    total_steps = config.epochs * math.ceil(micro_per_epoch / config.grad_accum_steps)
+    if config.max_steps is not None:
+        total_steps = min(total_steps, config.max_steps)
+    optimizer = make_optimizer(model, config, device)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(config.lr_schedule, round(config.warmup_ratio * total_steps), total_steps)
+    )
+    scaler = policy.grad_scaler()
+    generator = torch.Generator().manual_seed(config.seed)
+
+    history: list[tuple[int, dict[str, float]]] = []
+    step = samples = tokens = loss_count = 0
+    train_loss = torch.zeros((), device=device)
+    train_seconds = eval_seconds = 0.0
+    stopped_early = False
+    reset_peak_memory(device)
+    tick = time.perf_counter()
+    while step < total_steps and not stopped_early:
+        micro_batches = list(train_batches(train_split, config.batch_size, pad_id, generator))
+        for i, batch in enumerate(micro_batches):
+            batch = _to(batch, device)
+            with policy.autocast():
+                loss = model(**batch).loss
+            # Divide by the accumulation window so the summed gradients are a mean.
+            window_start = i - i % config.grad_accum_steps
+            window = min(config.grad_accum_steps, len(micro_batches) - window_start)
+            (scaler.scale(loss / window) if scaler else loss / window).backward()
+            train_loss += loss.detach()
+            loss_count += 1
+            samples += batch["labels"].numel()
+            tokens += int(batch["attention_mask"].sum())
+            if i + 1 < window_start + window:
+                continue
+
+            if scaler:
+                scaler.unscale_(optimizer)
+            if config.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            if scaler:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+
+            last = step >= total_steps
+            if last or (config.eval_every and step % config.eval_every == 0):
+                _sync(device)
+                train_seconds += time.perf_counter() - tick
+                tock = time.perf_counter()
+                metrics = evaluate(model, valid_split, policy, config, pad_id, data.num_labels, device)
+                metrics["train_loss"] = train_loss.item() / max(1, loss_count)
+                train_loss.zero_()
+                loss_count = 0
+                history.append((step, dict(metrics)))
+                stopped_early = bool(report and report(step, dict(metrics)))
+                eval_seconds += time.perf_counter() - tock
+                tick = time.perf_counter()
+            if last or stopped_early:
+                break
+
+    return TrialResult(
+        metrics=history[-1][1],
+        history=history,
+        steps=step,
+        stopped_early=stopped_early,
+        precision_effective=policy.name,
+        throughput_samples_per_s=samples / train_seconds if train_seconds else 0.0,
+        throughput_tokens_per_s=tokens / train_seconds if train_seconds else 0.0,
+        peak_memory_mb=peak_memory_mb(device),
+        train_seconds=train_seconds,
+        eval_seconds=eval_seconds,
+        used_grad_scaler=scaler is not None,
+    )

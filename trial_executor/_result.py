@@ -1,0 +1,34 @@
+"""The executor's output."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What one training run measured.
+
+    ``metrics`` holds the last evaluation (``accuracy``, ``macro_f1``, ``loss``); ``history``
+    every evaluation as ``(step, metrics)``. ``stopped_early`` is true when the ``report``
+    callback asked to stop. Throughput counts training only: samples and real (non-padding)
+    tokens per second of the training loop, evaluation excluded.
+    """
+
+    metrics: dict[str, float]
+    history: list[tuple[int, dict[str, float]]]
+    steps: int
+    stopped_early: bool
+    precision_effective: str
+    throughput_samples_per_s: float
+    throughput_tokens_per_s: float
+    peak_memory_mb: float
+    train_seconds: float
+    eval_seconds: float
+    used_grad_scaler: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
