@@ -1,0 +1,116 @@
+"""Shared fixtures: a throwaway PostgreSQL database, small data files, a small search space."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg2
+import pytest
+import yaml
+
+from trial_executor import make_synthetic_reviews
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_ADMIN_URL = os.environ.get("HPO_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+# Small enough that a trial takes about a second on two cores, large enough to learn.
+SMALL_SPACE = {
+    "objective": {"metric": "accuracy", "direction": "maximize"},
+    "pruner": {"type": "none"},
+    "params": {
+        "fp_precision": {"type": "categorical", "choices": ["fp32", "tf32", "fp16", "bf16"]},
+        "batch_size": {"type": "categorical", "choices": [16, 32]},
+        "learning_rate": {"type": "float", "low": 5e-4, "high": 2e-3, "log": True},
+        "model": {"type": "categorical", "choices": ["tiny-bert", "tiny-distilbert"]},
+    },
+    "fixed": {"epochs": 1, "max_length": 48, "eval_every": 10},
+}
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session, dropped afterwards; yields its URL.
+
+    Fails (never skips) when the server is unreachable: storage tests must run in CI.
+    """
+    name = f"hpo_test_{uuid.uuid4().hex[:12]}"
+    try:
+        admin = psycopg2.connect(PG_ADMIN_URL.replace("postgresql://", "postgres://"), connect_timeout=5)
+    except psycopg2.OperationalError as err:
+        pytest.fail(f"PostgreSQL at {PG_ADMIN_URL} is unreachable ({str(err).strip()}); storage tests need it", pytrace=False)
+    admin.autocommit = True
+    with admin.cursor() as cursor:
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with admin.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.fixture
+def pg_database(pg_server: str) -> Iterator[str]:
+    """A database of its own for one test (inside the session's server), dropped afterwards."""
+    name = f"hpo_case_{uuid.uuid4().hex[:12]}"
+    admin = psycopg2.connect(PG_ADMIN_URL.replace("postgresql://", "postgres://"), connect_timeout=5)
+    admin.autocommit = True
+    with admin.cursor() as cursor:
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{pg_server.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with admin.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+def write_tsv(path: Path, rows: list[tuple[str, object]], header: tuple[str, str] = ("sentence", "label")) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\")
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """800 synthetic reviews as TSV with string labels."""
+    texts, labels = make_synthetic_reviews(800, seed=7)
+    names = ["negative", "positive"]
+    return write_tsv(tmp_path_factory.mktemp("data") / "reviews.tsv", [(t, names[y]) for t, y in zip(texts, labels, strict=True)])
+
+
+@pytest.fixture(scope="session")
+def small_space(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("space") / "small.yaml"
+    path.write_text(yaml.safe_dump(SMALL_SPACE))
+    return path
+
+
+def cli_args(storage: str, space: Path, data: Path, *extra: str) -> list[str]:
+    return [
+        "--storage", storage, "--space", str(space), "--data", str(data),
+        "--text-column", "sentence", "--label-column", "label", "--device", "cpu", *extra,
+    ]
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m hpo.run`` in a real subprocess."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "hpo.run", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print how many PostgreSQL tests passed; .ci/run refuses a run where none did."""
+    passed = [r for r in terminalreporter.stats.get("passed", []) if "postgres" in r.keywords]
+    terminalreporter.write_line(f"postgres tests passed: {len(passed)}")

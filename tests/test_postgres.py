@@ -1,0 +1,111 @@
+"""Studies on the real PostgreSQL server at 127.0.0.1:5432 (a throwaway database per test)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy
+import yaml
+from conftest import ROOT, SMALL_SPACE, cli_args, run_cli
+from optuna.trial import TrialState
+from test_study import assert_trial_records
+
+from hpo import finished_count, mask_url
+
+pytestmark = pytest.mark.postgres
+
+SECRET = "Sup3rSecretPw"
+
+
+def _with_password(url: str) -> str:
+    # The server trusts local connections, so any password connects; it must never be shown.
+    return url.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@")
+
+
+def _tables(url: str) -> list[str]:
+    engine = sqlalchemy.create_engine(url)
+    try:
+        return sqlalchemy.inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
+def test_full_study_on_postgres_never_shows_the_password(pg_database: str, tmp_path: Path, small_space: Path, small_data: Path) -> None:
+    url = _with_password(pg_database)
+    first = run_cli([*cli_args(url, small_space, small_data, "--study-name", "pg"), "--n-trials", "2"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert SECRET not in first.stdout + first.stderr
+    assert mask_url(url) in first.stdout and "***" in first.stdout
+
+    # Another process ("another machine") resumes and extends the same study.
+    second = run_cli(
+        [*cli_args(url.replace("postgresql://", "postgresql+psycopg2://"), small_space, small_data, "--study-name", "pg"),
+         "--n-trials", "3"],
+        cwd=tmp_path,
+    )
+    assert second.returncode == 0, second.stderr
+    study = optuna.load_study(study_name="pg", storage=url)
+    assert finished_count(study) == 3
+    for trial in study.get_trials(states=(TrialState.COMPLETE,)):
+        assert_trial_records(trial)
+    engine = sqlalchemy.create_engine(pg_database)
+    with engine.connect() as connection:
+        stored = [
+            row[0]
+            for table in ("study_user_attributes", "study_system_attributes", "trial_user_attributes", "trial_system_attributes")
+            for row in connection.execute(sqlalchemy.text(f"SELECT value_json FROM {table}"))
+        ]
+    engine.dispose()
+    assert any("hardware" in value or "cpu" in value for value in stored)
+    assert not [value for value in stored if SECRET in value]
+
+
+def test_bad_space_creates_nothing_in_postgres(pg_database: str, tmp_path: Path, small_data: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**SMALL_SPACE, "pruner": {"type": "asha"}}))
+    proc = run_cli(cli_args(pg_database, bad, small_data), cwd=tmp_path)
+    assert proc.returncode == 2 and "unknown type 'asha'" in proc.stderr
+    assert _tables(pg_database) == []
+
+
+def test_unreachable_server_is_one_masked_line(tmp_path: Path, pg_server: str) -> None:
+    url = f"postgresql://postgres:{SECRET}@127.0.0.1:1/hpo"
+    proc = run_cli(["--storage", url], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    assert "cannot reach PostgreSQL at 127.0.0.1:1" in proc.stderr
+    assert SECRET not in proc.stderr + proc.stdout
+
+
+def test_missing_database_names_the_fix(tmp_path: Path, pg_server: str) -> None:
+    url = pg_server.rsplit("/", 1)[0] + "/hpo_no_such_db"
+    proc = run_cli(["--storage", url], cwd=tmp_path)
+    assert proc.returncode == 2 and "database 'hpo_no_such_db' does not exist" in proc.stderr and "createdb" in proc.stderr
+
+
+WORKER = """
+import sys
+import optuna
+from hpo import create_storage, load_search_space, open_study
+from trial_executor import demo_dataset
+storage = create_storage(sys.argv[1])
+study = open_study(storage, "together", load_search_space(), demo_dataset(n_train=50, n_valid=10), seed=0)
+print("opened", study.study_name)
+"""
+
+
+def test_workers_starting_at_once_on_an_empty_database(pg_database: str, tmp_path: Path) -> None:
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WORKER, pg_database], cwd=tmp_path, env={"PYTHONPATH": str(ROOT)},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    results = [p.communicate(timeout=180) for p in procs]
+    for proc, (out, err) in zip(procs, results, strict=True):
+        assert proc.returncode == 0, err
+        assert "opened together" in out
+    assert optuna.get_all_study_names(pg_database) == ["together"]

@@ -1,0 +1,124 @@
+"""Full studies on SQLite through the real CLI, Optuna and torch."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import ROOT, cli_args, run_cli
+from optuna.trial import TrialState
+
+from hpo import finished_count
+from hpo.run import main
+
+HARDWARE_TYPES = {
+    "host": str, "device_type": str, "device_name": str, "compute_capability": (str, type(None)),
+    "total_memory_mb": int, "cuda_version": (str, type(None)), "cudnn_version": (str, type(None)),
+    "driver_version": (str, type(None)), "torch_version": str, "transformers_version": str,
+    "optuna_version": str, "bf16_supported": bool, "tf32_enabled": bool,
+}
+NUMBER_ATTRS = ("throughput_samples_per_s", "throughput_tokens_per_s", "peak_memory_mb", "train_seconds")
+
+
+def assert_trial_records(trial: optuna.trial.FrozenTrial) -> None:
+    """Every required user_attr is present and typed."""
+    attrs = trial.user_attrs
+    assert set(HARDWARE_TYPES) <= set(attrs["hardware"])
+    for key, kind in HARDWARE_TYPES.items():
+        assert isinstance(attrs["hardware"][key], kind), (key, attrs["hardware"][key])
+    assert attrs["hardware"]["device_type"] == "cpu"
+    for key in NUMBER_ATTRS:
+        assert isinstance(attrs[key], float) and attrs[key] > 0, key
+    assert set(attrs["metrics"]) >= {"accuracy", "macro_f1", "loss"}
+    assert attrs["precision_effective"] == trial.params["fp_precision"]
+    assert attrs["hardware"]["tf32_enabled"] is False
+    assert trial.intermediate_values, "learning curve missing"
+
+
+def _study(db: Path, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+
+
+def test_full_study_resume_and_extend(tmp_path: Path, small_space: Path, small_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "studies.db"
+    args = cli_args(f"sqlite:///{db}", small_space, small_data, "--study-name", "s", "--seed", "3")
+    assert main([*args, "--n-trials", "3"]) == 0
+    out = capsys.readouterr().out
+    study = _study(db, "s")
+    assert finished_count(study) == 3
+    for trial in study.get_trials(states=(TrialState.COMPLETE,)):
+        assert_trial_records(trial)
+        assert f"trial {trial.number:>3}  COMPLETE" in out
+    for trial in study.get_trials(states=(TrialState.PRUNED,)):
+        # tf32 on a CPU: refused at once, with the hardware still recorded, and not counted.
+        assert trial.user_attrs["skip_reason"] == "unsupported_precision"
+        assert "tf32" in trial.user_attrs["skip_detail"]
+        assert trial.user_attrs["hardware"]["device_type"] == "cpu"
+    assert study.user_attrs["dataset_fingerprint"] and study.user_attrs["search_space"]["params"]["fp_precision"]
+    assert study.user_attrs["label_names"] == ["negative", "positive"]
+    assert "Best trial" in out and f"optuna-dashboard sqlite:///{db}" in out
+
+    # The same command again: the budget is met, nothing runs.
+    before = len(study.get_trials())
+    assert main([*args, "--n-trials", "3"]) == 0
+    assert len(_study(db, "s").get_trials()) == before
+
+    # A larger budget extends the same study.
+    assert main([*args, "--n-trials", "5"]) == 0
+    assert finished_count(_study(db, "s")) == 5
+    assert len(optuna.get_all_study_names(f"sqlite:///{db}")) == 1
+
+
+def test_enqueued_trial_runs_with_its_values(tmp_path: Path, small_space: Path, small_data: Path) -> None:
+    db = tmp_path / "studies.db"
+    args = cli_args(f"sqlite:///{db}", small_space, small_data, "--study-name", "q")
+    assert main([*args, "--n-trials", "1"]) == 0
+    wanted = {"fp_precision": "bf16", "batch_size": 16, "learning_rate": 0.0015, "model": "tiny-distilbert"}
+    _study(db, "q").enqueue_trial(wanted)
+    assert main([*args, "--n-trials", "2"]) == 0
+    trial = [t for t in _study(db, "q").get_trials() if t.state == TrialState.COMPLETE][-1]
+    assert trial.params == wanted
+    assert {k: trial.user_attrs["config"][k] for k in wanted} == wanted
+    assert trial.user_attrs["precision_effective"] == "bf16"
+
+
+def test_resuming_with_another_space_or_data_is_refused(
+    tmp_path: Path, small_space: Path, small_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "studies.db"
+    assert main([*cli_args(f"sqlite:///{db}", small_space, small_data, "--study-name", "r"), "--n-trials", "1"]) == 0
+    other = tmp_path / "other.yaml"
+    other.write_text(small_space.read_text().replace("- 16", "- 8"))
+    assert main([*cli_args(f"sqlite:///{db}", other, small_data, "--study-name", "r"), "--n-trials", "2"]) == 2
+    assert "different search space" in capsys.readouterr().err
+    assert main([*cli_args(f"sqlite:///{db}", small_space, small_data, "--study-name", "r", "--seed", "9"), "--n-trials", "2"]) == 2
+    assert "different data" in capsys.readouterr().err
+    assert finished_count(_study(db, "r")) == 1
+
+
+def test_rerun_after_a_crash_finishes_the_remainder(tmp_path: Path, small_space: Path, small_data: Path) -> None:
+    db = tmp_path / "studies.db"
+    args = [*cli_args(f"sqlite:///{db}", small_space, small_data, "--study-name", "c"), "--n-trials", "4"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpo.run", *args], cwd=tmp_path, stdout=subprocess.PIPE, text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if "COMPLETE" in line or "PRUNED" in line:
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    crashed = _study(db, "c")
+    assert 1 <= finished_count(crashed) < 4
+
+    done = run_cli(args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert finished_count(_study(db, "c")) == 4
