@@ -24,7 +24,7 @@ class TooManyFailuresError(RuntimeError):
 def _study_attrs(space: SearchSpace, data: TextClassificationData) -> dict[str, Any]:
     return {
         "search_space": space.model_dump(mode="json"),
-        "dataset_fingerprint": data.fingerprint(),
+        "dataset_fingerprint": data.fingerprint,
         "label_names": data.label_names,
     }
 

@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from hpo._errors import UserError
 from hpo._objective import SKIP_UNSUPPORTED, make_objective
 from hpo._space import DEFAULT_SPACE, SearchSpace, load_search_space
-from hpo._storage import STORAGE_ENV, check_storage_url, create_storage, mask_secrets, mask_url, resolve_storage_url
+from hpo._storage import STORAGE_ENV, create_storage, mask_secrets, mask_url, resolve_storage_url
 from hpo._study import TooManyFailuresError, finished_count, open_study, run_to_budget
 from trial_executor import (
     DataError,
@@ -55,24 +55,22 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
+def _number(text: str, low: float, high: float, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not (math.isfinite(value) and low < value < high):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
     return value
+
+
+def _positive_float(text: str) -> float:
+    return _number(text, 0.0, math.inf, "a positive number of seconds")
 
 
 def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {text!r}")
-    return value
+    return _number(text, 0.0, 1.0, "a number between 0 and 1 (exclusive)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -192,8 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         space = load_search_space(Path(args.space))
         data = _load_data(args)
         _check_models(space)
-        check_storage_url(url)
-        storage = create_storage(url)
+        storage = create_storage(url)  # checks the URL and the connection before creating tables
         study = open_study(storage, args.study_name, space, data, args.seed)
         metric = space.objective.metric
         print(

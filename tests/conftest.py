@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import subprocess
@@ -33,13 +34,10 @@ SMALL_SPACE = {
 }
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[str]:
-    """A fresh PostgreSQL database for this test session, dropped afterwards; yields its URL.
-
-    Fails (never skips) when the server is unreachable: storage tests must run in CI.
-    """
-    name = f"hpo_test_{uuid.uuid4().hex[:12]}"
+@contextlib.contextmanager
+def _throwaway_database(prefix: str) -> Iterator[str]:
+    """Create a database with a unique name, yield its URL, and drop it afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     try:
         admin = psycopg2.connect(PG_ADMIN_URL.replace("postgresql://", "postgres://"), connect_timeout=5)
     except psycopg2.OperationalError as err:
@@ -47,29 +45,29 @@ def pg_server() -> Iterator[str]:
     admin.autocommit = True
     with admin.cursor() as cursor:
         cursor.execute(f'CREATE DATABASE "{name}"')
-    base = PG_ADMIN_URL.rsplit("/", 1)[0]
     try:
-        yield f"{base}/{name}"
+        yield f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
     finally:
         with admin.cursor() as cursor:
             cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session, dropped afterwards; yields its URL.
+
+    Fails (never skips) when the server is unreachable: storage tests must run in CI.
+    """
+    with _throwaway_database("hpo_test") as url:
+        yield url
 
 
 @pytest.fixture
 def pg_database(pg_server: str) -> Iterator[str]:
-    """A database of its own for one test (inside the session's server), dropped afterwards."""
-    name = f"hpo_case_{uuid.uuid4().hex[:12]}"
-    admin = psycopg2.connect(PG_ADMIN_URL.replace("postgresql://", "postgres://"), connect_timeout=5)
-    admin.autocommit = True
-    with admin.cursor() as cursor:
-        cursor.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{pg_server.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with admin.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+    """An empty database of its own for one test, dropped afterwards."""
+    with _throwaway_database("hpo_case") as url:
+        yield url
 
 
 def write_tsv(path: Path, rows: list[tuple[str, object]], header: tuple[str, str] = ("sentence", "label")) -> Path:

@@ -32,8 +32,8 @@ def test_csv_and_jsonl_with_int_labels_and_a_validation_file(tmp_path: Path) -> 
 def test_same_data_same_fingerprint(tmp_path: Path) -> None:
     path = write_tsv(tmp_path / "d.tsv", [(f"t{i}", i % 2) for i in range(20)])
     first = load_text_classification(path, text_column="sentence", seed=0)
-    assert first.fingerprint() == load_text_classification(path, text_column="sentence", seed=0).fingerprint()
-    assert first.fingerprint() != load_text_classification(path, text_column="sentence", seed=1).fingerprint()
+    assert first.fingerprint == load_text_classification(path, text_column="sentence", seed=0).fingerprint
+    assert first.fingerprint != load_text_classification(path, text_column="sentence", seed=1).fingerprint
 
 
 @pytest.mark.parametrize(

@@ -75,7 +75,7 @@ def test_bad_space_in_a_real_process_prints_no_traceback(tmp_path: Path) -> None
     ("flags", "expected"),
     [
         (["--n-trials", "-3"], "--n-trials: must be at least 1"),
-        (["--timeout", "soon"], "--timeout: expected a number of seconds"),
+        (["--timeout", "soon"], "--timeout: expected a positive number of seconds"),
         (["--valid-fraction", "1.5"], "--valid-fraction: must be between 0 and 1"),
     ],
 )

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -23,20 +24,18 @@ class TextClassificationData:
     valid_texts: list[str]
     valid_labels: list[int]
     label_names: list[str]
-    _fingerprint: list[str] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def num_labels(self) -> int:
         return len(self.label_names)
 
+    @functools.cached_property
     def fingerprint(self) -> str:
         """A content hash of both splits and the label names: equal data, equal fingerprint."""
-        if not self._fingerprint:
-            digest = hashlib.sha256()
-            for part in (self.label_names, self.train_texts, self.train_labels, self.valid_texts, self.valid_labels):
-                digest.update(json.dumps(part, ensure_ascii=False).encode())
-            self._fingerprint.append(digest.hexdigest()[:16])
-        return self._fingerprint[0]
+        digest = hashlib.sha256()
+        for part in (self.label_names, self.train_texts, self.train_labels, self.valid_texts, self.valid_labels):
+            digest.update(json.dumps(part, ensure_ascii=False).encode())
+        return digest.hexdigest()[:16]
 
 
 def _read_rows(path: Path) -> list[dict[str, object]]:

@@ -140,19 +140,19 @@ def _train(
     reset_peak_memory(device)
     tick = time.perf_counter()
     while step < total_steps and not stopped_early:
-        micro_batches = list(train_batches(train_split, config.batch_size, pad_id, generator))
-        for i, batch in enumerate(micro_batches):
+        for i, batch in enumerate(train_batches(train_split, config.batch_size, pad_id, generator)):
+            # Counted on the host: reading a device tensor here would sync every micro-step.
+            samples += batch["labels"].numel()
+            tokens += int(batch["attention_mask"].sum())
             batch = _to(batch, device)
             with policy.autocast():
                 loss = model(**batch).loss
             # Divide by the accumulation window so the summed gradients are a mean.
             window_start = i - i % config.grad_accum_steps
-            window = min(config.grad_accum_steps, len(micro_batches) - window_start)
+            window = min(config.grad_accum_steps, micro_per_epoch - window_start)
             (scaler.scale(loss / window) if scaler else loss / window).backward()
             train_loss += loss.detach()
             loss_count += 1
-            samples += batch["labels"].numel()
-            tokens += int(batch["attention_mask"].sum())
             if i + 1 < window_start + window:
                 continue
 
