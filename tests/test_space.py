@@ -76,7 +76,7 @@ def test_bad_space_in_a_real_process_prints_no_traceback(tmp_path: Path) -> None
     [
         (["--n-trials", "-3"], "--n-trials: must be at least 1"),
         (["--timeout", "soon"], "--timeout: expected a positive number of seconds"),
-        (["--valid-fraction", "1.5"], "--valid-fraction: must be between 0 and 1"),
+        (["--valid-fraction", "1.5"], "--valid-fraction: must be a number between 0 and 1"),
     ],
 )
 def test_bad_flags_are_one_line(flags: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
