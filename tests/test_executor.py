@@ -89,3 +89,13 @@ def test_invalid_config_is_rejected() -> None:
         TrainConfig(batch_size=0)
     with pytest.raises(ValueError, match="fp_precision"):
         TrainConfig(fp_precision="fp8")
+
+
+def test_adamw_is_fused_where_supported() -> None:
+    from trial_executor._loop import make_optimizer
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    optimizer = make_optimizer(model, TrainConfig(weight_decay=0.1), torch.device("cpu"))
+    assert optimizer.defaults["fused"] is True
+    decays = sorted(group["weight_decay"] for group in optimizer.param_groups)
+    assert decays == [0.0, 0.1]  # biases and norm weights are not decayed

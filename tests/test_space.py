@@ -85,3 +85,19 @@ def test_bad_flags_are_one_line(flags: list[str], expected: str, capsys: pytest.
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert expected in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("pruner", "expected"),
+    [
+        ({"type": "none"}, "NopPruner"),
+        ({"type": "median", "n_startup_trials": 2}, "MedianPruner"),
+        ({"type": "hyperband", "min_resource": 5}, "HyperbandPruner"),
+        ({"type": "successive_halving"}, "SuccessiveHalvingPruner"),
+    ],
+)
+def test_pruner_from_the_space(pruner: dict[str, object], expected: str) -> None:
+    from hpo import parse_search_space
+
+    space = parse_search_space({**SMALL_SPACE, "pruner": pruner})
+    assert type(space.build_pruner()).__name__ == expected

@@ -122,3 +122,44 @@ def test_rerun_after_a_crash_finishes_the_remainder(tmp_path: Path, small_space:
     done = run_cli(args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert finished_count(_study(db, "c")) == 4
+
+
+def test_timeout_stops_starting_trials(tmp_path: Path, small_space: Path, small_data: Path) -> None:
+    db = tmp_path / "studies.db"
+    args = cli_args(f"sqlite:///{db}", small_space, small_data, "--study-name", "t", "--timeout", "0.1")
+    assert main([*args, "--n-trials", "50"]) == 0
+    # Optuna checks the timeout between trials: the trial in flight finishes, no new one starts
+    # (an instant tf32 skip may come first).
+    study = _study(db, "t")
+    assert finished_count(study) <= 1 and len(study.get_trials()) <= 2
+    assert all(t.state != TrialState.RUNNING for t in study.get_trials())
+
+
+def test_storage_defaults_to_the_environment_variable(
+    tmp_path: Path, small_space: Path, small_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "from-env.db"
+    monkeypatch.setenv("HPO_STORAGE", f"sqlite:///{db}")
+    args = ["--space", str(small_space), "--data", str(small_data), "--text-column", "sentence", "--study-name", "e"]
+    assert main([*args, "--n-trials", "1"]) == 0
+    assert finished_count(_study(db, "e")) == 1
+
+
+def test_sampler_is_seeded(tmp_path: Path, small_space: Path) -> None:
+    from hpo import create_storage, load_search_space, open_study
+    from trial_executor import demo_dataset
+
+    space, data = load_search_space(small_space), demo_dataset(n_train=50, n_valid=10)
+    storage = create_storage(f"sqlite:///{tmp_path / 'seed.db'}")
+
+    def first_params(name: str, seed: int) -> list[dict[str, object]]:
+        study = open_study(storage, name, space, data, seed)
+        sampled = []
+        for _ in range(3):
+            trial = study.ask()
+            sampled.append(space.suggest(trial))
+            study.tell(trial, 0.5)
+        return sampled
+
+    assert first_params("a", 1) == first_params("b", 1)
+    assert first_params("c", 1) != first_params("d", 2)
