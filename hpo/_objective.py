@@ -21,13 +21,15 @@ from trial_executor import (
 SKIP_UNSUPPORTED = "unsupported_precision"
 
 
-def executor_config(params: dict[str, Any], space: SearchSpace, *, seed: int, device: str) -> TrainConfig:
+def executor_config(
+    params: dict[str, Any], space: SearchSpace, *, seed: int, device: str, cache_dir: str | None
+) -> TrainConfig:
     """The one place that turns sampled parameters into an executor config."""
-    return TrainConfig(**{**space.fixed, **params, "seed": seed, "device": device})
+    return TrainConfig(**{**space.fixed, **params, "seed": seed, "device": device, "cache_dir": cache_dir})
 
 
 def make_objective(
-    space: SearchSpace, data: TextClassificationData, *, base_seed: int, device: str
+    space: SearchSpace, data: TextClassificationData, *, base_seed: int, device: str, cache_dir: str | None = None
 ) -> Callable[[optuna.Trial], float]:
     """An Optuna objective that trains one config per trial and records what it measured.
 
@@ -38,7 +40,7 @@ def make_objective(
 
     def objective(trial: optuna.Trial) -> float:
         params = space.suggest(trial)
-        config = executor_config(params, space, seed=base_seed + trial.number, device=device)
+        config = executor_config(params, space, seed=base_seed + trial.number, device=device, cache_dir=cache_dir)
         trial.set_user_attr("config", config.to_dict())
 
         def report(step: int, metrics: dict[str, float]) -> bool:
@@ -67,6 +69,9 @@ def make_objective(
         trial.set_user_attr("train_seconds", result.train_seconds)
         trial.set_user_attr("eval_seconds", result.eval_seconds)
         trial.set_user_attr("steps", result.steps)
+        trial.set_user_attr("padding_efficiency", result.padding_efficiency)
+        trial.set_user_attr("tokenize_seconds", result.tokenize_seconds)
+        trial.set_user_attr("tokenize_cache", "hit" if result.tokenize_cache_hit else "miss")
         if result.stopped_early:
             raise optuna.TrialPruned(f"pruned at step {result.steps}")
         return result.metrics[metric]

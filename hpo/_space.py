@@ -16,8 +16,8 @@ from hpo._errors import UserError
 from trial_executor import METRICS, PRECISIONS, TrainConfig
 
 DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
-# Set per trial from the CLI (--seed), never searched or fixed in a space.
-_RESERVED = {"seed"}
+# Set per run or per trial from the command line, never searched or fixed in a space.
+_RESERVED = {"seed": "--seed", "device": "--device", "cache_dir": "--cache-dir"}
 
 
 class SearchSpaceError(UserError):
@@ -163,7 +163,7 @@ def _check_semantics(space: SearchSpace) -> str | None:
     for section, names in (("params", space.params), ("fixed", space.fixed)):
         for name in names:
             if name in _RESERVED:
-                return f"{section}.{name}: set per trial from --seed; remove it from the space"
+                return f"{section}.{name}: set per run with {_RESERVED[name]}; remove it from the space"
             if name not in fields:
                 return f"{section}.{name}: unknown parameter{_suggest_key(name, fields)}"
     both = sorted(set(space.params) & set(space.fixed))

@@ -35,6 +35,8 @@ from trial_executor import (
 )
 
 DEFAULT_STUDY_NAME = "precision-demo"
+CACHE_ENV = "HPO_CACHE_DIR"
+DEFAULT_CACHE_DIR = "~/.cache/precision-hpo/tokenized"
 DEFAULT_N_TRIALS = 8
 PROG = "python -m hpo.run"
 
@@ -100,13 +102,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seeds the sampler and each trial (trial seed = seed + trial number)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where trials train (default: %(default)s)")
     data = parser.add_argument_group("data (default: the built-in synthetic reviews)")
-    data.add_argument("--data", default=None, help="training file: CSV, TSV or JSONL")
+    data.add_argument("--data", default=None, help="training data: a CSV, TSV or JSONL file, or a directory saved with datasets' save_to_disk")
     data.add_argument("--text-column", default="text", help="column holding the text (default: %(default)s)")
+    data.add_argument("--text-pair-column", default=None, help="optional column with a second text (sentence pairs)")
     data.add_argument("--label-column", default="label", help="column holding the label, int or string (default: %(default)s)")
     held_out = data.add_mutually_exclusive_group()
     held_out.add_argument("--valid-data", default=None, help="validation file, same format and columns as --data")
     held_out.add_argument(
         "--valid-fraction", type=_fraction, default=0.1, help="seeded share of --data held out for validation (default: %(default)s)"
+    )
+    data.add_argument(
+        "--empty-text", choices=("drop", "fail"), default="drop", help="rows with empty text: drop them with a warning, or fail (default: %(default)s)"
+    )
+    data.add_argument(
+        "--cache-dir", default=None,
+        help=f"tokenized-data cache shared by trials and workers on this machine (default: ${CACHE_ENV}, else {DEFAULT_CACHE_DIR})",
     )
     return parser
 
@@ -116,10 +126,13 @@ def _load_data(args: argparse.Namespace) -> TextClassificationData:
         if args.valid_data is not None:
             raise UserError("--valid-data needs --data; pass the training file too")
         return demo_dataset(seed=args.seed)
-    return load_text_classification(
-        args.data, text_column=args.text_column, label_column=args.label_column,
-        valid_path=args.valid_data, valid_fraction=args.valid_fraction, seed=args.seed,
+    data = load_text_classification(
+        args.data, text_column=args.text_column, label_column=args.label_column, text_pair_column=args.text_pair_column,
+        valid_path=args.valid_data, valid_fraction=args.valid_fraction, seed=args.seed, empty_text=args.empty_text,
     )
+    if data.dropped_empty:
+        print(f"warning: dropped {data.dropped_empty} rows with empty text (pass --empty-text fail to refuse them)", file=sys.stderr)
+    return data
 
 
 def _check_models(space: SearchSpace) -> None:
@@ -198,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"budgeted trials already finished; training on {len(data.train_texts)} rows, validating on {len(data.valid_texts)}.",
             flush=True,
         )
-        objective = make_objective(space, data, base_seed=args.seed, device=args.device)
+        cache_dir = str(Path(args.cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser())
+        objective = make_objective(space, data, base_seed=args.seed, device=args.device, cache_dir=cache_dir)
         run_to_budget(
             study, objective, args.n_trials, timeout=args.timeout,
             on_trial_finished=lambda trial: print(trial_line(trial, metric), flush=True),

@@ -112,3 +112,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Print how many PostgreSQL tests passed; .ci/run refuses a run where none did."""
     passed = [r for r in terminalreporter.stats.get("passed", []) if "postgres" in r.keywords]
     terminalreporter.write_line(f"postgres tests passed: {len(passed)}")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_token_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Keep the tokenized-data cache of every test run (and its subprocesses) out of ~/.cache."""
+    previous = os.environ.get("HPO_CACHE_DIR")
+    os.environ["HPO_CACHE_DIR"] = str(tmp_path_factory.mktemp("token-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("HPO_CACHE_DIR", None)
+    else:
+        os.environ["HPO_CACHE_DIR"] = previous

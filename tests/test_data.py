@@ -59,3 +59,40 @@ def test_validation_label_unseen_in_training(tmp_path: Path) -> None:
     valid = write_tsv(tmp_path / "valid.tsv", [("c", "z")])
     with pytest.raises(DataError, match=r"validation labels \['z'\] never occur in training"):
         load_text_classification(train, text_column="sentence", valid_path=valid)
+
+
+def test_text_pairs_and_empty_text_policy(tmp_path: Path) -> None:
+    rows = "premise\thypothesis\tlabel\na cat\tan animal\tyes\n\tmissing\tno\nthe sky\tis green\tno\nrain\t\tyes\nsun\thot\tyes\n"
+    path = tmp_path / "pairs.tsv"
+    path.write_text(rows)
+    data = load_text_classification(
+        path, text_column="premise", text_pair_column="hypothesis", valid_fraction=0.34, seed=0
+    )
+    assert data.dropped_empty == 2
+    assert sorted(data.train_texts + data.valid_texts) == ["a cat", "sun", "the sky"]
+    assert data.train_pairs is not None and len(data.train_pairs) == len(data.train_texts)
+    with pytest.raises(DataError, match=r"2 rows with empty text \(first: row 3\)"):
+        load_text_classification(path, text_column="premise", text_pair_column="hypothesis", empty_text="fail")
+
+
+def test_saved_datasets_directory_with_class_labels_and_validation_split(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets", reason="the [datasets] extra is part of [dev]")
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=["neg", "pos"])})
+    train = datasets.Dataset.from_dict({"text": ["good", "bad", "great", "awful"], "label": [1, 0, 1, 0]}, features=features)
+    valid = datasets.Dataset.from_dict({"text": ["fine"], "label": [1]}, features=features)
+    datasets.DatasetDict({"train": train, "validation": valid}).save_to_disk(str(tmp_path / "saved"))
+    data = load_text_classification(tmp_path / "saved")
+    assert data.label_names == ["neg", "pos"]
+    assert data.train_texts == ["good", "bad", "great", "awful"] and data.train_labels == [1, 0, 1, 0]
+    assert data.valid_texts == ["fine"] and data.valid_labels == [1]
+
+
+def test_bad_data_on_the_command_line_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hpo.run import main
+
+    path = write_tsv(tmp_path / "d.tsv", [("x", 1), ("y", 0)], header=("text", "gold"))
+    db = tmp_path / "s.db"
+    assert main(["--data", str(path), "--storage", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err
+    assert "has no column 'label' (found: text, gold); set --label-column" in err
+    assert len(err.strip().splitlines()) == 1 and not db.exists()

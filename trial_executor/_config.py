@@ -10,6 +10,9 @@ from trial_executor._precision import PRECISIONS
 
 LR_SCHEDULES: tuple[str, ...] = ("linear", "cosine", "constant")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+# Below this size a model's per-call overhead outweighs the padding that chunking saves
+# (measured: tiny-bert 0.3M params loses ~35% in bf16, minilm-l6 22M params gains ~40%).
+CHUNKING_MIN_PARAMS = 5_000_000
 _ACCEPTED_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
 
 
@@ -19,7 +22,11 @@ class TrainConfig:
 
     ``eval_every`` counts optimizer steps (0: evaluate only at the end); ``max_steps`` caps
     optimizer steps across epochs (``None``: run every epoch in full). The effective batch is
-    ``batch_size * grad_accum_steps``.
+    ``batch_size * grad_accum_steps``. ``length_grouping`` batches texts of similar length
+    (see :mod:`trial_executor._batching`); ``chunk_by_length`` computes each batch in
+    length-sorted chunks (same rows and gradient, less padding; ``None``: only for models of
+    ``CHUNKING_MIN_PARAMS`` or more, where it was measured to pay); ``cache_dir`` holds tokenized data shared across
+    trials and processes (``None``: no disk cache).
     """
 
     model: str = "tiny-bert"
@@ -39,6 +46,10 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"
     cudnn_benchmark: bool = False
+    length_grouping: bool = False
+    chunk_by_length: bool | None = None
+    torch_compile: bool = False
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         problems = []

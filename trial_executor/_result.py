@@ -14,7 +14,8 @@ class TrialResult:
     ``metrics`` holds the last evaluation (``accuracy``, ``macro_f1``, ``loss``); ``history``
     every evaluation as ``(step, metrics)``. ``stopped_early`` is true when the ``report``
     callback asked to stop. Throughput counts training only: samples and real (non-padding)
-    tokens per second of the training loop, evaluation excluded.
+    tokens per second of the training loop, evaluation excluded. ``padding_efficiency`` is
+    real tokens / processed tokens over all training batches.
     """
 
     metrics: dict[str, float]
@@ -28,6 +29,9 @@ class TrialResult:
     train_seconds: float
     eval_seconds: float
     used_grad_scaler: bool
+    padding_efficiency: float
+    tokenize_seconds: float
+    tokenize_cache_hit: bool
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

