@@ -37,6 +37,8 @@ def assert_trial_records(trial: optuna.trial.FrozenTrial) -> None:
     assert set(attrs["metrics"]) >= {"accuracy", "macro_f1", "loss"}
     assert attrs["precision_effective"] == trial.params["fp_precision"]
     assert attrs["hardware"]["tf32_enabled"] is False
+    assert 0 < attrs["padding_efficiency"] <= 1
+    assert attrs["tokenize_cache"] in ("hit", "miss") and attrs["tokenize_seconds"] >= 0
     assert trial.intermediate_values, "learning curve missing"
 
 
@@ -59,6 +61,12 @@ def test_full_study_resume_and_extend(tmp_path: Path, small_space: Path, small_d
         assert trial.user_attrs["skip_reason"] == "unsupported_precision"
         assert "tf32" in trial.user_attrs["skip_detail"]
         assert trial.user_attrs["hardware"]["device_type"] == "cpu"
+    # Once a model's data is tokenized, its later trials read the shared cache.
+    seen: set[str] = set()
+    for trial in sorted(study.get_trials(states=(TrialState.COMPLETE,)), key=lambda t: t.number):
+        if trial.params["model"] in seen:
+            assert trial.user_attrs["tokenize_cache"] == "hit"
+        seen.add(trial.params["model"])
     assert study.user_attrs["dataset_fingerprint"] and study.user_attrs["search_space"]["params"]["fp_precision"]
     assert study.user_attrs["label_names"] == ["negative", "positive"]
     assert "Best trial" in out and f"optuna-dashboard sqlite:///{db}" in out
