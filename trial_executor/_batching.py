@@ -97,10 +97,16 @@ def length_chunks(split: TokenizedSplit, indices: Sequence[int], min_rows: int =
     return chunks[::-1]
 
 
-def padding_efficiency(batch: dict[str, torch.Tensor]) -> float:
-    """Real tokens / processed (padded) tokens of one batch."""
+def token_counts(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
+    """Real (non-padding) and processed (padded) tokens of one batch, read on the host."""
     mask = batch["attention_mask"]
-    return int(mask.sum()) / mask.numel()
+    return int(mask.sum()), mask.numel()
+
+
+def padding_efficiency(batch: dict[str, torch.Tensor]) -> float:
+    """Real tokens / processed tokens of one batch (the loop sums both over an epoch)."""
+    real, processed = token_counts(batch)
+    return real / processed
 
 
 def eval_batches(split: TokenizedSplit, batch_size: int, pad_id: int) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:

@@ -107,6 +107,10 @@ class _Rows:
     labels: list[str]
     dropped_empty: int
 
+    def take(self, indices: list[int], dropped_empty: int) -> _Rows:
+        pairs = None if self.pairs is None else [self.pairs[i] for i in indices]
+        return _Rows([self.texts[i] for i in indices], pairs, [self.labels[i] for i in indices], dropped_empty)
+
 
 def _columns(
     path: Path, rows: list[dict[str, object]], text_column: str, label_column: str, pair_column: str | None, empty_text: str
@@ -187,15 +191,8 @@ def load_text_classification(
         n_valid = max(1, round(len(order) * valid_fraction))
         if len(order) - n_valid < 2:
             raise DataError(f"data file {path} has {len(order)} usable rows, too few to hold out validation; add rows")
-        held, kept = order[:n_valid], sorted(order[n_valid:])
-        valid = _Rows(
-            [train.texts[i] for i in held], None if train.pairs is None else [train.pairs[i] for i in held],
-            [train.labels[i] for i in held], 0,
-        )
-        train = _Rows(
-            [train.texts[i] for i in kept], None if train.pairs is None else [train.pairs[i] for i in kept],
-            [train.labels[i] for i in kept], train.dropped_empty,
-        )
+        valid = train.take(order[:n_valid], 0)
+        train = train.take(sorted(order[n_valid:]), train.dropped_empty)
     names = _label_names(train.labels)
     if len(names) < 2:
         single = repr(names[0]) if names else "none"

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trial_executor._batching import TokenizedSplit, eval_batches, train_batches
+from trial_executor._batching import TokenizedSplit, eval_batches, token_counts, train_batches
 from trial_executor._config import CHUNKING_MIN_PARAMS, TrainConfig
 from trial_executor._data import TextClassificationData
 from trial_executor._hardware import peak_memory_mb, release_memory, reset_peak_memory, resolve_device
@@ -163,15 +163,15 @@ def _train(
             rows = sum(chunk["labels"].numel() for chunk in chunks)
             for chunk in chunks:
                 # Counted on the host: reading a device tensor here would sync every micro-step.
-                samples += chunk["labels"].numel()
-                tokens += int(chunk["attention_mask"].sum())
-                padded_tokens += chunk["attention_mask"].numel()
-                weight = chunk["labels"].numel() / rows / window
+                n = chunk["labels"].numel()
+                real, processed = token_counts(chunk)
+                samples, tokens, padded_tokens = samples + n, tokens + real, padded_tokens + processed
                 chunk = _to(chunk, device)
                 with policy.autocast():
                     loss = forward(**chunk).loss
+                weight = n / rows / window
                 (scaler.scale(loss * weight) if scaler else loss * weight).backward()
-                train_loss += loss.detach() * chunk["labels"].numel() / rows
+                train_loss += loss.detach() * (n / rows)
             loss_count += 1
             if i + 1 < window_start + window:
                 continue
