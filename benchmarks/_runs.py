@@ -80,11 +80,11 @@ def tokenize_split(tokenizer: Any, texts: Sequence[str], labels: Sequence[int]) 
 def our_train_batches(
     split: TokenizedSplit, pad_id: int, generator: torch.Generator, grouping: bool
 ) -> Iterator[list[dict[str, torch.Tensor]]]:
-    """One epoch of our training batches (each a list of length-sorted chunks), as ``run_trial`` draws them."""
+    """One epoch of our training batches (each a one-chunk list), as ``run_trial`` draws them."""
     from trial_executor._batching import train_batches
 
-    # minilm-l6 is above CHUNKING_MIN_PARAMS, so run_trial chunks its batches too (auto).
-    return train_batches(split, BATCH_SIZE, pad_id, generator, length_grouping=grouping, chunk_by_length=True)
+    # minilm-l6 runs the packed forward, so run_trial does not chunk its batches (auto).
+    return train_batches(split, BATCH_SIZE, pad_id, generator, length_grouping=grouping, chunk_by_length=False)
 
 
 def train_config(precision: str, grouping: bool, seed: int) -> Any:
@@ -95,7 +95,7 @@ def train_config(precision: str, grouping: bool, seed: int) -> Any:
         model=MODEL, fp_precision=precision, batch_size=BATCH_SIZE, max_length=MAX_LENGTH,
         learning_rate=LEARNING_RATE, epochs=1, eval_every=0, eval_batch_size=EVAL_BATCH_SIZE,
         warmup_ratio=0.0, weight_decay=0.0, max_grad_norm=MAX_GRAD_NORM, lr_schedule="linear",
-        device="cpu", seed=seed, length_grouping=grouping,  # chunk_by_length: the default (auto)
+        device="cpu", seed=seed, length_grouping=grouping,  # packed_forward, chunk_by_length: defaults
     )
 
 
@@ -169,7 +169,7 @@ def run_ours(spec: dict[str, Any], data: TextClassificationData) -> dict[str, An
 
 
 def run_hand(spec: dict[str, Any], data: TextClassificationData) -> dict[str, Any]:
-    """The minimal loop ``run_trial`` should cost no more than: same model, batches, optimizer, autocast.
+    """The minimal loop ``run_trial`` should cost no more than: same model, forward, batches, optimizer, autocast.
 
     Mirrors ``run_trial``'s setup order (seed, load, tokenize, generator) so that it sees the very
     same initial weights and batch order; everything ``run_trial`` adds (token counting, loss
@@ -179,6 +179,7 @@ def run_hand(spec: dict[str, Any], data: TextClassificationData) -> dict[str, An
 
     from trial_executor._batching import eval_batches
     from trial_executor._models import load_model
+    from trial_executor._packed import PackedBertClassifier
 
     precision, grouping = SETTINGS[spec["setting"]]
     seed = spec["seed"]
@@ -186,6 +187,7 @@ def run_hand(spec: dict[str, Any], data: TextClassificationData) -> dict[str, An
     seed_like_run_trial(seed)
     model, tokenizer = load_model(MODEL, data.label_names, data.train_texts)
     model.train()
+    forward = PackedBertClassifier(model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     train_split = tokenize_split(tokenizer, data.train_texts, data.train_labels)
     valid_split = tokenize_split(tokenizer, data.valid_texts, data.valid_labels)
@@ -200,7 +202,7 @@ def run_hand(spec: dict[str, Any], data: TextClassificationData) -> dict[str, An
         rows = sum(len(chunk["labels"]) for chunk in chunks)
         for chunk in chunks:
             with autocast():
-                loss = model(**chunk).loss
+                loss = forward(**chunk).loss
             (loss * (len(chunk["labels"]) / rows)).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
         optimizer.step()
@@ -221,7 +223,7 @@ def run_hand(spec: dict[str, Any], data: TextClassificationData) -> dict[str, An
     with torch.inference_mode():
         for _indices, batch in eval_batches(valid_split, EVAL_BATCH_SIZE, pad_id):
             with autocast():
-                logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+                logits = forward(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
             correct += int((logits.argmax(dim=-1) == batch["labels"]).sum())
     return {
         "samples_per_s": samples / train_seconds,

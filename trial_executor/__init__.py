@@ -2,6 +2,7 @@
 
 from trial_executor._config import TrainConfig
 from trial_executor._data import DataError, TextClassificationData, load_text_classification
+from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
 from trial_executor._hardware import hardware_metadata, resolve_device
 from trial_executor._loop import ReportFn, run_trial
 from trial_executor._metrics import METRICS
@@ -16,10 +17,12 @@ __all__ = [
     "PRESETS",
     "DataError",
     "ModelNotFoundError",
+    "NonFiniteLossError",
     "PrecisionPolicy",
     "ReportFn",
     "TextClassificationData",
     "TrainConfig",
+    "TrialOutOfMemoryError",
     "TrialResult",
     "UnsupportedPrecisionError",
     "check_model_name",

@@ -25,8 +25,12 @@ class TrainConfig:
     ``batch_size * grad_accum_steps``. ``length_grouping`` batches texts of similar length
     (see :mod:`trial_executor._batching`); ``chunk_by_length`` computes each batch in
     length-sorted chunks (same rows and gradient, less padding; ``None``: only for models of
-    ``CHUNKING_MIN_PARAMS`` or more, where it was measured to pay); ``cache_dir`` holds tokenized data shared across
-    trials and processes (``None``: no disk cache).
+    ``CHUNKING_MIN_PARAMS`` or more that run the HF forward, where it was measured to pay);
+    ``packed_forward`` computes BERT classifiers on real tokens only (the same function; see
+    :mod:`trial_executor._packed`; other architectures run their own forward); ``cache_dir`` holds
+    tokenized data shared across trials and processes (``None``: no disk cache).
+    ``max_skipped_steps``: fp16 trials stop as non-finite once GradScaler skips more optimizer
+    steps than this in a row.
     """
 
     model: str = "tiny-bert"
@@ -49,6 +53,8 @@ class TrainConfig:
     length_grouping: bool = False
     chunk_by_length: bool | None = None
     torch_compile: bool = False
+    packed_forward: bool = True
+    max_skipped_steps: int = 20
     cache_dir: str | None = None
 
     def __post_init__(self) -> None:
@@ -78,6 +84,7 @@ class TrainConfig:
             (self.grad_accum_steps >= 1, "grad_accum_steps must be >= 1"),
             (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm must be > 0 or null"),
             (self.eval_every >= 0, "eval_every must be >= 0"),
+            (self.max_skipped_steps >= 1, "max_skipped_steps must be >= 1"),
             (bool(self.model.strip()), "model must not be empty"),
         ]
         failed = [message for ok, message in checks if not ok]

@@ -11,6 +11,7 @@ import math
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,15 +20,20 @@ import torch.nn.functional as F
 from trial_executor._batching import TokenizedSplit, eval_batches, token_counts, train_batches
 from trial_executor._config import CHUNKING_MIN_PARAMS, TrainConfig
 from trial_executor._data import TextClassificationData
+from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
 from trial_executor._hardware import peak_memory_mb, release_memory, reset_peak_memory, resolve_device
 from trial_executor._metrics import classification_metrics
 from trial_executor._models import load_model
+from trial_executor._packed import PackedBertClassifier, supports_packed_forward
 from trial_executor._precision import PrecisionPolicy
 from trial_executor._result import TrialResult
 from trial_executor._tokenization import tokenize
 
 ReportFn = Callable[[int, dict[str, float]], bool]
 """``report(step, metrics)`` is called after each evaluation and returns True to stop the run."""
+
+# Reading the loss on the host syncs a GPU; there it is checked every few optimizer steps.
+_FINITE_CHECK_EVERY = {"cpu": 1, "cuda": 8}
 
 
 def seed_everything(seed: int) -> None:
@@ -74,18 +80,25 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _is_oom(err: BaseException) -> bool:
+    # The CPU allocator reports exhaustion as a plain RuntimeError.
+    return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(err, RuntimeError) and "can't allocate memory" in str(err)
+    )
+
+
 @torch.inference_mode()
 def evaluate(
-    model: torch.nn.Module, split: TokenizedSplit, policy: PrecisionPolicy, config: TrainConfig,
-    pad_id: int, num_labels: int, device: torch.device,
+    model: torch.nn.Module, forward: Callable[..., Any], split: TokenizedSplit, policy: PrecisionPolicy,
+    config: TrainConfig, pad_id: int, num_labels: int, device: torch.device,
 ) -> dict[str, float]:
-    """Metrics on ``split``, run under the trial's autocast dtype."""
+    """Metrics on ``split`` through ``forward`` (``model`` or its packed forward), under the trial's autocast."""
     model.eval()
     logits_by_index: dict[int, torch.Tensor] = {}
     for indices, batch in eval_batches(split, config.eval_batch_size, pad_id):
         batch = _to(batch, device)
         with policy.autocast():
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            logits = forward(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         for i, row in zip(indices, logits.float().cpu(), strict=True):
             logits_by_index[i] = row
     model.train()
@@ -100,16 +113,31 @@ def run_trial(config: TrainConfig, data: TextClassificationData, report: ReportF
     """Train ``config.model`` on ``data`` and evaluate it on the validation split.
 
     Raises :class:`~trial_executor.UnsupportedPrecisionError` before any work when the
-    device cannot run ``config.fp_precision``.
+    device cannot run ``config.fp_precision``; :class:`~trial_executor.NonFiniteLossError` when
+    the loss diverges; :class:`~trial_executor.TrialOutOfMemoryError` when memory runs out. Both
+    are raised after the trial's memory is released, so the next trial starts clean.
     """
     device = resolve_device(config.device)
     policy = PrecisionPolicy.resolve(config.fp_precision, device)
     policy.apply_global_state(cudnn_benchmark=config.cudnn_benchmark)
+    failure: Exception | None = None
     try:
         return _train(config, data, report, device, policy)
+    except NonFiniteLossError as err:
+        failure = NonFiniteLossError(err.step, err.detail)
+    except Exception as err:
+        if not _is_oom(err):
+            raise
+        failure = TrialOutOfMemoryError(
+            config.batch_size, config.grad_accum_steps,
+            f"out of memory at batch_size {config.batch_size} on {device.type}: {type(err).__name__}: {str(err)[:200]}",
+        )
     finally:
         # _train's model, optimizer and batches are unreachable once it returns.
         release_memory(device)
+    # Raised outside the except blocks: a chained exception's traceback would keep _train's
+    # frames, and with them the model and optimizer, alive.
+    raise failure
 
 
 def _train(
@@ -118,10 +146,14 @@ def _train(
     seed_everything(config.seed)
     model, tokenizer = load_model(config.model, data.label_names, data.train_texts)
     model.to(device).train()
-    forward = torch.compile(model, dynamic=True) if config.torch_compile else model
+    packed = config.packed_forward and supports_packed_forward(model)
+    forward: Callable[..., Any] = PackedBertClassifier(model) if packed else model
+    if config.torch_compile:
+        forward = torch.compile(forward, dynamic=True)
     chunk_by_length = config.chunk_by_length
     if chunk_by_length is None:
-        chunk_by_length = sum(p.numel() for p in model.parameters()) >= CHUNKING_MIN_PARAMS
+        # Packed, only the attention product is padded: chunks would save little and cost calls.
+        chunk_by_length = not packed and sum(p.numel() for p in model.parameters()) >= CHUNKING_MIN_PARAMS
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     tick = time.perf_counter()
     train_split, train_hit = tokenize(
@@ -141,6 +173,8 @@ def _train(
         optimizer, lr_lambda(config.lr_schedule, round(config.warmup_ratio * total_steps), total_steps)
     )
     scaler = policy.grad_scaler()
+    skipped_in_a_row = 0
+    check_every = _FINITE_CHECK_EVERY.get(device.type, 1)
     generator = torch.Generator().manual_seed(config.seed)
 
     history: list[tuple[int, dict[str, float]]] = []
@@ -181,10 +215,19 @@ def _train(
             if config.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             if scaler:
+                scale = scaler.get_scale()
                 scaler.step(optimizer)
                 scaler.update()
+                # The scale drops only when inf/NaN gradients made GradScaler skip the step.
+                skipped_in_a_row = skipped_in_a_row + 1 if scaler.get_scale() < scale else 0
+                if skipped_in_a_row > config.max_skipped_steps:
+                    raise NonFiniteLossError(
+                        step, f"fp16 gradients were inf/NaN for {skipped_in_a_row} optimizer steps in a row (GradScaler skipped them)"
+                    )
             else:
                 optimizer.step()
+                if (step + 1) % check_every == 0 and not torch.isfinite(train_loss):
+                    raise NonFiniteLossError(step, f"{policy.name} training loss is {train_loss.item()} by optimizer step {step + 1}")
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
@@ -194,7 +237,7 @@ def _train(
                 _sync(device)
                 train_seconds += time.perf_counter() - tick
                 tock = time.perf_counter()
-                metrics = evaluate(forward, valid_split, policy, config, pad_id, data.num_labels, device)
+                metrics = evaluate(model, forward, valid_split, policy, config, pad_id, data.num_labels, device)
                 metrics["train_loss"] = train_loss.item() / max(1, loss_count)
                 train_loss.zero_()
                 loss_count = 0
@@ -220,4 +263,5 @@ def _train(
         padding_efficiency=tokens / padded_tokens if padded_tokens else 1.0,
         tokenize_seconds=tokenize_seconds,
         tokenize_cache_hit=train_hit and valid_hit,
+        packed_forward=packed,
     )

@@ -15,7 +15,8 @@ class TrialResult:
     every evaluation as ``(step, metrics)``. ``stopped_early`` is true when the ``report``
     callback asked to stop. Throughput counts training only: samples and real (non-padding)
     tokens per second of the training loop, evaluation excluded. ``padding_efficiency`` is
-    real tokens / processed tokens over all training batches.
+    real tokens / processed tokens over all training batches as padded. ``packed_forward``
+    tells whether the packed forward ran (projections and feed-forward on real tokens only).
     """
 
     metrics: dict[str, float]
@@ -32,6 +33,7 @@ class TrialResult:
     padding_efficiency: float
     tokenize_seconds: float
     tokenize_cache_hit: bool
+    packed_forward: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -1,0 +1,74 @@
+"""The packed BERT forward computes the HF forward's function: same logits, loss and gradients."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from trial_executor import TrainConfig, demo_dataset, run_trial
+from trial_executor._batching import TokenizedSplit, collate
+from trial_executor._models import load_model
+from trial_executor._packed import PackedBertClassifier, supports_packed_forward
+
+
+def _batch(vocab: int, rows: int, seed: int) -> dict[str, torch.Tensor]:
+    rng = random.Random(seed)
+    ids = [[2, *(rng.randrange(5, vocab) for _ in range(rng.randint(1, 30))), 3] for _ in range(rows)]
+    return collate(TokenizedSplit(ids, [rng.randrange(3) for _ in ids]), list(range(rows)), pad_id=0)
+
+
+def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def test_same_logits_loss_and_gradients_as_the_hf_forward() -> None:
+    torch.manual_seed(0)
+    model, tokenizer = load_model("tiny-bert", ["a", "b", "c"], ["some text to build a vocabulary from"] * 3)
+    model.eval()  # dropout off: both forwards are then deterministic
+    batch = _batch(len(tokenizer), rows=12, seed=1)
+    assert batch["attention_mask"].float().mean() < 0.8  # real padding to skip
+
+    reference = model(**batch)
+    reference.loss.backward()
+    expected = _grads(model)
+    packed = PackedBertClassifier(model)(**batch)
+    packed.loss.backward()
+    got = _grads(model)
+
+    torch.testing.assert_close(packed.logits, reference.logits, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(packed.loss, reference.loss, rtol=1e-5, atol=1e-6)
+    assert got.keys() == expected.keys()
+    for name, grad in expected.items():
+        # Key biases have a zero true gradient (softmax ignores a shift): compare on the largest gradient's scale.
+        scale = max(grad.abs().max().item(), 1e-3)
+        assert (got[name] - grad).abs().max().item() <= 1e-4 * scale, name
+
+
+def test_bf16_autocast_stays_close() -> None:
+    torch.manual_seed(0)
+    model, tokenizer = load_model("tiny-bert", ["a", "b"], ["more text for the vocabulary"] * 3)
+    model.eval()
+    batch = _batch(len(tokenizer), rows=8, seed=2)
+    batch["labels"] %= 2
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        reference, packed = model(**batch), PackedBertClassifier(model)(**batch)
+    torch.testing.assert_close(packed.logits.float(), reference.logits.float(), rtol=0.05, atol=0.05)
+
+
+def test_other_architectures_keep_their_own_forward() -> None:
+    distilbert, _ = load_model("tiny-distilbert", ["a", "b"], ["text"] * 3)
+    assert not supports_packed_forward(distilbert)
+    with pytest.raises(ValueError, match="no packed forward"):
+        PackedBertClassifier(distilbert)
+
+
+def test_trials_record_which_forward_ran() -> None:
+    data = demo_dataset(n_train=300, n_valid=60, seed=1)
+    base = {"epochs": 1, "batch_size": 32, "eval_every": 0, "device": "cpu"}
+    assert run_trial(TrainConfig(model="tiny-bert", **base), data).packed_forward
+    assert not run_trial(TrainConfig(model="tiny-bert", packed_forward=False, **base), data).packed_forward
+    assert not run_trial(TrainConfig(model="tiny-distilbert", **base), data).packed_forward

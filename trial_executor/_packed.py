@@ -1,0 +1,100 @@
+"""A packed forward for BERT sequence classifiers: the HF model's function on real tokens only.
+
+HF's ``BertForSequenceClassification`` runs every layer on the padded ``(batch, width)`` grid
+and then reads one vector per row, the ``[CLS]`` token's, from the last layer. This forward
+computes the same logits and loss with the model's own modules and weights, but:
+
+- embeddings, projections, feed-forward blocks and layer norms run on the real tokens only,
+  packed into one ``(tokens, hidden)`` matrix; only the attention product is padded, per row;
+- the last layer computes queries, attention output and feed-forward for the ``[CLS]`` rows
+  only (keys and values still cover every token), since nothing else reaches the pooler.
+
+Gradients are the HF forward's (padding and the last layer's other positions never reach
+the loss); only floating-point summation order and the dropout masks' random draws differ.
+Rows must be right-padded, as :func:`~trial_executor._batching.collate` pads them.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import BertForSequenceClassification, PreTrainedModel
+from transformers.modeling_outputs import SequenceClassifierOutput
+
+
+def supports_packed_forward(model: PreTrainedModel) -> bool:
+    """Whether :class:`PackedBertClassifier` computes exactly what ``model``'s own forward does."""
+    if not isinstance(model, BertForSequenceClassification):
+        return False
+    config = model.config
+    return (
+        not config.is_decoder
+        and not getattr(config, "add_cross_attention", False)
+        and not getattr(config, "chunk_size_feed_forward", 0)
+        and getattr(config, "position_embedding_type", "absolute") == "absolute"
+        and config.num_labels > 1
+        and config.problem_type in (None, "single_label_classification")
+        and model.bert.pooler is not None
+    )
+
+
+class PackedBertClassifier:
+    """Call like the model: ``forward(input_ids=, attention_mask=, labels=None)`` -> loss and logits."""
+
+    def __init__(self, model: BertForSequenceClassification) -> None:
+        if not supports_packed_forward(model):
+            raise ValueError(f"{type(model).__name__} with this config has no packed forward")
+        self.model = model
+
+    def __call__(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor | None = None
+    ) -> SequenceClassifierOutput:
+        model, bert = self.model, self.model.bert
+        batch, width = input_ids.shape
+        keep = attention_mask.flatten().nonzero().squeeze(1)  # packed position -> grid position
+        lengths = attention_mask.sum(dim=1)
+        cls = torch.cumsum(lengths, 0) - lengths  # packed position of each row's first token
+        key_mask = attention_mask.bool()[:, None, None, :]
+
+        emb = bert.embeddings
+        positions = torch.arange(width, device=input_ids.device).repeat(batch)[keep]
+        # Same sum order as BertEmbeddings: word + token type (always 0 here) + position.
+        h = emb.word_embeddings(input_ids.flatten()[keep]) + emb.token_type_embeddings.weight[0]
+        h = emb.dropout(emb.LayerNorm(h + emb.position_embeddings(positions)))
+
+        def grid(x: torch.Tensor, parts: int) -> torch.Tensor:
+            # (tokens, parts*hidden) -> (parts, batch, heads, width, head_dim), zeros at padding.
+            full = x.new_zeros(batch * width, x.shape[1]).index_copy(0, keep, x)
+            return full.view(batch, width, parts, heads, head_dim).permute(2, 0, 3, 1, 4)
+
+        layers = bert.encoder.layer
+        for i, layer in enumerate(layers):
+            sa = layer.attention.self
+            heads, head_dim = sa.num_attention_heads, sa.attention_head_size
+            dropout = sa.dropout.p if model.training else 0.0
+            last = i == len(layers) - 1
+            if not last:
+                qkv = F.linear(
+                    h,
+                    torch.cat([sa.query.weight, sa.key.weight, sa.value.weight]),
+                    torch.cat([sa.query.bias, sa.key.bias, sa.value.bias]),
+                )
+                q, k, v = grid(qkv, 3)
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout, scale=sa.scaling)
+                out = out.transpose(1, 2).reshape(batch * width, -1).index_select(0, keep)
+            else:
+                # Only the [CLS] rows reach the pooler: one query per row over all keys.
+                k, v = grid(
+                    F.linear(h, torch.cat([sa.key.weight, sa.value.weight]), torch.cat([sa.key.bias, sa.value.bias])), 2
+                )
+                h = h.index_select(0, cls)
+                q = sa.query(h).view(batch, heads, 1, head_dim)
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout, scale=sa.scaling)
+                out = out.reshape(batch, -1)
+            attended = layer.attention.output(out, h)
+            h = layer.output(layer.intermediate(attended), attended)
+
+        pooled = bert.pooler.activation(bert.pooler.dense(h))
+        logits = model.classifier(model.dropout(pooled))
+        loss = F.cross_entropy(logits.view(-1, model.num_labels), labels.view(-1)) if labels is not None else None
+        return SequenceClassifierOutput(loss=loss, logits=logits)
