@@ -8,6 +8,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import optuna
 import sqlalchemy
@@ -21,6 +22,8 @@ STORAGE_ENV = "HPO_STORAGE"
 _POSTGRES_DRIVERS = ("postgresql", "postgresql+psycopg2", "postgresql+psycopg")
 # Any fixed 64-bit number works; it only has to be the same in every worker.
 _TABLE_CREATION_LOCK_ID = 0x68706F5F7461626C
+GRPC_SCHEME = "grpc://"
+_GRPC_CONNECT_TIMEOUT = 10.0
 
 
 class StorageError(UserError):
@@ -103,8 +106,37 @@ def _table_creation_lock(url: URL, engine: sqlalchemy.Engine | None) -> Iterator
             fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
+def _parse_grpc(url: str) -> tuple[str, int]:
+    """``grpc://host:port`` (a ``python -m hpo.proxy`` storage proxy) as ``(host, port)``."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+        extra = parts.path.strip("/") or parts.query or parts.username
+    except ValueError:
+        host, port, extra = None, None, "bad port"
+    if not host or not port or extra:
+        raise StorageError(
+            f"gRPC storage URL {mask_url(url)!r} is malformed; use grpc://host:port, e.g. grpc://127.0.0.1:13000 "
+            "(the address `python -m hpo.proxy` prints)"
+        )
+    return (f"[{host}]" if ":" in host else host), port
+
+
 def check_storage_url(url: str) -> None:
     """Fail fast, before anything is written, on a malformed URL or an unreachable database."""
+    if url.lower().startswith(GRPC_SCHEME):
+        host, port = _parse_grpc(url)
+        proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
+        try:
+            proxy.wait_server_ready(timeout=_GRPC_CONNECT_TIMEOUT)
+        except ConnectionError:
+            raise StorageError(
+                f"cannot reach the storage proxy at {host}:{port} (is `python -m hpo.proxy` running there?); "
+                f"start it or fix --storage / ${STORAGE_ENV}"
+            ) from None
+        finally:
+            proxy.close()
+        return
     parsed = _parse(url)
     if parsed.drivername == "sqlite":
         if parsed.database and parsed.database != ":memory:":
@@ -122,13 +154,17 @@ def check_storage_url(url: str) -> None:
         engine.dispose()
 
 
-def create_storage(url: str) -> optuna.storages.RDBStorage:
+def create_storage(url: str) -> optuna.storages.RDBStorage | optuna.storages.GrpcStorageProxy:
     """Open (and on first use create) Optuna's RDB storage at ``url``.
 
     Connections are checked before use (``pool_pre_ping``), so a database restart between
-    trials does not break a long-running worker.
+    trials does not break a long-running worker. ``grpc://host:port`` connects to a storage
+    proxy (``python -m hpo.proxy``) instead, which holds the database connections.
     """
     check_storage_url(url)
+    if url.lower().startswith(GRPC_SCHEME):
+        host, port = _parse_grpc(url)
+        return optuna.storages.GrpcStorageProxy(host=host, port=port)
     parsed = _parse(url)
     engine_kwargs: dict[str, object] = {"pool_pre_ping": True}
     lock_engine = None

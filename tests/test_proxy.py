@@ -1,0 +1,111 @@
+"""``python -m hpo.proxy`` as a real subprocess on a throwaway PostgreSQL database, real Optuna through gRPC."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import optuna
+import pytest
+from conftest import ROOT
+from optuna.trial import TrialState
+
+from hpo import StorageError, create_storage
+
+SECRET = "Sup3rSecretPw"
+PROXY = [sys.executable, "-m", "hpo.proxy"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([*PROXY, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_listening(proc: subprocess.Popen[str], port: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the proxy exited with {proc.returncode} before listening:\n{out}\n{err}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    pytest.fail(f"the proxy did not listen on port {port} within {timeout} s")
+
+
+@pytest.fixture
+def proxy(pg_database: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """A proxy serving ``pg_database`` (URL given with a password, which must never be shown)."""
+    port = _free_port()
+    url = pg_database.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@")
+    proc = _start("--storage", url, "--port", str(port))
+    try:
+        _wait_listening(proc, port)
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+@pytest.mark.postgres
+def test_study_through_the_proxy_lands_in_the_database(proxy: tuple[subprocess.Popen[str], int], pg_database: str) -> None:
+    proc, port = proxy
+    storage = create_storage(f"grpc://127.0.0.1:{port}")
+    assert isinstance(storage, optuna.storages.GrpcStorageProxy)
+    study = optuna.create_study(study_name="via-proxy", storage=storage, direction="minimize", sampler=optuna.samplers.TPESampler(seed=0))
+    study.optimize(lambda trial: (trial.suggest_float("x", -10, 10) - 3) ** 2, n_trials=6)
+
+    direct = optuna.load_study(study_name="via-proxy", storage=create_storage(pg_database))
+    trials = direct.get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 6
+    assert [t.params["x"] for t in trials] == [t.params["x"] for t in study.trials]
+    assert direct.best_value == min((t.params["x"] - 3) ** 2 for t in trials)
+
+    # A second proxy on the same port is refused in one line (gRPC alone would share the port).
+    busy = subprocess.run([*PROXY, "--storage", pg_database, "--port", str(port)], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=120)
+    assert busy.returncode == 2 and "Address already in use" in busy.stderr and "Traceback" not in busy.stderr
+
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert f"on 127.0.0.1:{port}; start workers with --storage grpc://127.0.0.1:{port}" in out
+    assert "postgres:***@" in out and SECRET not in out + err
+
+
+def test_bad_storage_is_one_line_exit_2() -> None:
+    cases = {
+        f"postgresql://postgres:{SECRET}@127.0.0.1:1/hpo": "cannot reach PostgreSQL at 127.0.0.1:1",
+        "grpc://127.0.0.1:13000": "not another proxy",
+    }
+    procs = {url: _start("--storage", url, "--port", str(_free_port())) for url in cases}  # in parallel: each imports torch
+    for url, proc in procs.items():
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, (url, out, err)
+        assert err.startswith("python -m hpo.proxy: error: ") and err.strip().count("\n") == 0, err
+        assert cases[url] in err and "Traceback" not in err and SECRET not in out + err
+
+
+@pytest.mark.parametrize("url", ["grpc://127.0.0.1", "grpc://:13000", "grpc://host:port", "grpc://host:70000", "grpc://host:13000/db"])
+def test_malformed_grpc_url_names_the_form(url: str) -> None:
+    with pytest.raises(StorageError, match=r"is malformed; use grpc://host:port"):
+        create_storage(url)
+
+
+def test_unreachable_proxy_is_a_storage_error() -> None:
+    port = _free_port()
+    with pytest.raises(StorageError, match=rf"cannot reach the storage proxy at 127.0.0.1:{port} .*hpo.proxy"):
+        create_storage(f"grpc://127.0.0.1:{port}")
