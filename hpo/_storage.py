@@ -6,8 +6,11 @@ import contextlib
 import fcntl
 import os
 import re
+import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import optuna
@@ -16,6 +19,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from hpo._errors import UserError
+from hpo._retrying_storage import RetryingRDBStorage
 
 DEFAULT_SQLITE_FILE = "hpo-studies.db"
 STORAGE_ENV = "HPO_STORAGE"
@@ -24,6 +28,22 @@ _POSTGRES_DRIVERS = ("postgresql", "postgresql+psycopg2", "postgresql+psycopg")
 _TABLE_CREATION_LOCK_ID = 0x68706F5F7461626C
 GRPC_SCHEME = "grpc://"
 _GRPC_CONNECT_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Heartbeat settings: a trial silent for ``grace_period`` seconds is failed and retried.
+
+    Defaults suit trials of minutes: a beat every 30 s, stale after 2 min, 3 retries.
+    """
+
+    interval: int = 30
+    grace_period: int = 120
+    max_retry: int = 3
+
+    def storage_kwargs(self) -> dict[str, Any]:
+        callback = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=self.max_retry)
+        return {"heartbeat_interval": self.interval, "grace_period": self.grace_period, "heartbeat_stale_trial_callback": callback}
 
 
 class StorageError(UserError):
@@ -154,12 +174,18 @@ def check_storage_url(url: str) -> None:
         engine.dispose()
 
 
-def create_storage(url: str) -> optuna.storages.RDBStorage | optuna.storages.GrpcStorageProxy:
+def create_storage(
+    url: str, *, heartbeat: Heartbeat | None = None
+) -> optuna.storages.RDBStorage | optuna.storages.GrpcStorageProxy:
     """Open (and on first use create) Optuna's RDB storage at ``url``.
 
-    Connections are checked before use (``pool_pre_ping``), so a database restart between
-    trials does not break a long-running worker. ``grpc://host:port`` connects to a storage
-    proxy (``python -m hpo.proxy``) instead, which holds the database connections.
+    Connections are checked before use (``pool_pre_ping``) and calls that lose their
+    connection are retried with backoff (:class:`RetryingRDBStorage`), so a database restart
+    does not break a long-running worker. With ``heartbeat``, running trials record
+    heartbeats and a trial whose worker died is failed and re-queued (WAITING) by the next
+    worker that starts a trial. ``grpc://host:port`` connects to a storage proxy
+    (``python -m hpo.proxy``) instead, which holds the database connections; heartbeats need
+    the database itself and are not available through it.
     """
     check_storage_url(url)
     if url.lower().startswith(GRPC_SCHEME):
@@ -172,8 +198,11 @@ def create_storage(url: str) -> optuna.storages.RDBStorage | optuna.storages.Grp
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
         lock_engine = sqlalchemy.create_engine(parsed, poolclass=sqlalchemy.pool.NullPool, connect_args={"connect_timeout": 10})
     try:
-        with _table_creation_lock(parsed, lock_engine):
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        with _table_creation_lock(parsed, lock_engine), warnings.catch_warnings():
+            # Heartbeats are "experimental" in Optuna 5; they are what stale-trial recovery needs.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            kwargs = heartbeat.storage_kwargs() if heartbeat else {}
+            return RetryingRDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
     except SQLAlchemyError as err:
         raise StorageError(mask_secrets(f"storage {mask_url(url)} failed: {str(err).splitlines()[0]}", url)) from None
     finally:

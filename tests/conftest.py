@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 import yaml
+from _private_postgres import PrivatePostgres
 
 from trial_executor import make_synthetic_reviews
 
@@ -124,3 +127,18 @@ def _isolated_token_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         os.environ.pop("HPO_CACHE_DIR", None)
     else:
         os.environ["HPO_CACHE_DIR"] = previous
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A running PostgreSQL server of this test's own, which the test may stop and restart."""
+    # Not under pytest's tmp dir: that is private to this user, and the server runs as postgres.
+    directory = Path(tempfile.mkdtemp(prefix="hpo-pg-"))
+    server = PrivatePostgres(directory)
+    server.start()
+    try:
+        yield server
+    finally:
+        with contextlib.suppress(RuntimeError):
+            server.stop()
+        shutil.rmtree(directory, ignore_errors=True)

@@ -1,5 +1,6 @@
 """Runs one training trial from a plain config; knows nothing of Optuna."""
 
+from trial_executor._checkpoint import CHECKPOINT_FILE, Checkpointing, TrialInterrupted
 from trial_executor._config import TrainConfig
 from trial_executor._data import DataError, TextClassificationData, load_text_classification
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
@@ -12,9 +13,11 @@ from trial_executor._result import TrialResult
 from trial_executor._synthetic import demo_dataset, make_synthetic_reviews
 
 __all__ = [
+    "CHECKPOINT_FILE",
     "METRICS",
     "PRECISIONS",
     "PRESETS",
+    "Checkpointing",
     "DataError",
     "ModelNotFoundError",
     "NonFiniteLossError",
@@ -22,6 +25,7 @@ __all__ = [
     "ReportFn",
     "TextClassificationData",
     "TrainConfig",
+    "TrialInterrupted",
     "TrialOutOfMemoryError",
     "TrialResult",
     "UnsupportedPrecisionError",

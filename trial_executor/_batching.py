@@ -59,10 +59,13 @@ def epoch_batches(split: TokenizedSplit, batch_size: int, generator: torch.Gener
 
 def train_batches(
     split: TokenizedSplit, batch_size: int, pad_id: int, generator: torch.Generator,
-    *, length_grouping: bool = False, chunk_by_length: bool = False,
+    *, length_grouping: bool = False, chunk_by_length: bool = False, start: int = 0,
 ) -> Iterator[list[dict[str, torch.Tensor]]]:
-    """One epoch in a random order drawn from ``generator``: each batch as a list of padded chunks."""
-    for indices in epoch_batches(split, batch_size, generator, length_grouping=length_grouping):
+    """One epoch in a random order drawn from ``generator``: each batch as a list of padded chunks.
+
+    ``start`` skips the epoch's first batches (a resumed run) without collating them.
+    """
+    for indices in epoch_batches(split, batch_size, generator, length_grouping=length_grouping)[start:]:
         parts = length_chunks(split, indices) if chunk_by_length else [list(indices)]
         yield [collate(split, part, pad_id) for part in parts]
 

@@ -7,10 +7,13 @@ evaluation to the caller, who may stop the run (pruning).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +21,14 @@ import torch
 import torch.nn.functional as F
 
 from trial_executor._batching import TokenizedSplit, eval_batches, token_counts, train_batches
+from trial_executor._checkpoint import (
+    Checkpointing,
+    TrialInterrupted,
+    load_checkpoint,
+    restore_rng_states,
+    rng_states,
+    save_checkpoint,
+)
 from trial_executor._config import CHUNKING_MIN_PARAMS, TrainConfig
 from trial_executor._data import TextClassificationData
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
@@ -109,8 +120,19 @@ def evaluate(
     return metrics
 
 
-def run_trial(config: TrainConfig, data: TextClassificationData, report: ReportFn | None = None) -> TrialResult:
+def run_trial(
+    config: TrainConfig,
+    data: TextClassificationData,
+    report: ReportFn | None = None,
+    *,
+    checkpointing: Checkpointing | None = None,
+    stop_requested: Callable[[], bool] | None = None,
+) -> TrialResult:
     """Train ``config.model`` on ``data`` and evaluate it on the validation split.
+
+    With ``checkpointing``, the run saves its state at each evaluation and resumes from
+    ``checkpointing.resume_from`` when given. ``stop_requested`` is polled after each optimizer
+    step; when it returns True the run saves a checkpoint and raises :class:`TrialInterrupted`.
 
     Raises :class:`~trial_executor.UnsupportedPrecisionError` before any work when the
     device cannot run ``config.fp_precision``; :class:`~trial_executor.NonFiniteLossError` when
@@ -122,9 +144,11 @@ def run_trial(config: TrainConfig, data: TextClassificationData, report: ReportF
     policy.apply_global_state(cudnn_benchmark=config.cudnn_benchmark)
     failure: Exception | None = None
     try:
-        return _train(config, data, report, device, policy)
+        return _train(config, data, report, device, policy, checkpointing, stop_requested)
     except NonFiniteLossError as err:
         failure = NonFiniteLossError(err.step, err.detail)
+    except TrialInterrupted as err:
+        failure = TrialInterrupted(err.step, err.checkpoint)
     except Exception as err:
         if not _is_oom(err):
             raise
@@ -140,8 +164,28 @@ def run_trial(config: TrainConfig, data: TextClassificationData, report: ReportF
     raise failure
 
 
+@dataclass
+class _Progress:
+    """The run's position and counters: what a checkpoint needs besides the tensors' states."""
+
+    step: int = 0
+    epoch: int = 0
+    next_batch: int = 0  # micro-batches of the current epoch already trained on
+    epoch_rng: torch.Tensor | None = None  # batch-order generator state when the epoch began
+    samples: int = 0
+    tokens: int = 0
+    padded_tokens: int = 0
+    loss_sum: float = 0.0
+    loss_count: int = 0
+    skipped_in_a_row: int = 0
+    train_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+
+
 def _train(
-    config: TrainConfig, data: TextClassificationData, report: ReportFn | None, device: torch.device, policy: PrecisionPolicy
+    config: TrainConfig, data: TextClassificationData, report: ReportFn | None, device: torch.device, policy: PrecisionPolicy,
+    checkpointing: Checkpointing | None, stop_requested: Callable[[], bool] | None,
 ) -> TrialResult:
     seed_everything(config.seed)
     model, tokenizer = load_model(config.model, data.label_names, data.train_texts)
@@ -173,23 +217,46 @@ def _train(
         optimizer, lr_lambda(config.lr_schedule, round(config.warmup_ratio * total_steps), total_steps)
     )
     scaler = policy.grad_scaler()
-    skipped_in_a_row = 0
     check_every = _FINITE_CHECK_EVERY.get(device.type, 1)
     generator = torch.Generator().manual_seed(config.seed)
+    run = _Progress()
 
-    history: list[tuple[int, dict[str, float]]] = []
-    step = samples = tokens = padded_tokens = loss_count = 0
+    def checkpoint() -> Path | None:
+        if checkpointing is None:
+            return None
+        state = {
+            "config": config.to_dict(), "data_fingerprint": data.fingerprint, "step": run.step,
+            "progress": dataclasses.asdict(run), "rng": rng_states(),
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict() if scaler else None,
+        }
+        return save_checkpoint(state, checkpointing)
+
+    resumed_at: int | None = None
+    if checkpointing is not None and checkpointing.resume_from is not None:
+        state = load_checkpoint(checkpointing.resume_from, config.to_dict(), data.fingerprint)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        if scaler:
+            scaler.load_state_dict(state["scaler"])
+        run = _Progress(**state["progress"])
+        restore_rng_states(state["rng"])
+        resumed_at = run.step
+
     train_loss = torch.zeros((), device=device)
-    train_seconds = eval_seconds = 0.0
     stopped_early = False
     reset_peak_memory(device)
     tick = time.perf_counter()
-    while step < total_steps and not stopped_early:
+    while run.step < total_steps and not stopped_early:
+        if run.epoch_rng is None:
+            run.epoch_rng = generator.get_state()
+        generator.set_state(run.epoch_rng)
         epoch = train_batches(
             train_split, config.batch_size, pad_id, generator,
-            length_grouping=config.length_grouping, chunk_by_length=chunk_by_length,
+            length_grouping=config.length_grouping, chunk_by_length=chunk_by_length, start=run.next_batch,
         )
-        for i, chunks in enumerate(epoch):
+        for i, chunks in enumerate(epoch, start=run.next_batch):
             # The loss is a mean over the accumulation window's batches, and over each batch's
             # rows: a chunk's mean loss counts by its share of the batch.
             window_start = i - i % config.grad_accum_steps
@@ -199,69 +266,86 @@ def _train(
                 # Counted on the host: reading a device tensor here would sync every micro-step.
                 n = chunk["labels"].numel()
                 real, processed = token_counts(chunk)
-                samples, tokens, padded_tokens = samples + n, tokens + real, padded_tokens + processed
+                run.samples, run.tokens, run.padded_tokens = run.samples + n, run.tokens + real, run.padded_tokens + processed
                 chunk = _to(chunk, device)
                 with policy.autocast():
                     loss = forward(**chunk).loss
                 weight = n / rows / window
                 (scaler.scale(loss * weight) if scaler else loss * weight).backward()
                 train_loss += loss.detach() * (n / rows)
-            loss_count += 1
+            run.loss_count += 1
             if i + 1 < window_start + window:
                 continue
 
             if scaler:
+                scale = scaler.get_scale()
                 scaler.unscale_(optimizer)
             if config.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             if scaler:
-                scale = scaler.get_scale()
                 scaler.step(optimizer)
                 scaler.update()
                 # The scale drops only when inf/NaN gradients made GradScaler skip the step.
-                skipped_in_a_row = skipped_in_a_row + 1 if scaler.get_scale() < scale else 0
-                if skipped_in_a_row > config.max_skipped_steps:
+                run.skipped_in_a_row = run.skipped_in_a_row + 1 if scaler.get_scale() < scale else 0
+                if run.skipped_in_a_row > config.max_skipped_steps:
                     raise NonFiniteLossError(
-                        step, f"fp16 gradients were inf/NaN for {skipped_in_a_row} optimizer steps in a row (GradScaler skipped them)"
+                        run.step,
+                        f"fp16 gradients were inf/NaN for {run.skipped_in_a_row} optimizer steps in a row (GradScaler skipped them)",
                     )
             else:
                 optimizer.step()
-                if (step + 1) % check_every == 0 and not torch.isfinite(train_loss):
-                    raise NonFiniteLossError(step, f"{policy.name} training loss is {train_loss.item()} by optimizer step {step + 1}")
+                if (run.step + 1) % check_every == 0 and not torch.isfinite(train_loss):
+                    raise NonFiniteLossError(
+                        run.step, f"{policy.name} training loss is {train_loss.item()} by optimizer step {run.step + 1}"
+                    )
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-            step += 1
+            run.step += 1
+            run.next_batch = i + 1
 
-            last = step >= total_steps
-            if last or (config.eval_every and step % config.eval_every == 0):
+            last = run.step >= total_steps
+            evaluate_now = last or (config.eval_every and run.step % config.eval_every == 0)
+            interrupted = not last and stop_requested is not None and stop_requested()
+            if evaluate_now or interrupted:
                 _sync(device)
-                train_seconds += time.perf_counter() - tick
+                run.train_seconds += time.perf_counter() - tick
+                run.loss_sum += train_loss.item()
+                train_loss.zero_()
+            if evaluate_now:
                 tock = time.perf_counter()
                 metrics = evaluate(model, forward, valid_split, policy, config, pad_id, data.num_labels, device)
-                metrics["train_loss"] = train_loss.item() / max(1, loss_count)
-                train_loss.zero_()
-                loss_count = 0
-                history.append((step, dict(metrics)))
-                stopped_early = bool(report and report(step, dict(metrics)))
-                eval_seconds += time.perf_counter() - tock
+                metrics["train_loss"] = run.loss_sum / max(1, run.loss_count)
+                run.loss_sum, run.loss_count = 0.0, 0
+                run.history.append((run.step, dict(metrics)))
+                stopped_early = bool(report and report(run.step, dict(metrics)))
+                run.eval_seconds += time.perf_counter() - tock
+                if not (last or stopped_early or interrupted):
+                    checkpoint()
+            if interrupted:
+                raise TrialInterrupted(run.step, checkpoint())
+            if evaluate_now:
                 tick = time.perf_counter()
             if last or stopped_early:
                 break
+        else:
+            run.epoch, run.next_batch, run.epoch_rng = run.epoch + 1, 0, None
 
+    history = run.history
     return TrialResult(
         metrics=history[-1][1],
         history=history,
-        steps=step,
+        steps=run.step,
         stopped_early=stopped_early,
         precision_effective=policy.name,
-        throughput_samples_per_s=samples / train_seconds if train_seconds else 0.0,
-        throughput_tokens_per_s=tokens / train_seconds if train_seconds else 0.0,
+        throughput_samples_per_s=run.samples / run.train_seconds if run.train_seconds else 0.0,
+        throughput_tokens_per_s=run.tokens / run.train_seconds if run.train_seconds else 0.0,
         peak_memory_mb=peak_memory_mb(device),
-        train_seconds=train_seconds,
-        eval_seconds=eval_seconds,
+        train_seconds=run.train_seconds,
+        eval_seconds=run.eval_seconds,
         used_grad_scaler=scaler is not None,
-        padding_efficiency=tokens / padded_tokens if padded_tokens else 1.0,
+        padding_efficiency=run.tokens / run.padded_tokens if run.padded_tokens else 1.0,
         tokenize_seconds=tokenize_seconds,
         tokenize_cache_hit=train_hit and valid_hit,
         packed_forward=packed,
+        resumed_at_step=resumed_at,
     )

@@ -17,6 +17,7 @@ class TrialResult:
     tokens per second of the training loop, evaluation excluded. ``padding_efficiency`` is
     real tokens / processed tokens over all training batches as padded. ``packed_forward``
     tells whether the packed forward ran (projections and feed-forward on real tokens only).
+    ``resumed_at_step`` is the optimizer step a resumed run started from (``None``: from 0).
     """
 
     metrics: dict[str, float]
@@ -34,6 +35,7 @@ class TrialResult:
     tokenize_seconds: float
     tokenize_cache_hit: bool
     packed_forward: bool = False
+    resumed_at_step: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -1,0 +1,66 @@
+"""A run saved at a checkpoint and resumed in a fresh call continues exactly where it stopped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from trial_executor import (
+    CHECKPOINT_FILE,
+    Checkpointing,
+    TextClassificationData,
+    TrainConfig,
+    TrialInterrupted,
+    demo_dataset,
+    run_trial,
+)
+
+
+@pytest.fixture(scope="module")
+def data() -> TextClassificationData:
+    return demo_dataset(n_train=500, n_valid=80, seed=8)
+
+
+# Two epochs of 16 optimizer steps (500 rows / 16 / 2 accumulation): resuming crosses an epoch boundary.
+CONFIG = TrainConfig(
+    fp_precision="fp16", epochs=2, batch_size=16, grad_accum_steps=2, eval_every=5, length_grouping=True, device="cpu"
+)
+
+
+def test_interrupted_then_resumed_run_matches_an_uninterrupted_one(data: TextClassificationData, tmp_path: Path) -> None:
+    straight = run_trial(CONFIG, data)
+
+    saved: list[int] = []
+    calls = {"n": 0}
+
+    def stop_after_seven_steps() -> bool:
+        calls["n"] += 1
+        return calls["n"] >= 7
+
+    first = Checkpointing(directory=tmp_path / "first", on_saved=lambda path, step: saved.append(step))
+    with pytest.raises(TrialInterrupted) as caught:
+        run_trial(CONFIG, data, checkpointing=first, stop_requested=stop_after_seven_steps)
+    assert caught.value.step == 7 and saved == [5, 7]
+    assert caught.value.checkpoint == tmp_path / "first" / CHECKPOINT_FILE
+
+    second = Checkpointing(directory=tmp_path / "second", resume_from=caught.value.checkpoint)
+    seen: list[int] = []
+    resumed = run_trial(CONFIG, data, lambda step, metrics: seen.append(step) or False, checkpointing=second)
+
+    assert resumed.resumed_at_step == 7 and seen[0] == 10  # reports only what it ran itself
+    assert resumed.steps == straight.steps == 32
+    # Same weights, optimizer, GradScaler, dropout and batch order: the same evaluations.
+    assert resumed.history == straight.history
+    assert (tmp_path / "second" / CHECKPOINT_FILE).is_file()
+
+
+def test_a_checkpoint_from_another_config_is_refused(data: TextClassificationData, tmp_path: Path) -> None:
+    config = TrainConfig(epochs=1, batch_size=32, eval_every=3, device="cpu")
+    with pytest.raises(TrialInterrupted) as caught:
+        run_trial(config, data, checkpointing=Checkpointing(tmp_path), stop_requested=lambda: True)
+    assert torch.load(caught.value.checkpoint, weights_only=False)["step"] == 1
+    other = TrainConfig(**{**config.to_dict(), "learning_rate": 0.5})
+    with pytest.raises(ValueError, match="another config or data"):
+        run_trial(other, data, checkpointing=Checkpointing(tmp_path / "b", resume_from=caught.value.checkpoint))

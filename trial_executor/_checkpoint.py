@@ -1,0 +1,90 @@
+"""Checkpoints: everything a run needs to go on from an optimizer step in another process.
+
+A checkpoint holds the model, optimizer, scheduler and GradScaler states, every random
+generator (Python, NumPy, torch, CUDA, and the batch-order generator as it was when the
+epoch began), the position in the epoch and the run's counters and history, so a resumed
+run continues exactly where its predecessor saved.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CHECKPOINT_FILE = "checkpoint.pt"
+
+
+class TrialInterrupted(RuntimeError):
+    """The caller asked the run to stop (e.g. on SIGTERM); the run saved a checkpoint first if it could."""
+
+    def __init__(self, step: int, checkpoint: Path | None) -> None:
+        super().__init__(f"interrupted at optimizer step {step}")
+        self.step = step
+        self.checkpoint = checkpoint
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """Where a run saves its latest checkpoint and what it resumes from.
+
+    ``directory`` receives ``checkpoint.pt`` at each evaluation (and on interruption),
+    replaced atomically; ``on_saved(path, step)`` is called after each save, e.g. to upload
+    it. ``resume_from`` is a predecessor's checkpoint file, or ``None`` to start at step 0.
+    """
+
+    directory: Path
+    resume_from: Path | None = None
+    on_saved: Callable[[Path, int], None] | None = None
+
+
+def rng_states() -> dict[str, Any]:
+    states: dict[str, Any] = {
+        "python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_rng_states(states: dict[str, Any]) -> None:
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def save_checkpoint(state: dict[str, Any], checkpointing: Checkpointing) -> Path:
+    """Write ``state`` atomically (a reader never sees half a file) and notify ``on_saved``."""
+    checkpointing.directory.mkdir(parents=True, exist_ok=True)
+    path = checkpointing.directory / CHECKPOINT_FILE
+    fd, tmp = tempfile.mkstemp(dir=checkpointing.directory, suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    if checkpointing.on_saved is not None:
+        checkpointing.on_saved(path, state["step"])
+    return path
+
+
+def load_checkpoint(path: Path, config: dict[str, Any], data_fingerprint: str) -> dict[str, Any]:
+    """The state saved at ``path``; refuses one saved by a run with another config or data."""
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    ignored = {"device", "cache_dir"}
+    saved = {k: v for k, v in state["config"].items() if k not in ignored}
+    wanted = {k: v for k, v in config.items() if k not in ignored}
+    if saved != wanted or state["data_fingerprint"] != data_fingerprint:
+        raise ValueError(f"checkpoint {path} was saved by a run with another config or data; it cannot be resumed")
+    return state
