@@ -1,17 +1,35 @@
-"""From an Optuna trial to a training run and back: sample, configure, train, record."""
+"""From an Optuna trial to a training run and back: sample, configure, train, record.
+
+How a trial ends:
+
+- COMPLETE: trained; its objective values are finite.
+- PRUNED with ``skip_reason``: ``unsupported_precision`` (the device cannot run the precision;
+  not counted toward the budget), ``non_finite_loss`` (the run diverged: NaN/inf loss, or a
+  non-finite final metric) or ``oom`` (out of memory, after the optional half-batch retry).
+  NaN never reaches the sampler as a value.
+- PRUNED without ``skip_reason``: stopped by the study's pruner.
+- FAIL with ``fail_reason`` ("Type: message"): anything else, a bug or a broken environment;
+  the traceback goes to the worker's log, never into the study.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
 
+from hpo._measures import MEASUREMENTS, constraint_measure, constraint_violation
 from hpo._space import SearchSpace
 from trial_executor import (
+    NonFiniteLossError,
     TextClassificationData,
     TrainConfig,
+    TrialOutOfMemoryError,
+    TrialResult,
     UnsupportedPrecisionError,
     hardware_metadata,
     resolve_device,
@@ -19,6 +37,16 @@ from trial_executor import (
 )
 
 SKIP_UNSUPPORTED = "unsupported_precision"
+SKIP_NON_FINITE = "non_finite_loss"
+SKIP_OOM = "oom"
+SKIP_REASONS: tuple[str, ...] = (SKIP_UNSUPPORTED, SKIP_NON_FINITE, SKIP_OOM)
+BASELINE_ATTR = "fp32_baseline"
+
+_logger = logging.getLogger(__name__)
+
+
+class TrialFailedError(RuntimeError):
+    """Raised in place of a trial's unexpected error, whose traceback is already in the log."""
 
 
 def executor_config(
@@ -28,52 +56,123 @@ def executor_config(
     return TrainConfig(**{**space.fixed, **params, "seed": seed, "device": device, "cache_dir": cache_dir})
 
 
+def _skip(trial: optuna.Trial, reason: str, detail: str, **attrs: Any) -> optuna.TrialPruned:
+    trial.set_user_attr("skip_reason", reason)
+    trial.set_user_attr("skip_detail", detail[:1000])
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    return optuna.TrialPruned(f"{reason}: {detail}")
+
+
+def _record(trial: optuna.Trial, result: TrialResult) -> None:
+    trial.set_user_attr("metrics", result.metrics)
+    trial.set_user_attr("precision_effective", result.precision_effective)
+    trial.set_user_attr("throughput_samples_per_s", result.throughput_samples_per_s)
+    trial.set_user_attr("throughput_tokens_per_s", result.throughput_tokens_per_s)
+    trial.set_user_attr("peak_memory_mb", result.peak_memory_mb)
+    trial.set_user_attr("train_seconds", result.train_seconds)
+    trial.set_user_attr("eval_seconds", result.eval_seconds)
+    trial.set_user_attr("steps", result.steps)
+    trial.set_user_attr("padding_efficiency", result.padding_efficiency)
+    trial.set_user_attr("tokenize_seconds", result.tokenize_seconds)
+    trial.set_user_attr("tokenize_cache", "hit" if result.tokenize_cache_hit else "miss")
+
+
+def _result_value(result: TrialResult, name: str) -> float:
+    return float(getattr(result, name)) if name in MEASUREMENTS else float(result.metrics[name])
+
+
+def _non_finite(result: TrialResult, names: Sequence[str]) -> str | None:
+    """What is not finite in the result; eval loss counts too (NaN logits still give an accuracy)."""
+    checked = dict.fromkeys([*names, "loss", "train_loss"])
+    for name in checked:
+        if name in MEASUREMENTS or name in result.metrics:
+            value = _result_value(result, name)
+            if not math.isfinite(value):
+                return f"final {name} is {value}"
+    return None
+
+
+def _set_constraints(trial: optuna.Trial, space: SearchSpace, result: TrialResult) -> None:
+    # Trial.set_constraint is Optuna 5's API: TPE and NSGA-II read it for every trial, no
+    # constraints_func needed; the user attr keeps limit and measurement side by side.
+    recorded = {}
+    for key, limit in space.constraints.items():
+        value = _result_value(result, constraint_measure(key))
+        violation = constraint_violation(key, limit, value)
+        trial.set_constraint(key, violation)
+        recorded[key] = {"limit": limit, "value": value, "satisfied": violation <= 0}
+    trial.set_user_attr("constraints", recorded)
+    trial.set_user_attr("feasible", all(c["satisfied"] for c in recorded.values()))
+
+
 def make_objective(
     space: SearchSpace, data: TextClassificationData, *, base_seed: int, device: str, cache_dir: str | None = None
-) -> Callable[[optuna.Trial], float]:
+) -> Callable[[optuna.Trial], float | tuple[float, ...]]:
     """An Optuna objective that trains one config per trial and records what it measured.
 
-    Each trial's seed is ``base_seed + trial.number``. A precision the device cannot run
-    ends the trial PRUNED with ``skip_reason`` set; it never runs in another precision.
+    Each trial's seed is ``base_seed + trial.number``. It returns one value per objective of
+    ``space`` (a float for one objective, a tuple for several). See the module docstring for
+    how trials end; ``hardware`` is recorded whatever happens.
     """
-    metric = space.objective.metric
+    names = space.objective_names
+    metric = names[0]
 
-    def objective(trial: optuna.Trial) -> float:
-        params = space.suggest(trial)
-        config = executor_config(params, space, seed=base_seed + trial.number, device=device, cache_dir=cache_dir)
-        trial.set_user_attr("config", config.to_dict())
-
-        def report(step: int, metrics: dict[str, float]) -> bool:
+    def report(trial: optuna.Trial) -> Callable[[int, dict[str, float]], bool]:
+        def callback(step: int, metrics: dict[str, float]) -> bool:
+            if not space.reports_intermediate_values:
+                return False
             if math.isfinite(metrics[metric]):
                 trial.report(metrics[metric], step)
             return trial.should_prune()
 
+        return callback
+
+    def train(trial: optuna.Trial, config: TrainConfig) -> TrialResult:
         try:
-            result = run_trial(config, data, report)
+            return run_trial(config, data, report(trial))
+        except TrialOutOfMemoryError:
+            if not space.oom_fallback or config.batch_size < 2:
+                raise
+        # Same effective batch, half the activation memory; the executor released the first attempt's memory.
+        smaller = dataclasses.replace(config, batch_size=config.batch_size // 2, grad_accum_steps=config.grad_accum_steps * 2)
+        fallback = {"from_batch_size": config.batch_size, "to_batch_size": smaller.batch_size, "grad_accum_steps": smaller.grad_accum_steps}
+        trial.set_user_attr("oom_fallback", fallback)
+        trial.set_user_attr("config", smaller.to_dict())
+        _logger.warning("trial %d ran out of memory at batch size %d; retrying with %s", trial.number, config.batch_size, fallback)
+        return run_trial(smaller, data, report(trial))
+
+    def objective(trial: optuna.Trial) -> float | tuple[float, ...]:
+        params = space.suggest(trial)
+        config = executor_config(params, space, seed=base_seed + trial.number, device=device, cache_dir=cache_dir)
+        trial.set_user_attr("config", config.to_dict())
+        try:
+            result = train(trial, config)
         except UnsupportedPrecisionError as err:
-            trial.set_user_attr("skip_reason", SKIP_UNSUPPORTED)
-            trial.set_user_attr("skip_detail", str(err))
-            raise optuna.TrialPruned(str(err)) from None
+            raise _skip(trial, SKIP_UNSUPPORTED, str(err)) from None
+        except NonFiniteLossError as err:
+            raise _skip(trial, SKIP_NON_FINITE, err.detail, skip_step=err.step) from None
+        except TrialOutOfMemoryError as err:
+            raise _skip(trial, SKIP_OOM, err.detail, oom_batch_size=err.batch_size) from None
         except Exception as err:
-            trial.set_user_attr("fail_reason", f"{type(err).__name__}: {err}"[:1000])
-            raise
+            # One line, so the trial's printed line and the dashboard stay readable; the log has it all.
+            reason = f"{type(err).__name__}: {' '.join(str(err).split())}"
+            trial.set_user_attr("fail_reason", reason[:1000])
+            _logger.exception("trial %d failed: %s", trial.number, reason)
+            raise TrialFailedError(reason) from None
         finally:
             # After run_trial, so tf32_enabled is the state this trial ran with.
             trial.set_user_attr("hardware", hardware_metadata(resolve_device(config.device)))
 
-        trial.set_user_attr("metrics", result.metrics)
-        trial.set_user_attr("precision_effective", result.precision_effective)
-        trial.set_user_attr("throughput_samples_per_s", result.throughput_samples_per_s)
-        trial.set_user_attr("throughput_tokens_per_s", result.throughput_tokens_per_s)
-        trial.set_user_attr("peak_memory_mb", result.peak_memory_mb)
-        trial.set_user_attr("train_seconds", result.train_seconds)
-        trial.set_user_attr("eval_seconds", result.eval_seconds)
-        trial.set_user_attr("steps", result.steps)
-        trial.set_user_attr("padding_efficiency", result.padding_efficiency)
-        trial.set_user_attr("tokenize_seconds", result.tokenize_seconds)
-        trial.set_user_attr("tokenize_cache", "hit" if result.tokenize_cache_hit else "miss")
+        _record(trial, result)
+        problem = _non_finite(result, names)
+        if problem:
+            raise _skip(trial, SKIP_NON_FINITE, problem, skip_step=result.steps)
+        if space.constraints:
+            _set_constraints(trial, space, result)
         if result.stopped_early:
             raise optuna.TrialPruned(f"pruned at step {result.steps}")
-        return result.metrics[metric]
+        values = tuple(_result_value(result, name) for name in names)
+        return values if space.is_multi_objective else values[0]
 
     return objective

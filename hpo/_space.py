@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import optuna
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field, model_validator
 
 from hpo._errors import UserError
+from hpo._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective, Strict
 from trial_executor import METRICS, PRECISIONS, TrainConfig
 
 DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
@@ -24,53 +26,89 @@ class SearchSpaceError(UserError):
     """The search-space file is malformed or names something that cannot run."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+Choice = str | int | float | bool
 
 
-class CategoricalParam(_Strict):
+class CategoricalParam(Strict):
     type: Literal["categorical"]
-    choices: list[str | int | float | bool] = Field(min_length=1)
+    choices: list[Choice] = Field(min_length=1)
+    default: Choice | None = None
+
+    def default_value(self) -> Choice:
+        """``default`` as the matching choice itself (its exact type), else the first choice."""
+        if self.default is None:
+            return self.choices[0]
+        return next(c for c in self.choices if _same_choice(c, self.default))
 
 
-class FloatParam(_Strict):
+def _same_choice(a: Choice, b: Choice) -> bool:
+    # True == 1 in Python; a bool default must not select an int choice, nor the reverse.
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+class FloatParam(Strict):
     type: Literal["float"]
     low: float
     high: float
     log: bool = False
-    step: float | None = None
+    step: float | None = Field(default=None, gt=0)
+    default: float | None = None
+
+    def default_value(self) -> float:
+        """``default``, else the geometric midpoint (log scale) or the midpoint, on the step grid."""
+        if self.default is not None:
+            return self.default
+        if self.log:
+            value = math.sqrt(self.low * self.high)
+        elif self.step:
+            value = self.low + math.floor((self.high - self.low) / 2 / self.step + 0.5) * self.step
+        else:
+            value = (self.low + self.high) / 2
+        return min(max(value, self.low), self.high)
 
 
-class IntParam(_Strict):
+class IntParam(Strict):
     type: Literal["int"]
     low: int
     high: int
     log: bool = False
-    step: int = 1
+    step: int = Field(default=1, ge=1)
+    default: int | None = None
+
+    def default_value(self) -> int:
+        """``default``, else the (geometric, for log scale) midpoint rounded half up onto the step grid."""
+        if self.default is not None:
+            return self.default
+        middle = math.sqrt(self.low * self.high) if self.log else (self.low + self.high) / 2
+        value = self.low + math.floor((middle - self.low) / self.step + 0.5) * self.step
+        # Rounding up can leave the grid's last point when high is not on it.
+        while value > self.high:
+            value -= self.step
+        return max(value, self.low)
 
 
 Param = Annotated[CategoricalParam | FloatParam | IntParam, Field(discriminator="type")]
 
 
-class NoPruner(_Strict):
+class NoPruner(Strict):
     type: Literal["none"]
 
 
-class MedianPrunerSpec(_Strict):
+class MedianPrunerSpec(Strict):
     type: Literal["median"]
     n_startup_trials: int = Field(default=5, ge=0)
     n_warmup_steps: int = Field(default=0, ge=0)
     interval_steps: int = Field(default=1, ge=1)
 
 
-class HyperbandPrunerSpec(_Strict):
+class HyperbandPrunerSpec(Strict):
     type: Literal["hyperband"]
     min_resource: int = Field(default=1, ge=1)
     max_resource: int | Literal["auto"] = "auto"
     reduction_factor: int = Field(default=3, ge=2)
 
 
-class SuccessiveHalvingPrunerSpec(_Strict):
+class SuccessiveHalvingPrunerSpec(Strict):
     type: Literal["successive_halving"]
     min_resource: int | Literal["auto"] = "auto"
     reduction_factor: int = Field(default=4, ge=2)
@@ -82,18 +120,62 @@ PrunerSpec = Annotated[
 ]
 
 
-class Objective(_Strict):
-    metric: Literal[METRICS] = "accuracy"  # type: ignore[valid-type]
-    direction: Literal["maximize", "minimize"] = "maximize"
+class SearchSpace(Strict):
+    """What to search (``params``), what to hold (``fixed``), what to optimise and how to prune.
 
+    Exactly one of ``objective`` (one metric) and ``objectives`` (several: the study is
+    multi-objective and its best trials are a Pareto front) is set; with neither, the
+    objective is accuracy, maximised. ``constraints`` (``max_<measure>``/``min_<measure>``)
+    mark trials feasible or not for the sampler; ``oom_fallback`` retries a trial that ran
+    out of memory once with half the micro-batch and twice the accumulation steps.
+    """
 
-class SearchSpace(_Strict):
-    """What to search (``params``), what to hold (``fixed``), what to optimise and how to prune."""
-
-    objective: Objective = Objective()
+    objective: Objective | None = None
+    objectives: list[NamedObjective] | None = Field(default=None, min_length=1)
     pruner: PrunerSpec = NoPruner(type="none")
     params: dict[str, Param] = Field(min_length=1)
     fixed: dict[str, Any] = Field(default_factory=dict)
+    constraints: dict[str, float] = Field(default_factory=dict)
+    oom_fallback: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_objective(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("objective") is None and data.get("objectives") is None:
+            return {**data, "objective": {}}
+        return data
+
+    @property
+    def objective_specs(self) -> list[tuple[str, str]]:
+        """``(name, direction)`` of every objective, in order; the first is the primary one."""
+        if self.objectives is not None:
+            return [(o.name, o.direction) for o in self.objectives]
+        objective = self.objective or Objective()
+        return [(objective.metric, objective.direction)]
+
+    @property
+    def objective_names(self) -> list[str]:
+        return [name for name, _ in self.objective_specs]
+
+    @property
+    def directions(self) -> list[str]:
+        return [direction for _, direction in self.objective_specs]
+
+    @property
+    def is_multi_objective(self) -> bool:
+        return len(self.objective_specs) > 1
+
+    @property
+    def reports_intermediate_values(self) -> bool:
+        """Pruners see one evaluation metric per evaluation: only single eval-metric objectives report."""
+        return not self.is_multi_objective and self.objective_names[0] in METRICS
+
+    def baseline_params(self) -> dict[str, Any] | None:
+        """fp32 plus every other searched parameter at its default; ``None`` when fp32 is not searched."""
+        precision = self.params.get("fp_precision")
+        if not isinstance(precision, CategoricalParam) or "fp32" not in precision.choices:
+            return None
+        return {name: "fp32" if name == "fp_precision" else p.default_value() for name, p in self.params.items()}
 
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         """Sample every parameter (enqueued trials get their enqueued values)."""
@@ -117,9 +199,24 @@ class SearchSpace(_Strict):
             return optuna.pruners.SuccessiveHalvingPruner(spec.min_resource, spec.reduction_factor, spec.min_early_stopping_rate)
         return optuna.pruners.NopPruner()
 
+    def stored_form(self) -> dict[str, Any]:
+        """The space as stored on the study; equal spaces give equal forms.
+
+        Keys added after the first studies were stored are left out while unused, so those
+        studies still resume with their original space file.
+        """
+        dumped = self.model_dump(mode="json")
+        for key, unused in (("objective", None), ("objectives", None), ("constraints", {}), ("oom_fallback", False)):
+            if dumped[key] == unused:
+                del dumped[key]
+        for param in dumped["params"].values():
+            if param["default"] is None:
+                del param["default"]
+        return dumped
+
     def to_json(self) -> str:
-        """Canonical JSON: equal spaces give equal strings (stored on the study)."""
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """Canonical JSON of :meth:`stored_form`."""
+        return json.dumps(self.stored_form(), sort_keys=True)
 
 
 def _suggest_key(key: str, valid: list[str]) -> str:
@@ -140,7 +237,8 @@ def _pydantic_message(error: dict[str, Any]) -> str:
             "categorical": CategoricalParam, "float": FloatParam, "int": IntParam, "none": NoPruner,
             "median": MedianPrunerSpec, "hyperband": HyperbandPrunerSpec, "successive_halving": SuccessiveHalvingPrunerSpec,
         }
-        section: type[BaseModel] | None = {"objective": Objective}.get(loc[0], SearchSpace if len(loc) == 1 else None)
+        sections: dict[str, type[BaseModel]] = {"objective": Objective, "objectives": NamedObjective}
+        section: type[BaseModel] | None = sections.get(loc[0], SearchSpace if len(loc) == 1 else None)
         tag = {"params": 2, "pruner": 1}.get(loc[0])
         if tag is not None and len(error["loc"]) > tag + 1:
             section = tagged.get(str(error["loc"][tag]))
@@ -158,7 +256,53 @@ def _pydantic_message(error: dict[str, Any]) -> str:
     return f"{where}: {error['msg']}"
 
 
+def _check_default(name: str, p: CategoricalParam | FloatParam | IntParam) -> str | None:
+    if p.default is None:
+        return None
+    where = f"params.{name}.default"
+    if isinstance(p, CategoricalParam):
+        if not any(_same_choice(c, p.default) for c in p.choices):
+            return f"{where}: {p.default!r} is not one of the choices {p.choices}"
+        return None
+    if not p.low <= p.default <= p.high:
+        return f"{where}: {p.default!r} is outside [{p.low}, {p.high}]"
+    if p.step and not math.isclose((p.default - p.low) / p.step, round((p.default - p.low) / p.step), abs_tol=1e-9):
+        return f"{where}: {p.default!r} is not on the step grid (low {p.low}, step {p.step})"
+    return None
+
+
+def _check_objectives(space: SearchSpace) -> str | None:
+    if space.objective is not None and space.objectives is not None:
+        return "give either objective (one metric) or objectives (a list), not both"
+    names = space.objective_names
+    where = "objective.metric" if space.objectives is None else "objectives"
+    for name in names:
+        if name not in OBJECTIVE_NAMES:
+            return f"{where}: unknown measure {name!r}{_suggest_key(name, list(OBJECTIVE_NAMES))}"
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        return f"objectives: {repeated[0]!r} is listed twice"
+    if space.pruner.type != "none":
+        if space.is_multi_objective:
+            # Optuna prunes on one reported value per step; a multi-objective trial has none.
+            return f"pruner: {space.pruner.type!r} cannot prune a study with several objectives; use pruner: {{type: none}}"
+        if names[0] not in METRICS:
+            return (
+                f"pruner: {space.pruner.type!r} needs an evaluation metric ({', '.join(METRICS)}) as the objective; "
+                f"{names[0]} is measured once, at the end; use pruner: {{type: none}}"
+            )
+    for key, limit in space.constraints.items():
+        if key not in CONSTRAINT_KEYS:
+            return f"constraints.{key}: unknown constraint{_suggest_key(key, list(CONSTRAINT_KEYS))}"
+        if not math.isfinite(limit):
+            return f"constraints.{key}: the limit must be a finite number, got {limit}"
+    return None
+
+
 def _check_semantics(space: SearchSpace) -> str | None:
+    problem = _check_objectives(space)
+    if problem:
+        return problem
     fields = [f for f in TrainConfig.field_names() if f not in _RESERVED]
     for section, names in (("params", space.params), ("fixed", space.fixed)):
         for name in names:
@@ -177,6 +321,9 @@ def _check_semantics(space: SearchSpace) -> str | None:
                 return f"params.{name}: log scale needs low > 0, got {p.low}"
             if p.log and p.step not in (None, 1):
                 return f"params.{name}: step cannot be combined with log: true"
+        problem = _check_default(name, p)
+        if problem:
+            return problem
     precisions = space.params.get("fp_precision")
     candidates = precisions.choices if isinstance(precisions, CategoricalParam) else [space.fixed.get("fp_precision", "fp32")]
     for value in candidates:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import fcntl
+import hashlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._errors import UserError
-from hpo._objective import SKIP_UNSUPPORTED
+from hpo._objective import BASELINE_ATTR, SKIP_UNSUPPORTED
 from hpo._space import SearchSpace
 from trial_executor import TextClassificationData
 
@@ -23,7 +28,7 @@ class TooManyFailuresError(RuntimeError):
 
 def _study_attrs(space: SearchSpace, data: TextClassificationData) -> dict[str, Any]:
     return {
-        "search_space": space.model_dump(mode="json"),
+        "search_space": space.stored_form(),
         "dataset_fingerprint": data.fingerprint,
         "label_names": data.label_names,
     }
@@ -53,7 +58,8 @@ def open_study(
     study = optuna.create_study(
         storage=storage,
         study_name=study_name,
-        direction=space.objective.direction,
+        directions=space.directions,
+        # TPE handles several objectives (MOTPE) and reads Trial.set_constraint values itself.
         sampler=optuna.samplers.TPESampler(seed=seed),
         pruner=space.build_pruner(),
         load_if_exists=True,
@@ -61,7 +67,55 @@ def open_study(
     for key, value in wanted.items():
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
+    _enqueue_baseline(study, space, storage)
     return study
+
+
+@contextlib.contextmanager
+def _study_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Iterator[None]:
+    """Serialise a check-then-enqueue across workers opening the same study at once.
+
+    ``enqueue_trial(skip_if_exists=True)`` alone can enqueue twice when two processes check
+    before either writes. PostgreSQL: a transaction-scoped advisory lock (released even if the
+    worker dies); SQLite: a file lock beside the database; other storages live in one process.
+    """
+    engine = getattr(storage, "engine", None)
+    if not isinstance(engine, sqlalchemy.Engine):
+        yield
+        return
+    key = int.from_bytes(hashlib.sha256(f"hpo-baseline:{study_name}".encode()).digest()[:8], "big", signed=True)
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as connection:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+            yield
+        return
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        yield
+        return
+    with Path(f"{database}.lock").open("a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _enqueue_baseline(study: optuna.Study, space: SearchSpace, storage: optuna.storages.BaseStorage) -> bool:
+    """Enqueue the fp32 baseline (every other parameter at its default) unless the study has one.
+
+    Speedups are measured against it. Only when ``fp_precision`` is searched and includes
+    fp32. Returns whether a trial was enqueued.
+    """
+    params = space.baseline_params()
+    if params is None:
+        return False
+    with _study_lock(storage, study.study_name):
+        if any(t.user_attrs.get(BASELINE_ATTR) for t in study.get_trials(deepcopy=False)):
+            return False
+        before = len(study.get_trials(deepcopy=False))
+        study.enqueue_trial(params, user_attrs={BASELINE_ATTR: True}, skip_if_exists=True)
+        return len(study.get_trials(deepcopy=False)) > before
 
 
 def counts_toward_budget(trial: FrozenTrial) -> bool:

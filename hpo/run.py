@@ -7,6 +7,7 @@ stored in a SQLite file in the working directory.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import os
@@ -21,7 +22,8 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
 from hpo._errors import UserError
-from hpo._objective import SKIP_UNSUPPORTED, make_objective
+from hpo._measures import measured_value
+from hpo._objective import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, make_objective
 from hpo._space import DEFAULT_SPACE, SearchSpace, load_search_space
 from hpo._storage import STORAGE_ENV, create_storage, mask_secrets, mask_url, resolve_storage_url
 from hpo._study import TooManyFailuresError, finished_count, open_study, run_to_budget
@@ -146,40 +148,58 @@ def _format_value(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def trial_line(trial: FrozenTrial, metric: str) -> str:
-    """One line per finished trial: number, state, params, metric, samples/s, peak memory."""
+def _objective_values(trial: FrozenTrial, names: Sequence[str]) -> str:
+    values = trial.values if trial.state == TrialState.COMPLETE else [measured_value(trial.user_attrs, n) for n in names]
+    return "  ".join(f"{name}={_format_value(value)}" for name, value in zip(names, values, strict=True))
+
+
+def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
+    """One line per finished trial: number, state, objective values, params, samples/s, peak memory."""
     params = " ".join(f"{k}={_format_value(v)}" for k, v in trial.params.items())
     attrs = trial.user_attrs
     if attrs.get("skip_reason") == SKIP_UNSUPPORTED:
         return f"trial {trial.number:>3}  SKIPPED   {params}  ({attrs.get('skip_detail')})"
+    if attrs.get("skip_reason") in (SKIP_NON_FINITE, SKIP_OOM):
+        return f"trial {trial.number:>3}  PRUNED    {params}  ({attrs['skip_reason']}: {attrs.get('skip_detail')})"
     if trial.state == TrialState.FAIL:
         return f"trial {trial.number:>3}  FAIL      {params}  ({attrs.get('fail_reason', 'see the log above')})"
-    value = trial.value if trial.state == TrialState.COMPLETE else attrs.get("metrics", {}).get(metric)
-    parts = [f"trial {trial.number:>3}", f"{trial.state.name:<9}", f"{metric}={_format_value(value)}", params]
+    parts = [f"trial {trial.number:>3}", f"{trial.state.name:<9}", _objective_values(trial, names), params]
     if "throughput_samples_per_s" in attrs:
         parts.append(f"{attrs['throughput_samples_per_s']:.0f} samples/s")
         parts.append(f"{attrs['peak_memory_mb']:.0f} MB peak")
+    if attrs.get("feasible") is False:
+        parts.append(f"(violates {', '.join(k for k, c in attrs['constraints'].items() if not c['satisfied'])})")
     return "  ".join(parts)
 
 
-def _summary(study: optuna.Study, url: str, budget: int, metric: str) -> str:
+def _summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]) -> str:
     trials = study.get_trials(deepcopy=False)
     by_state = {s: sum(t.state == s for t in trials) for s in TrialState}
     skipped = sum(t.user_attrs.get("skip_reason") == SKIP_UNSUPPORTED for t in trials)
+    diverged = sum(t.user_attrs.get("skip_reason") == SKIP_NON_FINITE for t in trials)
+    oom = sum(t.user_attrs.get("skip_reason") == SKIP_OOM for t in trials)
+    why = f" ({diverged} {SKIP_NON_FINITE}, {oom} {SKIP_OOM})" if diverged or oom else ""
     shown = mask_url(url)
     lines = [
         "",
         f"Study {study.study_name!r} in {shown}: {finished_count(study)} of {budget} budgeted trials finished "
-        f"({by_state[TrialState.COMPLETE]} complete, {by_state[TrialState.PRUNED] - skipped} pruned, "
+        f"({by_state[TrialState.COMPLETE]} complete, {by_state[TrialState.PRUNED] - skipped} pruned{why}, "
         f"{by_state[TrialState.FAIL]} failed; {skipped} skipped as unsupported on this machine, not counted)",
     ]
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    if complete:
-        best = study.best_trial
-        lines.append(f"Best trial {best.number}: {metric}={best.value:.4f}")
+    # Among trials meeting the space's constraints: the best trial, or the Pareto front.
+    front = study.best_trials if len(names) > 1 else []
+    if len(names) == 1:
+        with contextlib.suppress(ValueError):  # nothing completed, or nothing feasible
+            front = [study.best_trial]
+    for best in front:
+        label = "Best trial" if len(names) == 1 else "Pareto-front trial"
+        lines.append(f"{label} {best.number}: {_objective_values(best, names)}")
         lines += [f"  {k}: {_format_value(v)}" for k, v in best.params.items()]
-    else:
+    if not complete:
         lines.append("No trial has completed yet.")
+    elif not front:
+        lines.append("No completed trial meets the space's constraints.")
     lines.append(f"Browse it:  optuna-dashboard {shown}")
     if shown != url:
         lines.append(f"  (the password is masked: run `optuna-dashboard \"${STORAGE_ENV}\"` with ${STORAGE_ENV} set to the full URL)")
@@ -205,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_models(space)
         storage = create_storage(url)  # checks the URL and the connection before creating tables
         study = open_study(storage, args.study_name, space, data, args.seed)
-        metric = space.objective.metric
+        names = space.objective_names
         print(
             f"Study {args.study_name!r} in {mask_url(url)}: {finished_count(study)} of {args.n_trials} "
             f"budgeted trials already finished; training on {len(data.train_texts)} rows, validating on {len(data.valid_texts)}.",
@@ -215,9 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         objective = make_objective(space, data, base_seed=args.seed, device=args.device, cache_dir=cache_dir)
         run_to_budget(
             study, objective, args.n_trials, timeout=args.timeout,
-            on_trial_finished=lambda trial: print(trial_line(trial, metric), flush=True),
+            on_trial_finished=lambda trial: print(trial_line(trial, names), flush=True),
         )
-        print(_summary(study, url, args.n_trials, metric), flush=True)
+        print(_summary(study, url, args.n_trials, names), flush=True)
     except (UserError, DataError, ModelNotFoundError) as err:
         print(f"{PROG}: error: {mask_secrets(str(err), url)}", file=sys.stderr)
         return 2

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from conftest import SMALL_SPACE, run_cli
 
-from hpo import load_search_space
+from hpo import DEFAULT_SPACE, load_search_space
 from hpo.run import main
 
 
@@ -101,3 +101,112 @@ def test_pruner_from_the_space(pruner: dict[str, object], expected: str) -> None
 
     space = parse_search_space({**SMALL_SPACE, "pruner": pruner})
     assert type(space.build_pruner()).__name__ == expected
+
+
+# --- defaults, objectives, constraints ------------------------------------------------------
+
+def _space(**changes: object) -> object:
+    from hpo import parse_search_space
+
+    return parse_search_space({**copy.deepcopy(SMALL_SPACE), **changes})
+
+
+@pytest.mark.parametrize(
+    ("name", "param", "expected"),
+    [
+        ("batch_size", {"type": "categorical", "choices": [64, 16, 32]}, 64),
+        ("batch_size", {"type": "categorical", "choices": [16, 32], "default": 32}, 32),
+        ("learning_rate", {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}, 1e-3),
+        ("warmup_ratio", {"type": "float", "low": 0.0, "high": 0.3}, 0.15),
+        ("warmup_ratio", {"type": "float", "low": 0.0, "high": 0.3, "step": 0.2}, 0.2),
+        ("grad_accum_steps", {"type": "int", "low": 1, "high": 4}, 3),  # 2.5, rounded half up
+        ("grad_accum_steps", {"type": "int", "low": 2, "high": 32, "log": True}, 8),
+        ("grad_accum_steps", {"type": "int", "low": 1, "high": 8, "step": 3}, 4),
+        ("grad_accum_steps", {"type": "int", "low": 1, "high": 9, "step": 4, "default": 5}, 5),
+    ],
+)
+def test_param_defaults(name: str, param: dict[str, object], expected: object) -> None:
+    space = _space(params={"fp_precision": {"type": "categorical", "choices": ["bf16", "fp32"]}, name: param})
+    assert space.baseline_params() == {"fp_precision": "fp32", name: pytest.approx(expected)}
+    assert type(space.baseline_params()[name]) is type(expected)
+
+
+def test_baseline_only_when_fp32_is_searched() -> None:
+    assert _space(params={"fp_precision": {"type": "categorical", "choices": ["bf16", "fp16"]}}).baseline_params() is None
+    assert _space(params={"batch_size": {"type": "categorical", "choices": [16, 32]}}).baseline_params() is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"params": {"batch_size": {"type": "categorical", "choices": [16, 32], "default": 64}}},
+         "params.batch_size.default: 64 is not one of the choices [16, 32]"),
+        ({"params": {"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-3, "default": 0.5}}},
+         "params.learning_rate.default: 0.5 is outside [0.0001, 0.001]"),
+        ({"params": {"grad_accum_steps": {"type": "int", "low": 1, "high": 9, "step": 4, "default": 2}}},
+         "params.grad_accum_steps.default: 2 is not on the step grid"),
+        ({"params": {"batch_size": {"type": "categorical", "choices": [16], "defualt": 16}}}, "did you mean 'default'"),
+        ({"objectives": [{"name": "accuracy"}]}, "give either objective (one metric) or objectives (a list), not both"),
+        ({"objective": {"metric": "acuracy"}}, "objective.metric: unknown measure 'acuracy' (did you mean 'accuracy'?)"),
+        ({"objective": None, "objectives": [{"name": "accuracy"}, {"name": "throughput_samples"}]},
+         "objectives: unknown measure 'throughput_samples' (did you mean 'throughput_samples_per_s'?)"),
+        ({"objective": None, "objectives": [{"name": "accuracy"}, {"name": "accuracy", "direction": "minimize"}]},
+         "objectives: 'accuracy' is listed twice"),
+        ({"objective": None, "objectives": [{"metric": "accuracy"}]}, "objectives.0.metric: unknown key"),
+        ({"objective": None, "objectives": []}, "objectives: must not be empty"),
+        ({"objective": None, "objectives": [{"name": "accuracy"}, {"name": "peak_memory_mb"}], "pruner": {"type": "median"}},
+         "pruner: 'median' cannot prune a study with several objectives; use pruner: {type: none}"),
+        ({"objective": {"metric": "throughput_samples_per_s"}, "pruner": {"type": "median"}},
+         "pruner: 'median' needs an evaluation metric"),
+        ({"constraints": {"max_peak_memory": 4000}}, "constraints.max_peak_memory: unknown constraint (did you mean 'max_peak_memory_mb'?)"),
+        ({"constraints": {"min_throughput_samples_per_s": float("nan")}},
+         "constraints.min_throughput_samples_per_s: the limit must be a finite number"),
+        ({"oom_fallback": "sometimes"}, "oom_fallback: Input should be a valid boolean"),
+    ],
+)
+def test_bad_objectives_defaults_and_constraints(changes: dict[str, object], expected: str) -> None:
+    from hpo import SearchSpaceError, parse_search_space
+
+    raw = copy.deepcopy(SMALL_SPACE)
+    for key, value in changes.items():
+        if key == "params":
+            raw["params"].update(value)  # type: ignore[attr-defined]
+        else:
+            raw[key] = value
+    with pytest.raises(SearchSpaceError) as info:
+        parse_search_space(raw)
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_objectives_form_and_natural_directions() -> None:
+    space = _space(
+        objective=None,
+        objectives=[{"name": "accuracy"}, {"name": "throughput_samples_per_s"}, {"name": "peak_memory_mb"}],
+        constraints={"max_peak_memory_mb": 4000, "min_throughput_samples_per_s": 50},
+        oom_fallback=True,
+    )
+    assert space.objective_specs == [
+        ("accuracy", "maximize"), ("throughput_samples_per_s", "maximize"), ("peak_memory_mb", "minimize"),
+    ]
+    assert space.is_multi_objective and not space.reports_intermediate_values
+    assert space.constraints == {"max_peak_memory_mb": 4000.0, "min_throughput_samples_per_s": 50.0}
+    stored = space.stored_form()
+    assert "objective" not in stored and stored["oom_fallback"] is True
+    single = _space(objective={"metric": "loss", "direction": "minimize"}, pruner={"type": "median"})
+    assert single.directions == ["minimize"] and single.reports_intermediate_values
+
+
+def test_stored_form_of_a_space_without_new_keys_is_unchanged() -> None:
+    # Studies stored before defaults, objectives and constraints existed must still resume.
+    stored = _space().stored_form()
+    assert set(stored) == {"objective", "pruner", "params", "fixed"}
+    assert stored["objective"] == {"metric": "accuracy", "direction": "maximize"}
+    assert stored["params"]["learning_rate"] == {"type": "float", "low": 5e-4, "high": 2e-3, "log": True, "step": None}
+    with_default = {**SMALL_SPACE["params"], "model": {"type": "categorical", "choices": ["tiny-bert"], "default": "tiny-bert"}}
+    assert _space(params=with_default).stored_form()["params"]["model"]["default"] == "tiny-bert"
+
+
+@pytest.mark.parametrize("path", sorted((DEFAULT_SPACE.parent).glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_spaces_are_valid(path: Path) -> None:
+    space = load_search_space(path)
+    assert space.baseline_params() is not None and space.baseline_params()["fp_precision"] == "fp32"

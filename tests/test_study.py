@@ -5,16 +5,19 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import optuna
 import pytest
-from conftest import ROOT, cli_args, run_cli
+import yaml
+from conftest import ROOT, cli_args, run_cli, write_tsv
 from optuna.trial import TrialState
 
-from hpo import finished_count
+from hpo import create_storage, finished_count, load_search_space, open_study, parse_search_space
 from hpo.run import main
+from trial_executor import demo_dataset, make_synthetic_reviews
 
 HARDWARE_TYPES = {
     "host": str, "device_type": str, "device_name": str, "compute_capability": (str, type(None)),
@@ -171,3 +174,106 @@ def test_sampler_is_seeded(tmp_path: Path, small_space: Path) -> None:
 
     assert first_params("a", 1) == first_params("b", 1)
     assert first_params("c", 1) != first_params("d", 2)
+
+
+# --- fp32 baseline, several objectives, constraints ----------------------------------------
+
+TINY_FIXED = {"model": "tiny-bert", "batch_size": 16, "max_steps": 3, "eval_every": 0, "max_length": 32}
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """120 synthetic reviews: enough for three optimizer steps and a validation split."""
+    texts, labels = make_synthetic_reviews(120, seed=5)
+    return write_tsv(tmp_path_factory.mktemp("tiny") / "tiny.tsv", list(zip(texts, labels, strict=True)))
+
+
+TINY_PARAMS = {
+    "fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]},
+    "learning_rate": {"type": "float", "low": 5e-4, "high": 2e-3, "log": True},
+}
+
+
+def test_fp32_baseline_is_enqueued_once_with_the_defaults(tmp_path: Path, small_space: Path) -> None:
+    space, data = load_search_space(small_space), demo_dataset(n_train=50, n_valid=10)
+    storage = create_storage(f"sqlite:///{tmp_path / 'b.db'}")
+    study = open_study(storage, "b", space, data, 0)
+    open_study(storage, "b", space, data, 0)
+    (waiting,) = study.get_trials(states=(TrialState.WAITING,))
+    assert waiting.user_attrs == {"fp32_baseline": True}
+    expected = {"fp_precision": "fp32", "batch_size": 16, "learning_rate": pytest.approx(1e-3), "model": "tiny-bert"}
+    assert waiting.system_attrs["fixed_params"] == expected
+
+    trial = study.ask()  # the baseline runs first, with its values
+    assert space.suggest(trial) == expected and trial.user_attrs["fp32_baseline"] is True
+    study.tell(trial, 0.5)
+    open_study(storage, "b", space, data, 0)
+    assert len(study.get_trials()) == 1
+
+
+@pytest.mark.postgres
+def test_baseline_once_when_workers_open_the_study_at_once(pg_database: str) -> None:
+    space, data = parse_search_space({"params": TINY_PARAMS, "fixed": TINY_FIXED}), demo_dataset(n_train=50, n_valid=10)
+    storages = [create_storage(pg_database) for _ in range(6)]
+    start, errors = threading.Barrier(len(storages)), []
+
+    def worker(storage: optuna.storages.BaseStorage) -> None:
+        try:
+            start.wait()
+            open_study(storage, "race", space, data, 0)
+        except Exception as err:  # surfaced below: a thread's exception would otherwise vanish
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in storages]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors
+    trials = optuna.load_study(study_name="race", storage=pg_database).get_trials()
+    assert [t.user_attrs for t in trials] == [{"fp32_baseline": True}]
+
+
+def test_multi_objective_study_has_a_pareto_front_and_constraints(
+    tmp_path: Path, tiny_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    space_file = tmp_path / "multi.yaml"
+    space_file.write_text(yaml.safe_dump({
+        "objectives": [{"name": "accuracy"}, {"name": "throughput_samples_per_s"}, {"name": "peak_memory_mb"}],
+        "constraints": {"max_peak_memory_mb": 1.0e6, "min_accuracy": 0.0},
+        "params": TINY_PARAMS, "fixed": TINY_FIXED,
+    }))
+    db = tmp_path / "m.db"
+    assert main([*cli_args(f"sqlite:///{db}", space_file, tiny_data, "--study-name", "m"), "--n-trials", "3"]) == 0
+    out = capsys.readouterr().out
+    study = _study(db, "m")
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MAXIMIZE", "MINIMIZE"]
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(complete) == 3 and study.best_trials
+    for trial in complete:
+        attrs = trial.user_attrs
+        assert trial.values == [attrs["metrics"]["accuracy"], attrs["throughput_samples_per_s"], attrs["peak_memory_mb"]]
+        assert not trial.intermediate_values  # Optuna prunes single-objective studies only: nothing is reported
+        assert trial.constraints == {
+            "max_peak_memory_mb": pytest.approx(attrs["peak_memory_mb"] - 1.0e6),
+            "min_accuracy": pytest.approx(-attrs["metrics"]["accuracy"]),
+        }
+        assert attrs["feasible"] is True and attrs["constraints"]["max_peak_memory_mb"]["limit"] == 1.0e6
+    for best in study.best_trials:
+        assert f"Pareto-front trial {best.number}: accuracy=" in out
+
+
+def test_infeasible_trials_are_not_best(tmp_path: Path, tiny_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    space_file = tmp_path / "constrained.yaml"
+    space_file.write_text(yaml.safe_dump({
+        "constraints": {"min_throughput_samples_per_s": 1.0e12}, "params": TINY_PARAMS, "fixed": TINY_FIXED,
+    }))
+    db = tmp_path / "c.db"
+    assert main([*cli_args(f"sqlite:///{db}", space_file, tiny_data, "--study-name", "c"), "--n-trials", "1"]) == 0
+    out = capsys.readouterr().out
+    (trial,) = _study(db, "c").get_trials()
+    assert trial.state == TrialState.COMPLETE and trial.user_attrs["feasible"] is False
+    assert trial.constraints["min_throughput_samples_per_s"] > 0
+    assert "(violates min_throughput_samples_per_s)" in out and "No completed trial meets the space's constraints." in out
+    with pytest.raises(ValueError, match="feasible"):
+        _ = _study(db, "c").best_trial

@@ -1,0 +1,60 @@
+"""What a study optimises and constrains: the measures a trial records, and how to read them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from trial_executor import METRICS
+
+# What a trial measures besides the evaluation metrics; each can be an objective or a constraint.
+MEASUREMENTS: tuple[str, ...] = ("throughput_samples_per_s", "throughput_tokens_per_s", "peak_memory_mb")
+OBJECTIVE_NAMES: tuple[str, ...] = (*METRICS, *MEASUREMENTS)
+CONSTRAINT_KEYS: tuple[str, ...] = tuple(f"{bound}_{name}" for name in OBJECTIVE_NAMES for bound in ("max", "min"))
+_MINIMIZED = {"loss", "peak_memory_mb"}
+
+Direction = Literal["maximize", "minimize"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Objective(Strict):
+    """The single-objective form: ``objective: {metric: accuracy, direction: maximize}``."""
+
+    metric: str = "accuracy"
+    direction: Direction = "maximize"
+
+
+class NamedObjective(Strict):
+    """One entry of ``objectives:``; ``direction`` defaults to the measure's natural one."""
+
+    name: str
+    direction: Direction
+
+    @model_validator(mode="before")
+    @classmethod
+    def _natural_direction(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("direction") is None and isinstance(data.get("name"), str):
+            return {**data, "direction": "minimize" if data["name"] in _MINIMIZED else "maximize"}
+        return data
+
+
+def measured_value(user_attrs: Mapping[str, Any], name: str) -> float | None:
+    """A trial's recorded value of ``name`` (final evaluation metric or measurement), if any."""
+    if name in MEASUREMENTS:
+        return user_attrs.get(name)
+    return user_attrs.get("metrics", {}).get(name)
+
+
+def constraint_violation(key: str, limit: float, value: float) -> float:
+    """Optuna's convention: <= 0 satisfies ``max_<measure>: limit`` / ``min_<measure>: limit``."""
+    return value - limit if key.startswith("max_") else limit - value
+
+
+def constraint_measure(key: str) -> str:
+    """``max_peak_memory_mb`` -> ``peak_memory_mb``."""
+    return key.split("_", 1)[1]

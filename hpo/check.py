@@ -1,0 +1,139 @@
+"""``python -m hpo.check``: what this machine can run, and how fast, in each precision.
+
+Prints the hardware report every trial records, which precisions the device supports (and
+why not), and a short speed test: a few training steps of a random-init BERT on random
+tokens under each precision's autocast policy, with time per step, speedup against fp32 and
+peak memory. Use ``--model bert-base-random`` on a GPU for realistic figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+import torch
+
+from hpo._check import CHECK_MODELS, DEFAULT_CHECK_MODEL, SpeedRow, model_config, parameter_count, speed_test
+from trial_executor import hardware_metadata, precision_support, resolve_device
+
+PROG = "python -m hpo.check"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _model(name: str) -> str:
+    if name not in CHECK_MODELS:
+        match = difflib.get_close_matches(name, list(CHECK_MODELS), n=1)
+        hint = f"did you mean {match[0]!r}? " if match else ""
+        raise argparse.ArgumentTypeError(f"unknown model {name!r}; {hint}choose one of {', '.join(CHECK_MODELS)}")
+    return name
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--model", type=_model, default=DEFAULT_CHECK_MODEL,
+        help=f"random-init model: {', '.join(CHECK_MODELS)} (default: %(default)s)",
+    )
+    # The defaults keep a CPU check short; on a GPU pass e.g. --model bert-base-random --batch-size 32 --seq-len 128 --steps 20.
+    parser.add_argument("--seq-len", type=_at_least(8), default=64, help="tokens per row (default: %(default)s)")
+    parser.add_argument("--batch-size", type=_at_least(1), default=8, help="rows per step (default: %(default)s)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="(default: %(default)s)")
+    parser.add_argument("--steps", type=_at_least(1), default=3, help="timed steps per precision (default: %(default)s)")
+    parser.add_argument("--warmup", type=_at_least(0), default=1, help="untimed steps first (default: %(default)s)")
+    return parser
+
+
+# CPU instructions that run bf16/fp16 matmuls natively; without them autocast emulates and is slower than fp32.
+_LOW_PRECISION_FLAGS = ("avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16")
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def speed_table(rows: Sequence[SpeedRow]) -> list[str]:
+    lines = [
+        "| precision | ms/step | samples/s | speedup vs fp32 | peak MB | final loss | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        speedup = _fmt(r.speedup, ".2f") + ("x" if r.speedup is not None else "")
+        lines.append(
+            f"| {r.precision} | {_fmt(r.ms_per_step, '.1f')} | {_fmt(r.samples_per_s, '.1f')} | {speedup} "
+            f"| {_fmt(r.peak_memory_mb, '.0f')} | {_fmt(r.final_loss, '.4f')} | {r.note} |"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the report; return the process exit code."""
+    args = build_parser().parse_args(argv)
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    max_len = model_config(args.model).max_position_embeddings
+    if args.seq_len > max_len:
+        print(f"{PROG}: error: --seq-len {args.seq_len} is longer than {args.model}'s {max_len} positions", file=sys.stderr)
+        return 2
+    try:
+        device = resolve_device(args.device)
+    except RuntimeError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    print("Hardware")
+    for key, value in hardware_metadata(device).items():
+        print(f"  {key}: {value}")
+    print(f"  cpu_threads: {os.cpu_count()} (torch uses {torch.get_num_threads()})")
+    flags = _cpu_flags()
+    if device.type == "cpu" and flags:
+        native = [f for f in _LOW_PRECISION_FLAGS if f in flags]
+        print(f"  cpu_low_precision_instructions: {', '.join(native) if native else 'none (fp16/bf16 autocast is emulated, expect it slower than fp32)'}")
+    print("Precision support")
+    for precision, reason in precision_support(device).items():
+        print(f"  {precision}: {'supported' if reason is None else 'unsupported: ' + reason}")
+    print(
+        f"\nSpeed test: {args.model} ({parameter_count(args.model) / 1e6:.1f}M parameters, random init), "
+        f"batch {args.batch_size} x {args.seq_len} tokens, {args.warmup} warmup + {args.steps} timed steps "
+        f"(forward, backward, AdamW) on {device}",
+        flush=True,
+    )
+    rows = speed_test(args.model, device, batch_size=args.batch_size, seq_len=args.seq_len, steps=args.steps, warmup=args.warmup)
+    print("\n".join(speed_table(rows)))
+    if device.type == "cpu":
+        print("\nPeak memory on the CPU is the process's peak RSS (python and torch included), as trials record it.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""``python -m hpo.check`` on the CPU: hardware report, precision support and a real speed test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from hpo.check import main
+
+
+def test_check_on_cpu_times_every_supported_precision(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpo.check", "--device", "cpu", "--model", "tiny-bert", "--steps", "2", "--warmup", "1",
+         "--seq-len", "16", "--batch-size", "4"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "device_type: cpu" in out and "torch_version: " in out and "bf16_supported: " in out
+    assert "  fp32: supported" in out and "  tf32: unsupported: TF32" in out
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in out.splitlines() if line.startswith("| ")}
+    assert rows["fp32"][2] == "1.00x"
+    assert rows["tf32"][:5] == ["-"] * 5 and rows["tf32"][5].startswith("unsupported: TF32")
+    for precision in ("fp32", "fp16", "bf16"):
+        ms_per_step, samples_per_s, _, peak_mb, loss, note = rows[precision]
+        assert float(ms_per_step) > 0 and float(samples_per_s) > 0 and float(peak_mb) > 0
+        assert 0 < float(loss) < 10 and note == ""
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--model", "bert-base"], "unknown model 'bert-base'; did you mean 'bert-base-random'?"),
+        (["--steps", "0"], "--steps: must be at least 1"),
+    ],
+)
+def test_bad_flags_are_one_line(flags: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(flags)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1
+
+
+def test_too_long_sequence_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--model", "tiny-bert", "--seq-len", "4096", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "--seq-len 4096 is longer than tiny-bert's 512 positions" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,143 @@
+"""How trials end when training goes wrong: real studies, real torch, failures forced for real.
+
+NaN comes from a learning rate of 1e6; out-of-memory from a global forward hook that raises
+``MemoryError`` when the classifier sees a training batch larger than a limit (removed in a
+finally); an unexpected error from the same hook raising ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import torch
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo import create_storage, finished_count, make_objective, open_study, parse_search_space, run_to_budget
+from hpo._study import counts_toward_budget
+from hpo.run import _summary, trial_line
+from trial_executor import demo_dataset
+
+DATA = demo_dataset(n_train=96, n_valid=24, seed=1)
+FIXED = {"model": "tiny-bert", "batch_size": 16, "eval_batch_size": 8, "max_steps": 3, "eval_every": 0, "max_length": 32}
+
+
+def _study(tmp_path: Path, params: dict[str, Any], **extra: Any) -> tuple[optuna.Study, Any]:
+    space = parse_search_space({"params": params, "fixed": {**FIXED, **extra.pop("fixed", {})}, **extra})
+    study = open_study(create_storage(f"sqlite:///{tmp_path / 'f.db'}"), "f", space, DATA, seed=0)
+    return study, make_objective(space, DATA, base_seed=0, device="cpu")
+
+
+@contextlib.contextmanager
+def _classifier_hook(error: type[Exception], over: int = 0, times: int | None = None) -> Iterator[list[int]]:
+    """Raise ``error`` when the classification head sees a training batch of more than ``over`` rows.
+
+    Yields the batch sizes it raised on; ``times`` caps how often it raises.
+    """
+    raised: list[int] = []
+
+    def hook(module: torch.nn.Module, args: Any, output: torch.Tensor) -> None:
+        is_head = isinstance(module, torch.nn.Linear) and module.out_features == DATA.num_labels
+        if is_head and module.training and output.shape[0] > over and (times is None or len(raised) < times):
+            raised.append(output.shape[0])
+            raise error(f"injected: batch of {output.shape[0]} rows")
+
+    handle = torch.nn.modules.module.register_module_forward_hook(hook)
+    try:
+        yield raised
+    finally:
+        handle.remove()
+
+
+def _no_nan_values(trial: FrozenTrial) -> bool:
+    return all(v is not None and math.isfinite(v) for v in trial.values or []) and all(
+        math.isfinite(v) for v in trial.intermediate_values.values()
+    )
+
+
+def test_nan_loss_and_unsupported_precision_are_pruned_and_the_study_goes_on(tmp_path: Path) -> None:
+    params = {
+        "fp_precision": {"type": "categorical", "choices": ["fp32", "tf32", "fp16", "bf16"]},
+        # The first choice is the default, so the fp32 baseline diverges too.
+        "learning_rate": {"type": "categorical", "choices": [1.0e6, 1.0e-3]},
+    }
+    study, objective = _study(tmp_path, params)
+    for precision, lr in (("tf32", 1.0e-3), ("bf16", 1.0e6), ("fp16", 1.0e6), ("fp32", 1.0e-3)):
+        study.enqueue_trial({"fp_precision": precision, "learning_rate": lr})
+    run_to_budget(study, objective, 4)
+
+    trials = study.get_trials()
+    assert [(t.params["fp_precision"], t.state) for t in trials] == [
+        ("fp32", TrialState.PRUNED), ("tf32", TrialState.PRUNED), ("bf16", TrialState.PRUNED), ("fp16", TrialState.PRUNED),
+        ("fp32", TrialState.COMPLETE),
+    ]
+    baseline, tf32, bf16, fp16, healthy = trials
+    assert baseline.user_attrs["fp32_baseline"] is True
+    # fp32 and bf16 stop as the training loss turns NaN; fp16's GradScaler skips the bad steps, so the
+    # run ends, but with a NaN evaluation loss, which must not reach the sampler either.
+    assert fp16.user_attrs["skip_detail"] == "final loss is nan"
+    for diverged in (baseline, bf16, fp16):
+        attrs = diverged.user_attrs
+        assert attrs["skip_reason"] == "non_finite_loss" and "nan" in attrs["skip_detail"].lower()
+        assert isinstance(attrs["skip_step"], int) and attrs["skip_step"] >= 0
+        assert attrs["hardware"]["device_type"] == "cpu"
+        assert counts_toward_budget(diverged) and _no_nan_values(diverged)
+        assert "non_finite_loss" in trial_line(diverged, ["accuracy"])
+    assert tf32.user_attrs["skip_reason"] == "unsupported_precision" and "CPU" in tf32.user_attrs["skip_detail"]
+    assert not counts_toward_budget(tf32)
+    assert math.isfinite(healthy.value) and finished_count(study) == 4
+    summary = _summary(study, "sqlite:///f.db", 4, ["accuracy"])
+    assert "(1 complete, 3 pruned (3 non_finite_loss, 0 oom), 0 failed; 1 skipped as unsupported" in summary
+
+
+def test_oom_is_pruned_with_its_batch_size_and_counts(tmp_path: Path) -> None:
+    study, objective = _study(tmp_path, {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}})
+    with _classifier_hook(MemoryError, over=8) as raised:
+        run_to_budget(study, objective, 2)
+    assert raised == [16, 16]
+    for trial in study.get_trials():
+        assert trial.state == TrialState.PRUNED
+        attrs = trial.user_attrs
+        assert attrs["skip_reason"] == "oom" and attrs["oom_batch_size"] == 16 and "out of memory" in attrs["skip_detail"]
+        assert "oom_fallback" not in attrs and attrs["hardware"]["device_type"] == "cpu"
+        assert counts_toward_budget(trial)
+
+
+def test_oom_fallback_retries_once_with_half_the_batch(tmp_path: Path) -> None:
+    params = {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}}
+    study, objective = _study(tmp_path, params, oom_fallback=True)
+    with _classifier_hook(MemoryError, over=8) as raised:
+        run_to_budget(study, objective, 1)
+    (trial,) = study.get_trials()
+    assert raised == [16] and trial.state == TrialState.COMPLETE
+    assert trial.user_attrs["oom_fallback"] == {"from_batch_size": 16, "to_batch_size": 8, "grad_accum_steps": 2}
+    assert (trial.user_attrs["config"]["batch_size"], trial.user_attrs["config"]["grad_accum_steps"]) == (8, 2)
+    assert "skip_reason" not in trial.user_attrs and math.isfinite(trial.value)
+
+    # Out of memory again at half the batch: pruned as oom, with the retry recorded.
+    with _classifier_hook(MemoryError, over=4) as raised:
+        run_to_budget(study, objective, 2)
+    last = study.get_trials()[-1]
+    assert raised == [16, 8] and last.state == TrialState.PRUNED
+    assert last.user_attrs["skip_reason"] == "oom" and last.user_attrs["oom_batch_size"] == 8
+    assert last.user_attrs["oom_fallback"]["to_batch_size"] == 8
+
+
+def test_unexpected_error_fails_the_trial_with_a_one_line_reason(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    study, objective = _study(tmp_path, {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}})
+    with caplog.at_level(logging.ERROR, logger="hpo"), _classifier_hook(ValueError, times=1):
+        run_to_budget(study, objective, 1)
+    failed, complete = study.get_trials()
+    assert failed.state == TrialState.FAIL and complete.state == TrialState.COMPLETE
+    assert failed.user_attrs["fail_reason"] == "ValueError: injected: batch of 16 rows"
+    assert not [v for v in failed.user_attrs.values() if "Traceback" in str(v)]
+    assert failed.user_attrs["hardware"]["device_type"] == "cpu"
+    # The traceback is in the worker's log, not in the study.
+    (record,) = [r for r in caplog.records if r.name == "hpo._objective"]
+    assert record.exc_info is not None and "Traceback" in caplog.text and "trial 0 failed" in record.getMessage()

@@ -1,0 +1,91 @@
+"""``python -m hpo.report`` on a real study: the table, report.md and a PNG that opens."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import ROOT
+from PIL import Image
+
+from hpo import create_storage, make_objective, open_study, parse_search_space, run_to_budget
+from hpo._report import build_report, precision_table
+from hpo.report import main
+from trial_executor import demo_dataset
+
+DATA = demo_dataset(n_train=96, n_valid=24, seed=2)
+FIXED = {"model": "tiny-bert", "batch_size": 16, "max_steps": 3, "eval_every": 0, "max_length": 32}
+
+
+def _run(url: str, name: str, params: dict[str, object], n_trials: int, enqueue: tuple[dict[str, object], ...] = ()) -> optuna.Study:
+    space = parse_search_space({"params": params, "fixed": FIXED})
+    study = open_study(create_storage(url), name, space, DATA, seed=0)
+    for trial_params in enqueue:
+        study.enqueue_trial(trial_params)
+    run_to_budget(study, make_objective(space, DATA, base_seed=0, device="cpu"), n_trials)
+    return study
+
+
+def test_report_writes_table_markdown_and_plot(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    precisions = {"fp_precision": {"type": "categorical", "choices": ["fp32", "tf32", "bf16"]}}
+    # The baseline, then a tf32 skip and a bf16 trial whatever the sampler would pick, then one sampled trial.
+    study = _run(url, "r", precisions, 3, enqueue=({"fp_precision": "tf32"}, {"fp_precision": "bf16"}))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpo.report", "--storage", url, "--study-name", "r", "--out", str(out)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    stdout = proc.stdout
+    assert "| precision | trials | completed | best accuracy | median accuracy | median samples/s | speedup vs fp32 |" in stdout
+    assert "Speedups are against trial 0, the enqueued fp32 baseline" in stdout
+    rows = {line.split("|")[1].strip(): line for line in stdout.splitlines() if line.startswith("| ")}
+    assert "unsupported_precision: " in rows["tf32"]
+    counts = {p: int(rows[p].split("|")[2]) for p in rows if p in ("fp32", "tf32", "bf16")}
+    finished = [t for t in study.get_trials() if t.state.is_finished()]
+    assert sum(counts.values()) == len(finished)
+    # bf16 ran with the baseline's batch size and model: every bf16 trial is compared like for like.
+    bf16 = [t for t in finished if t.params["fp_precision"] == "bf16" and t.state == optuna.trial.TrialState.COMPLETE]
+    assert rows["bf16"].split("|")[8].strip().endswith(f"x ({len(bf16)})")
+    base_speed = study.trials[0].user_attrs["throughput_samples_per_s"]
+    bf16_speed = statistics.median(t.user_attrs["throughput_samples_per_s"] for t in bf16)
+    assert rows["bf16"].split("|")[7].strip() == f"{bf16_speed / base_speed:.2f}x"
+    assert "Best trial:" in stdout
+
+    markdown = (out / "report.md").read_text()
+    assert "## By precision" in markdown and "## All trials" in markdown and "(fp32 baseline)" in markdown
+    assert "![accuracy vs samples/s](precision_tradeoff.png)" in markdown
+    with Image.open(out / "precision_tradeoff.png") as image:
+        assert image.format == "PNG" and image.size[0] > 300 and image.size[1] > 200
+        image.verify()
+
+
+def test_speedup_falls_back_to_the_median_fp32_trial(tmp_path: Path) -> None:
+    # fp_precision is not searched here, so no baseline is enqueued.
+    url = f"sqlite:///{tmp_path / 'n.db'}"
+    study = _run(url, "n", {"learning_rate": {"type": "float", "low": 5e-4, "high": 2e-3, "log": True}}, 2)
+    report = build_report(study, url)
+    assert "the median of 2 measured fp32 trials" in report.baseline and "no fp32 baseline trial" in report.baseline
+    (fp32,) = report.rows
+    assert fp32.speedup == pytest.approx(1.0) and fp32.completed == 2
+    # The two trials differ only in learning rate, which does not change speed: each matches the other.
+    assert fp32.matched_speedup == pytest.approx(1.0) and fp32.matched_trials == 2
+    assert precision_table(report)[2].startswith("| fp32 | 2 | 2 |")
+
+
+def test_unknown_study_lists_the_studies_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'u.db'}"
+    for name in ("beta", "alpha"):
+        optuna.create_study(storage=url, study_name=name)
+    assert main(["--storage", url, "--study-name", "gamma"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"python -m hpo.report: error: no study 'gamma' in {url}; studies found: alpha, beta"
+    # A missing SQLite file is reported, not created.
+    assert main(["--storage", f"sqlite:///{tmp_path / 'missing.db'}", "--study-name", "x"]) == 2
+    assert "no SQLite database at" in capsys.readouterr().err and not (tmp_path / "missing.db").exists()
