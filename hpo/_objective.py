@@ -10,6 +10,8 @@ How a trial ends:
 - PRUNED without ``skip_reason``: stopped by the study's pruner.
 - FAIL with ``fail_reason`` ("Type: message"): anything else, a bug or a broken environment;
   the traceback goes to the worker's log, never into the study.
+- FAIL with ``fail_reason`` ``interrupted``: the worker got SIGINT/SIGTERM; the trial saved a
+  checkpoint and is re-queued, so the next run resumes it (see :mod:`hpo._checkpoints`).
 """
 
 from __future__ import annotations
@@ -17,17 +19,23 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
+import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
+from optuna.artifacts import FileSystemArtifactStore
 
+from hpo._checkpoints import TrialCheckpoints
 from hpo._measures import MEASUREMENTS, constraint_measure, constraint_violation
 from hpo._space import SearchSpace
 from trial_executor import (
+    Checkpointing,
     NonFiniteLossError,
     TextClassificationData,
     TrainConfig,
+    TrialInterrupted,
     TrialOutOfMemoryError,
     TrialResult,
     UnsupportedPrecisionError,
@@ -41,6 +49,10 @@ SKIP_NON_FINITE = "non_finite_loss"
 SKIP_OOM = "oom"
 SKIP_REASONS: tuple[str, ...] = (SKIP_UNSUPPORTED, SKIP_NON_FINITE, SKIP_OOM)
 BASELINE_ATTR = "fp32_baseline"
+INTERRUPTED = "interrupted"
+# What one attempt of a trial found; a retry (which starts with a copy of its predecessor's
+# user attrs) clears them so they describe its own run.
+_OUTCOME_ATTRS = ("fail_reason", "skip_reason", "skip_detail", "skip_step", "oom_batch_size", "oom_fallback")
 
 _logger = logging.getLogger(__name__)
 
@@ -107,13 +119,24 @@ def _set_constraints(trial: optuna.Trial, space: SearchSpace, result: TrialResul
 
 
 def make_objective(
-    space: SearchSpace, data: TextClassificationData, *, base_seed: int, device: str, cache_dir: str | None = None
+    space: SearchSpace,
+    data: TextClassificationData,
+    *,
+    base_seed: int,
+    device: str,
+    cache_dir: str | None = None,
+    checkpoints: FileSystemArtifactStore | None = None,
+    keep_checkpoints: bool = False,
+    stop_requested: Callable[[], bool] | None = None,
 ) -> Callable[[optuna.Trial], float | tuple[float, ...]]:
     """An Optuna objective that trains one config per trial and records what it measured.
 
-    Each trial's seed is ``base_seed + trial.number``. It returns one value per objective of
-    ``space`` (a float for one objective, a tuple for several). See the module docstring for
-    how trials end; ``hardware`` is recorded whatever happens.
+    Each trial's seed is ``base_seed + trial.number`` (a retry keeps its original's seed). It
+    returns one value per objective of ``space`` (a float for one objective, a tuple for
+    several). See the module docstring for how trials end; ``hardware`` and ``worker`` are
+    recorded whatever happens. With ``checkpoints`` (an artifact store), trials checkpoint at
+    each evaluation and a retried trial resumes from its predecessor's latest checkpoint.
+    ``stop_requested`` is polled during training (SIGINT/SIGTERM).
     """
     names = space.objective_names
     metric = names[0]
@@ -128,9 +151,9 @@ def make_objective(
 
         return callback
 
-    def train(trial: optuna.Trial, config: TrainConfig) -> TrialResult:
+    def train(trial: optuna.Trial, config: TrainConfig, checkpointing: Checkpointing | None) -> TrialResult:
         try:
-            return run_trial(config, data, report(trial))
+            return run_trial(config, data, report(trial), checkpointing=checkpointing, stop_requested=stop_requested)
         except TrialOutOfMemoryError:
             if not space.oom_fallback or config.batch_size < 2:
                 raise
@@ -140,14 +163,31 @@ def make_objective(
         trial.set_user_attr("oom_fallback", fallback)
         trial.set_user_attr("config", smaller.to_dict())
         _logger.warning("trial %d ran out of memory at batch size %d; retrying with %s", trial.number, config.batch_size, fallback)
-        return run_trial(smaller, data, report(trial))
+        # A fresh start: the checkpoint to resume from, if any, belongs to the larger batch.
+        fresh = dataclasses.replace(checkpointing, resume_from=None) if checkpointing else None
+        return run_trial(smaller, data, report(trial), checkpointing=fresh, stop_requested=stop_requested)
 
     def objective(trial: optuna.Trial) -> float | tuple[float, ...]:
+        # Optuna 5's Trial has no system_attrs; the stored trial has them (a retry's "failed_trial").
+        original = trial.storage.get_trial(trial._trial_id).system_attrs.get("failed_trial")
+        if original is not None:
+            for key in _OUTCOME_ATTRS:
+                if key in trial.user_attrs:
+                    trial.set_user_attr(key, None)
+        trial.set_user_attr("worker", {"host": socket.gethostname(), "pid": os.getpid()})
         params = space.suggest(trial)
-        config = executor_config(params, space, seed=base_seed + trial.number, device=device, cache_dir=cache_dir)
+        seed = base_seed + (trial.number if original is None else original)
+        config = executor_config(params, space, seed=seed, device=device, cache_dir=cache_dir)
         trial.set_user_attr("config", config.to_dict())
+        saved = TrialCheckpoints(trial, checkpoints, keep=keep_checkpoints) if checkpoints is not None else None
+        interrupted = False
         try:
-            result = train(trial, config)
+            result = train(trial, config, saved.checkpointing() if saved else None)
+        except TrialInterrupted as err:
+            interrupted = True
+            trial.set_user_attr("fail_reason", INTERRUPTED)
+            trial.set_user_attr("interrupted_at_step", err.step)
+            raise TrialFailedError(f"{INTERRUPTED} at step {err.step}; the next run resumes it") from None
         except UnsupportedPrecisionError as err:
             raise _skip(trial, SKIP_UNSUPPORTED, str(err)) from None
         except NonFiniteLossError as err:
@@ -163,6 +203,8 @@ def make_objective(
         finally:
             # After run_trial, so tf32_enabled is the state this trial ran with.
             trial.set_user_attr("hardware", hardware_metadata(resolve_device(config.device)))
+            if saved is not None:
+                saved.close(finished=not interrupted)
 
         _record(trial, result)
         problem = _non_finite(result, names)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import os
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._errors import UserError
-from hpo._objective import BASELINE_ATTR, SKIP_UNSUPPORTED
+from hpo._objective import BASELINE_ATTR, INTERRUPTED, SKIP_UNSUPPORTED
 from hpo._space import SearchSpace
 from trial_executor import TextClassificationData
 
@@ -60,7 +62,7 @@ def open_study(
         study_name=study_name,
         directions=space.directions,
         # TPE handles several objectives (MOTPE) and reads Trial.set_constraint values itself.
-        sampler=optuna.samplers.TPESampler(seed=seed),
+        sampler=optuna.samplers.TPESampler(seed=_sampler_seed(seed)),
         pruner=space.build_pruner(),
         load_if_exists=True,
     )
@@ -118,6 +120,16 @@ def _enqueue_baseline(study: optuna.Study, space: SearchSpace, storage: optuna.s
         return len(study.get_trials(deepcopy=False)) > before
 
 
+def _sampler_seed(seed: int) -> int:
+    """The sampler's seed for this worker process: ``seed`` mixed with host and pid.
+
+    Workers of a study each run their own sampler; with one seed they would all propose the
+    very same trials. Trial training stays seeded by ``seed`` (see the objective).
+    """
+    salt = f"{seed}/{socket.gethostname()}/{os.getpid()}".encode()
+    return int.from_bytes(hashlib.sha256(salt).digest()[:4], "little")
+
+
 def counts_toward_budget(trial: FrozenTrial) -> bool:
     """Finished trials count; instant skips of a precision this machine cannot run do not."""
     return trial.state in FINISHED and trial.user_attrs.get("skip_reason") != SKIP_UNSUPPORTED
@@ -134,11 +146,15 @@ def run_to_budget(
     *,
     timeout: float | None = None,
     on_trial_finished: Callable[[FrozenTrial], None] | None = None,
+    stop_requested: Callable[[], bool] | None = None,
+    max_retry: int | None = None,
 ) -> None:
     """Run trials until the study, across all workers and runs, has ``n_trials`` finished ones.
 
     A study already at its budget runs nothing, so rerunning a command after a crash runs
     only the remainder. Raises :class:`TooManyFailuresError` after several failures in a row.
+    Stops after the current trial once ``stop_requested()``; a trial it interrupted is
+    re-queued (up to ``max_retry`` times) so that the next run resumes it.
     """
     failures = 0
 
@@ -146,13 +162,20 @@ def run_to_budget(
         nonlocal failures
         if on_trial_finished is not None:
             on_trial_finished(trial)
-        failures = failures + 1 if trial.state == TrialState.FAIL else 0
+        interrupted = trial.state == TrialState.FAIL and trial.user_attrs.get("fail_reason") == INTERRUPTED
+        if interrupted:
+            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, trial)
+        failures = failures + 1 if trial.state == TrialState.FAIL and not interrupted else 0
         if failures >= MAX_CONSECUTIVE_FAILURES or finished_count(study) >= n_trials:
+            study.stop()
+        if stop_requested is not None and stop_requested():
             study.stop()
 
     if finished_count(study) >= n_trials:
         return
     study.optimize(objective, timeout=timeout, callbacks=[after_trial], catch=(Exception,))
+    # Optuna sweeps dead workers' trials when a trial starts; sweep once more on the way out.
+    optuna.storages.fail_stale_trials(study)
     if failures >= MAX_CONSECUTIVE_FAILURES:
         last = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))[-1]
         reason = str(last.user_attrs.get("fail_reason", "unknown error")).strip().splitlines()[0]

@@ -21,12 +21,14 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
+from hpo._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
 from hpo._errors import UserError
 from hpo._measures import measured_value
 from hpo._objective import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, make_objective
 from hpo._space import DEFAULT_SPACE, SearchSpace, load_search_space
-from hpo._storage import STORAGE_ENV, create_storage, mask_secrets, mask_url, resolve_storage_url
+from hpo._storage import GRPC_SCHEME, STORAGE_ENV, Heartbeat, create_storage, mask_secrets, mask_url, resolve_storage_url
 from hpo._study import TooManyFailuresError, finished_count, open_study, run_to_budget
+from hpo._workers import StopSignal, run_workers
 from trial_executor import (
     DataError,
     ModelNotFoundError,
@@ -69,6 +71,23 @@ def _number(text: str, low: float, high: float, what: str) -> float:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _gpu_list(text: str) -> list[str]:
+    gpus = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() for part in gpus):
+        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1,2, got {text!r}")
+    return gpus
+
+
 def _positive_float(text: str) -> float:
     return _number(text, 0.0, math.inf, "a positive number of seconds")
 
@@ -103,6 +122,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=_positive_float, default=None, help="stop starting new trials after this many seconds")
     parser.add_argument("--seed", type=int, default=0, help="seeds the sampler and each trial (trial seed = seed + trial number)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where trials train (default: %(default)s)")
+    workers = parser.add_argument_group("workers and failures")
+    workers.add_argument(
+        "--workers", type=_positive_int, default=1,
+        help="worker processes on this machine, all on the same study and budget (default: %(default)s)",
+    )
+    workers.add_argument("--gpus", type=_gpu_list, default=None, help="GPU indices; worker i sees only GPU i mod N, e.g. 0,1,2,3")
+    workers.add_argument(
+        "--heartbeat-interval", type=_positive_int, default=Heartbeat.interval,
+        help="seconds between a running trial's heartbeats (default: %(default)s)",
+    )
+    workers.add_argument(
+        "--grace-period", type=_positive_int, default=Heartbeat.grace_period,
+        help="seconds without a heartbeat before a trial counts as dead and is failed and retried (default: %(default)s)",
+    )
+    workers.add_argument(
+        "--max-retry", type=_non_negative_int, default=Heartbeat.max_retry,
+        help="times a dead or interrupted trial is retried (default: %(default)s)",
+    )
+    workers.add_argument(
+        "--artifact-store", default=DEFAULT_ARTIFACT_DIR,
+        help="directory for trial checkpoints, shared by every worker of the study (default: %(default)s)",
+    )
+    workers.add_argument("--keep-checkpoints", action="store_true", help="keep finished trials' checkpoints (default: removed)")
     data = parser.add_argument_group("data (default: the built-in synthetic reviews)")
     data.add_argument("--data", default=None, help="training data: a CSV, TSV or JSONL file, or a directory saved with datasets' save_to_disk")
     data.add_argument("--text-column", default="text", help="column holding the text (default: %(default)s)")
@@ -213,18 +255,42 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
+def _without_workers_flag(argv: Sequence[str]) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--workers":
+            skip = True
+        elif not arg.startswith("--workers="):
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the study; return the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     _quiet_libraries()
+    stop = StopSignal()
+    stop.install()
     url = resolve_storage_url(args.storage)
     try:
         # Everything that can be wrong with the input is checked before anything is written.
         space = load_search_space(Path(args.space))
         data = _load_data(args)
         _check_models(space)
-        storage = create_storage(url)  # checks the URL and the connection before creating tables
+        heartbeat = Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
+        if url.lower().startswith(GRPC_SCHEME):
+            # Heartbeats live in the RDB storage: a worker on the database directly (or the proxy host) sweeps them.
+            heartbeat = None
+        storage = create_storage(url, heartbeat=heartbeat)  # checks the URL and the connection before creating tables
         study = open_study(storage, args.study_name, space, data, args.seed)
+        if args.workers > 1:
+            print(f"Starting {args.workers} workers on study {args.study_name!r}", flush=True)
+            return run_workers(_without_workers_flag(argv), args.workers, args.gpus)
+        if stop.requested():
+            return stop.exit_code
         names = space.objective_names
         print(
             f"Study {args.study_name!r} in {mask_url(url)}: {finished_count(study)} of {args.n_trials} "
@@ -232,11 +298,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         cache_dir = str(Path(args.cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser())
-        objective = make_objective(space, data, base_seed=args.seed, device=args.device, cache_dir=cache_dir)
+        objective = make_objective(
+            space, data, base_seed=args.seed, device=args.device, cache_dir=cache_dir,
+            checkpoints=artifact_store(args.artifact_store), keep_checkpoints=args.keep_checkpoints,
+            stop_requested=stop.requested,
+        )
         run_to_budget(
             study, objective, args.n_trials, timeout=args.timeout,
             on_trial_finished=lambda trial: print(trial_line(trial, names), flush=True),
+            stop_requested=stop.requested, max_retry=args.max_retry,
         )
+        if stop.requested():
+            print(f"{PROG}: stopped by a signal; the interrupted trial was checkpointed and re-queued: "
+                  "rerun the same command to resume the study", file=sys.stderr, flush=True)
+            return stop.exit_code
         print(_summary(study, url, args.n_trials, names), flush=True)
     except (UserError, DataError, ModelNotFoundError) as err:
         print(f"{PROG}: error: {mask_secrets(str(err), url)}", file=sys.stderr)

@@ -1,0 +1,158 @@
+"""Workers in real processes on real PostgreSQL: killed, interrupted, started together, database restarted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from _private_postgres import PrivatePostgres
+from conftest import ROOT, SMALL_SPACE, cli_args, run_cli
+from optuna.trial import FrozenTrial, TrialState
+
+pytestmark = pytest.mark.postgres
+
+# Trials of a few seconds that checkpoint often: long enough to be caught mid-run.
+LONG_TRIALS = {
+    "objective": {"metric": "accuracy", "direction": "maximize"},
+    "pruner": {"type": "none"},
+    "params": {"learning_rate": {"type": "float", "low": 5e-4, "high": 2e-3, "log": True}},
+    "fixed": {"model": "tiny-bert", "epochs": 3, "batch_size": 16, "max_length": 48, "eval_every": 10},
+}
+FAST_HEARTBEAT = ["--heartbeat-interval", "1", "--grace-period", "3"]
+
+
+def _space(tmp_path: Path, space: dict[str, Any]) -> Path:
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(space))
+    return path
+
+
+def _start(args: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "hpo.run", *args], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _trials(url: str, name: str) -> list[FrozenTrial]:
+    storage = optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+    try:
+        return optuna.load_study(study_name=name, storage=storage).get_trials()
+    finally:
+        storage.engine.dispose()
+
+
+def _wait_for(url: str, name: str, found: Callable[[FrozenTrial], bool], timeout: float = 240) -> FrozenTrial:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            for trial in _trials(url, name):
+                if found(trial):
+                    return trial
+        except KeyError:
+            pass  # the study is not created yet
+        time.sleep(0.2)
+    raise AssertionError(f"no trial of {name!r} matched within {timeout} s")
+
+
+def _running_with_checkpoint(trial: FrozenTrial) -> bool:
+    return trial.state == TrialState.RUNNING and bool(trial.user_attrs.get("checkpoint"))
+
+
+def _finished(trials: list[FrozenTrial]) -> int:
+    return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) and t.user_attrs.get("skip_reason") != "unsupported_precision" for t in trials)
+
+
+def _assert_resumed(retry: FrozenTrial, original: FrozenTrial) -> None:
+    assert retry.state == TrialState.COMPLETE
+    assert retry.user_attrs["resumed_from_trial"] == original.number
+    resumed_at = retry.user_attrs["resumed_at_step"]
+    assert resumed_at > 0
+    assert min(retry.intermediate_values) > resumed_at  # its first report comes after the resumed step
+    assert retry.params == original.params
+
+
+def test_a_killed_worker_trial_is_retried_from_its_checkpoint(pg_database: str, small_data: Path, tmp_path: Path) -> None:
+    args = cli_args(pg_database, _space(tmp_path, LONG_TRIALS), small_data, "--study-name", "kill", "--n-trials", "4",
+                    "--artifact-store", str(tmp_path / "artifacts"), *FAST_HEARTBEAT)
+    workers = [_start(args, tmp_path, tmp_path / f"worker{i}.log") for i in range(2)]
+    try:
+        victim = _wait_for(pg_database, "kill", _running_with_checkpoint)
+        killed = next(w for w in workers if w.pid == victim.user_attrs["worker"]["pid"])
+        killed.send_signal(signal.SIGKILL)
+        survivor = next(w for w in workers if w is not killed)
+        assert survivor.wait(timeout=600) == 0, (tmp_path / "worker0.log").read_text()[-3000:]
+    finally:
+        for worker in workers:
+            worker.kill()
+    trials = _trials(pg_database, "kill")
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING]
+    assert _finished(trials) == 4
+    assert next(t for t in trials if t.number == victim.number).state == TrialState.FAIL
+    retry = next(t for t in trials if t.system_attrs.get("failed_trial") == victim.number)
+    _assert_resumed(retry, victim)
+    # Finished trials leave no checkpoint behind.
+    assert not list((tmp_path / "artifacts").iterdir())
+
+
+def test_sigterm_checkpoints_fails_and_requeues_the_trial_then_a_rerun_resumes_it(
+    pg_database: str, small_data: Path, tmp_path: Path
+) -> None:
+    args = cli_args(pg_database, _space(tmp_path, LONG_TRIALS), small_data, "--study-name", "term", "--n-trials", "2",
+                    "--artifact-store", str(tmp_path / "artifacts"))
+    worker = _start(args, tmp_path, tmp_path / "worker.log")
+    try:
+        _wait_for(pg_database, "term", _running_with_checkpoint)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=120) == 143
+    finally:
+        worker.kill()
+    trials = _trials(pg_database, "term")
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    interrupted = next(t for t in trials if t.state == TrialState.FAIL)
+    assert interrupted.user_attrs["fail_reason"] == "interrupted" and interrupted.user_attrs["interrupted_at_step"] > 0
+    assert [t.state for t in trials if t.system_attrs.get("failed_trial") == interrupted.number] == [TrialState.WAITING]
+    assert "rerun the same command" in (tmp_path / "worker.log").read_text()
+
+    rerun = run_cli(args, tmp_path)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    trials = _trials(pg_database, "term")
+    assert _finished(trials) == 2 and not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    _assert_resumed(next(t for t in trials if t.system_attrs.get("failed_trial") == interrupted.number), interrupted)
+
+
+def test_four_workers_started_together_on_a_fresh_database_keep_the_budget(
+    pg_database: str, small_data: Path, small_space: Path, tmp_path: Path
+) -> None:
+    result = run_cli(cli_args(pg_database, small_space, small_data, "--study-name", "four", "--n-trials", "6", "--workers", "4"), tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    trials = _trials(pg_database, "four")
+    assert 6 <= _finished(trials) <= 6 + 3  # each other worker may finish the trial it was running
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert sum(bool(t.user_attrs.get("fp32_baseline")) for t in trials) == 1
+    assert len({t.user_attrs["worker"]["pid"] for t in trials if "worker" in t.user_attrs}) > 1
+
+
+def test_a_study_completes_across_a_database_restart(private_postgres: PrivatePostgres, small_data: Path, tmp_path: Path) -> None:
+    space = _space(tmp_path, {**SMALL_SPACE, "fixed": {**SMALL_SPACE["fixed"], "epochs": 2}})
+    args = cli_args(private_postgres.url, space, small_data, "--study-name", "restart", "--n-trials", "5")
+    worker = _start(args, tmp_path, tmp_path / "worker.log")
+    try:
+        _wait_for(private_postgres.url, "restart", lambda t: t.state == TrialState.COMPLETE)
+        private_postgres.stop()
+        time.sleep(4)
+        private_postgres.start()
+        assert worker.wait(timeout=300) == 0, (tmp_path / "worker.log").read_text()[-3000:]
+    finally:
+        worker.kill()
+    trials = _trials(private_postgres.url, "restart")
+    assert _finished(trials) == 5
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.FAIL)]
