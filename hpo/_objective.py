@@ -174,7 +174,8 @@ def make_objective(
             for key in _OUTCOME_ATTRS:
                 if key in trial.user_attrs:
                     trial.set_user_attr(key, None)
-        trial.set_user_attr("worker", {"host": socket.gethostname(), "pid": os.getpid()})
+        worker = {"host": socket.gethostname(), "pid": os.getpid(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        trial.set_user_attr("worker", worker)
         params = space.suggest(trial)
         seed = base_seed + (trial.number if original is None else original)
         config = executor_config(params, space, seed=seed, device=device, cache_dir=cache_dir)

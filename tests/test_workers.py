@@ -132,13 +132,17 @@ def test_sigterm_checkpoints_fails_and_requeues_the_trial_then_a_rerun_resumes_i
 def test_four_workers_started_together_on_a_fresh_database_keep_the_budget(
     pg_database: str, small_data: Path, small_space: Path, tmp_path: Path
 ) -> None:
-    result = run_cli(cli_args(pg_database, small_space, small_data, "--study-name", "four", "--n-trials", "6", "--workers", "4"), tmp_path)
+    args = cli_args(pg_database, small_space, small_data, "--study-name", "four", "--n-trials", "6", "--workers", "4", "--gpus", "0,1")
+    result = run_cli(args, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     trials = _trials(pg_database, "four")
     assert 6 <= _finished(trials) <= 6 + 3  # each other worker may finish the trial it was running
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert sum(bool(t.user_attrs.get("fp32_baseline")) for t in trials) == 1
-    assert len({t.user_attrs["worker"]["pid"] for t in trials if "worker" in t.user_attrs}) > 1
+    workers = [t.user_attrs["worker"] for t in trials if "worker" in t.user_attrs]
+    assert len({w["pid"] for w in workers}) > 1
+    # Worker i sees only GPU i mod 2 (CUDA_VISIBLE_DEVICES), whichever workers got trials.
+    assert {w["gpus"] for w in workers} <= {"0", "1"}
 
 
 def test_a_study_completes_across_a_database_restart(private_postgres: PrivatePostgres, small_data: Path, tmp_path: Path) -> None:
