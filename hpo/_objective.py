@@ -31,6 +31,7 @@ from hpo._checkpoints import TrialCheckpoints
 from hpo._measures import MEASUREMENTS, constraint_measure, constraint_violation
 from hpo._space import SearchSpace
 from trial_executor import (
+    METRICS,
     Checkpointing,
     NonFiniteLossError,
     TextClassificationData,
@@ -65,7 +66,11 @@ def executor_config(
     params: dict[str, Any], space: SearchSpace, *, seed: int, device: str, cache_dir: str | None
 ) -> TrainConfig:
     """The one place that turns sampled parameters into an executor config."""
-    return TrainConfig(**{**space.fixed, **params, "seed": seed, "device": device, "cache_dir": cache_dir})
+    values = {**space.fixed, **params, "seed": seed, "device": device, "cache_dir": cache_dir}
+    # Early stopping watches the space's objective metric unless the space names another.
+    if values.get("early_stopping_patience") is not None and values.get("early_stopping_metric") is None:
+        values["early_stopping_metric"] = space.objective_names[0] if space.objective_names[0] in METRICS else None
+    return TrainConfig(**values)
 
 
 def _skip(trial: optuna.Trial, reason: str, detail: str, **attrs: Any) -> optuna.TrialPruned:
@@ -88,6 +93,11 @@ def _record(trial: optuna.Trial, result: TrialResult) -> None:
     trial.set_user_attr("padding_efficiency", result.padding_efficiency)
     trial.set_user_attr("tokenize_seconds", result.tokenize_seconds)
     trial.set_user_attr("tokenize_cache", "hit" if result.tokenize_cache_hit else "miss")
+    trial.set_user_attr("trainable_params", result.trainable_params)
+    trial.set_user_attr("trainable_fraction", result.trainable_fraction)
+    trial.set_user_attr("max_length_effective", result.max_length)
+    trial.set_user_attr("truncated_fraction", result.truncated_fraction)
+    trial.set_user_attr("stopped_reason", result.stopped_reason)
 
 
 def _result_value(result: TrialResult, name: str) -> float:
@@ -208,6 +218,11 @@ def make_objective(
                 saved.close(finished=not interrupted)
 
         _record(trial, result)
+        if config.max_length == "auto":
+            # The length auto chose, per model, on the study (one per model at a fixed max_length_percentile).
+            chosen = trial.study.user_attrs.get("max_length_auto", {})
+            if chosen.get(config.model) != result.max_length:
+                trial.study.set_user_attr("max_length_auto", {**chosen, config.model: result.max_length})
         problem = _non_finite(result, names)
         if problem:
             raise _skip(trial, SKIP_NON_FINITE, problem, skip_step=result.steps)

@@ -11,11 +11,13 @@ from typing import Annotated, Any, Literal
 import optuna
 import pydantic
 import yaml
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from hpo._errors import UserError
+from hpo._fixes import canonical_precision, parse_fixes
 from hpo._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective, Strict
-from trial_executor import METRICS, PRECISIONS, TrainConfig
+from trial_executor import METRICS, PRECISIONS, TrainConfig, lora_available
+from trial_executor._lora import INSTALL_HINT as LORA_INSTALL_HINT
 
 DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
 # Set per run or per trial from the command line, never searched or fixed in a space.
@@ -92,9 +94,13 @@ Param = Annotated[CategoricalParam | FloatParam | IntParam, Field(discriminator=
 
 class NoPruner(Strict):
     type: Literal["none"]
+    # patience (every pruner): wrap it in optuna's PatientPruner, which prunes a trial whose
+    # reported metric has not improved for this many reports (with type none: patience alone).
+    patience: int | None = Field(default=None, ge=0)
 
 
 class MedianPrunerSpec(Strict):
+    patience: int | None = Field(default=None, ge=0)
     type: Literal["median"]
     n_startup_trials: int = Field(default=5, ge=0)
     n_warmup_steps: int = Field(default=0, ge=0)
@@ -102,6 +108,7 @@ class MedianPrunerSpec(Strict):
 
 
 class HyperbandPrunerSpec(Strict):
+    patience: int | None = Field(default=None, ge=0)
     type: Literal["hyperband"]
     min_resource: int = Field(default=1, ge=1)
     max_resource: int | Literal["auto"] = "auto"
@@ -109,6 +116,7 @@ class HyperbandPrunerSpec(Strict):
 
 
 class SuccessiveHalvingPrunerSpec(Strict):
+    patience: int | None = Field(default=None, ge=0)
     type: Literal["successive_halving"]
     min_resource: int | Literal["auto"] = "auto"
     reduction_factor: int = Field(default=4, ge=2)
@@ -137,6 +145,8 @@ class SearchSpace(Strict):
     fixed: dict[str, Any] = Field(default_factory=dict)
     constraints: dict[str, float] = Field(default_factory=dict)
     oom_fallback: bool = False
+    # --fix NAME=VALUE for this run (see parse_fixes): not part of the space, never stored.
+    _fixes: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -170,12 +180,41 @@ class SearchSpace(Strict):
         """Pruners see one evaluation metric per evaluation: only single eval-metric objectives report."""
         return not self.is_multi_objective and self.objective_names[0] in METRICS
 
+    @property
+    def fixes(self) -> dict[str, Any]:
+        """Parameters pinned for this run with ``--fix`` (see :meth:`with_fixes`)."""
+        return dict(self._fixes)
+
+    def with_fixes(self, fixes: dict[str, Any]) -> SearchSpace:
+        """This space with ``fixes`` (from :meth:`parse_fixes`) pinned for the run; its stored form is unchanged."""
+        copy = self.model_copy()
+        copy._fixes = dict(fixes)
+        return copy
+
     def baseline_params(self) -> dict[str, Any] | None:
-        """fp32 plus every other searched parameter at its default; ``None`` when fp32 is not searched."""
+        """fp32 plus every other searched parameter at its default (or its ``--fix`` value).
+
+        ``None`` when fp32 (or an alias of it, e.g. ``none``) is not searched, or a fix pins
+        another precision.
+        """
         precision = self.params.get("fp_precision")
-        if not isinstance(precision, CategoricalParam) or "fp32" not in precision.choices:
+        if not isinstance(precision, CategoricalParam):
             return None
-        return {name: "fp32" if name == "fp_precision" else p.default_value() for name, p in self.params.items()}
+        fp32 = next((c for c in precision.choices if canonical_precision(c) == "fp32"), None)
+        if fp32 is None or canonical_precision(self._fixes.get("fp_precision", fp32)) != "fp32":
+            return None
+        values = {name: fp32 if name == "fp_precision" else p.default_value() for name, p in self.params.items()}
+        return {**values, **self._fixes}
+
+    def parse_fixes(self, items: list[str]) -> dict[str, Any]:
+        """``["NAME=VALUE", ...]`` (``--fix``) -> ``{name: value}``, each value one the space can sample.
+
+        Values take the parameter's type and must be one of its choices (``fp_precision``
+        aliases such as ``none`` match ``fp32``) or inside its range, on its step grid.
+        Raises :class:`SearchSpaceError` with one line on a malformed item, an unknown or
+        non-searched name, or a value out of bounds.
+        """
+        return parse_fixes(self, items)
 
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         """Sample every parameter (enqueued trials get their enqueued values)."""
@@ -191,13 +230,16 @@ class SearchSpace(Strict):
 
     def build_pruner(self) -> optuna.pruners.BasePruner:
         spec = self.pruner
+        pruner: optuna.pruners.BasePruner | None = None
         if isinstance(spec, MedianPrunerSpec):
-            return optuna.pruners.MedianPruner(spec.n_startup_trials, spec.n_warmup_steps, spec.interval_steps)
-        if isinstance(spec, HyperbandPrunerSpec):
-            return optuna.pruners.HyperbandPruner(spec.min_resource, spec.max_resource, spec.reduction_factor)
-        if isinstance(spec, SuccessiveHalvingPrunerSpec):
-            return optuna.pruners.SuccessiveHalvingPruner(spec.min_resource, spec.reduction_factor, spec.min_early_stopping_rate)
-        return optuna.pruners.NopPruner()
+            pruner = optuna.pruners.MedianPruner(spec.n_startup_trials, spec.n_warmup_steps, spec.interval_steps)
+        elif isinstance(spec, HyperbandPrunerSpec):
+            pruner = optuna.pruners.HyperbandPruner(spec.min_resource, spec.max_resource, spec.reduction_factor)
+        elif isinstance(spec, SuccessiveHalvingPrunerSpec):
+            pruner = optuna.pruners.SuccessiveHalvingPruner(spec.min_resource, spec.reduction_factor, spec.min_early_stopping_rate)
+        if spec.patience is not None:
+            return optuna.pruners.PatientPruner(pruner, patience=spec.patience)
+        return pruner or optuna.pruners.NopPruner()
 
     def stored_form(self) -> dict[str, Any]:
         """The space as stored on the study; equal spaces give equal forms.
@@ -212,6 +254,8 @@ class SearchSpace(Strict):
         for param in dumped["params"].values():
             if param["default"] is None:
                 del param["default"]
+        if dumped["pruner"]["patience"] is None:
+            del dumped["pruner"]["patience"]
         return dumped
 
     def to_json(self) -> str:
@@ -282,7 +326,7 @@ def _check_objectives(space: SearchSpace) -> str | None:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         return f"objectives: {repeated[0]!r} is listed twice"
-    if space.pruner.type != "none":
+    if space.pruner.type != "none" or space.pruner.patience is not None:
         if space.is_multi_objective:
             # Optuna prunes on one reported value per step; a multi-objective trial has none.
             return f"pruner: {space.pruner.type!r} cannot prune a study with several objectives; use pruner: {{type: none}}"
@@ -327,8 +371,12 @@ def _check_semantics(space: SearchSpace) -> str | None:
     precisions = space.params.get("fp_precision")
     candidates = precisions.choices if isinstance(precisions, CategoricalParam) else [space.fixed.get("fp_precision", "fp32")]
     for value in candidates:
-        if value not in PRECISIONS:
-            return f"unknown precision {value!r}; expected one of {', '.join(PRECISIONS)}"
+        if canonical_precision(value) not in PRECISIONS:
+            return f"unknown precision {value!r}; expected one of {', '.join(PRECISIONS)} (or none = fp32)"
+    finetune = space.params.get("finetune")
+    modes = finetune.choices if isinstance(finetune, CategoricalParam) else [space.fixed.get("finetune", "full")]
+    if "lora" in modes and not lora_available():
+        return LORA_INSTALL_HINT
     try:
         # Searched fields take their dataclass defaults here.
         TrainConfig(**space.fixed)

@@ -51,7 +51,14 @@ def _model(name: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "examples:\n"
+            f"  {PROG}                                        # short check on this machine's default device\n"
+            f"  {PROG} --model bert-base-random --batch-size 32 --seq-len 128 --steps 20 --device cuda"
+        ),
+    )
     parser.add_argument(
         "--model", type=_model, default=DEFAULT_CHECK_MODEL,
         help=f"random-init model: {', '.join(CHECK_MODELS)} (default: %(default)s)",

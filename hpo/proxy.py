@@ -45,7 +45,15 @@ def _port(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "examples:\n"
+            f"  {PROG} --storage postgresql://user:pass@db:5432/hpo              # listens on 127.0.0.1:13000\n"
+            f"  {PROG} --storage \"$HPO_STORAGE\" --host 0.0.0.0 --port 13000   # private network only\n"
+            "  python -m hpo.run --storage grpc://PROXY_HOST:13000 --study-name sst2   # on each worker"
+        ),
+    )
     parser.add_argument(
         "--storage", default=None,
         help=f"the database: sqlite:///file.db or postgresql://user:pass@host:5432/db (default: ${STORAGE_ENV}, else sqlite:///hpo-studies.db)",

@@ -31,7 +31,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "examples:\n"
+            f"  {PROG} --study-name precision-demo                  # ./hpo-report-precision-demo/report.md\n"
+            f"  {PROG} --study-name sst2 --storage postgresql://user:pass@db:5432/hpo --out reports/sst2"
+        ),
+    )
     parser.add_argument("--study-name", required=True, help="the study to report on")
     parser.add_argument(
         "--storage", default=None,

@@ -43,6 +43,8 @@ CACHE_ENV = "HPO_CACHE_DIR"
 DEFAULT_CACHE_DIR = "~/.cache/precision-hpo/tokenized"
 DEFAULT_N_TRIALS = 8
 PROG = "python -m hpo.run"
+# --mixed-precision (accelerate's values) -> the fp_precision it fixes.
+MIXED_PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -122,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=_positive_float, default=None, help="stop starting new trials after this many seconds")
     parser.add_argument("--seed", type=int, default=0, help="seeds the sampler and each trial (trial seed = seed + trial number)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where trials train (default: %(default)s)")
+    parser.add_argument(
+        "--fix", action="append", default=[], metavar="NAME=VALUE",
+        help="pin a searched parameter for this run (repeatable), e.g. --fix batch_size=16; the stored space is unchanged",
+    )
+    parser.add_argument(
+        "--mixed-precision", choices=tuple(MIXED_PRECISION), default=None,
+        help="accelerate's spelling of --fix fp_precision=fp32|fp16|bf16",
+    )
     workers = parser.add_argument_group("workers and failures")
     workers.add_argument(
         "--workers", type=_positive_int, default=1,
@@ -278,6 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Everything that can be wrong with the input is checked before anything is written.
         space = load_search_space(Path(args.space))
+        fix = args.fix + ([f"fp_precision={MIXED_PRECISION[args.mixed_precision]}"] if args.mixed_precision else [])
+        space = space.with_fixes(space.parse_fixes(fix))
         data = _load_data(args)
         _check_models(space)
         heartbeat = Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
@@ -286,6 +298,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             heartbeat = None
         storage = create_storage(url, heartbeat=heartbeat)  # checks the URL and the connection before creating tables
         study = open_study(storage, args.study_name, space, data, args.seed)
+        if space.fixes:
+            # Pinned for this run only; still recorded as each trial's params.
+            study.sampler = optuna.samplers.PartialFixedSampler(space.fixes, study.sampler)
         if args.workers > 1:
             print(f"Starting {args.workers} workers on study {args.study_name!r}", flush=True)
             return run_workers(_without_workers_flag(argv), args.workers, args.gpus)

@@ -70,6 +70,70 @@ def train_batches(
         yield [collate(split, part, pad_id) for part in parts]
 
 
+class _BatchDataset(torch.utils.data.Dataset):
+    """Item ``indices`` (one batch's row indices) -> that batch's padded chunks; run in DataLoader workers."""
+
+    def __init__(self, split: TokenizedSplit, pad_id: int, chunk_by_length: bool) -> None:
+        self.split, self.pad_id, self.chunk_by_length = split, pad_id, chunk_by_length
+
+    def __getitem__(self, indices: list[int]) -> list[dict[str, torch.Tensor]]:
+        parts = length_chunks(self.split, indices) if self.chunk_by_length else [list(indices)]
+        return [collate(self.split, part, self.pad_id) for part in parts]
+
+
+class _EpochSampler(torch.utils.data.Sampler):
+    """The current epoch's batches, set before each pass; the main process draws them, workers collate."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def _as_is(item: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
+    return item
+
+
+class TrainBatches:
+    """Each epoch's batches (see :func:`train_batches`), collated in process or by DataLoader workers.
+
+    The batch order is always drawn in this process from the run's generator, so it does not
+    depend on ``num_workers``; workers only pad and chunk (in order). One DataLoader serves
+    the whole run, so ``persistent_workers`` keeps its workers across epochs.
+    """
+
+    def __init__(
+        self, split: TokenizedSplit, batch_size: int, pad_id: int, *, length_grouping: bool, chunk_by_length: bool,
+        num_workers: int = 0, pin_memory: bool = False, persistent_workers: bool = False, prefetch_factor: int | None = None,
+    ) -> None:
+        self.split, self.batch_size, self.pad_id = split, batch_size, pad_id
+        self.length_grouping, self.chunk_by_length = length_grouping, chunk_by_length
+        self.loader: torch.utils.data.DataLoader | None = None
+        if num_workers > 0:
+            self.sampler = _EpochSampler()
+            self.loader = torch.utils.data.DataLoader(
+                _BatchDataset(split, pad_id, chunk_by_length), batch_size=None, sampler=self.sampler, collate_fn=_as_is,
+                num_workers=num_workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
+                prefetch_factor=prefetch_factor,
+                # Its own generator: iterating must not draw from torch's global RNG (dropout's).
+                generator=torch.Generator().manual_seed(0),
+            )
+
+    def epoch(self, generator: torch.Generator, start: int = 0) -> Iterator[list[dict[str, torch.Tensor]]]:
+        if self.loader is None:
+            yield from train_batches(
+                self.split, self.batch_size, self.pad_id, generator,
+                length_grouping=self.length_grouping, chunk_by_length=self.chunk_by_length, start=start,
+            )
+            return
+        self.sampler.batches = epoch_batches(self.split, self.batch_size, generator, length_grouping=self.length_grouping)[start:]
+        yield from self.loader
+
+
 def length_chunks(split: TokenizedSplit, indices: Sequence[int], min_rows: int = 8) -> list[list[int]]:
     """Cut one batch into length-sorted chunks that each pad only to their own longest row.
 

@@ -8,6 +8,7 @@ run continues exactly where its predecessor saved.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import tempfile
@@ -18,6 +19,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from trial_executor._config import TrainConfig
 
 CHECKPOINT_FILE = "checkpoint.pt"
 
@@ -83,7 +86,9 @@ def load_checkpoint(path: Path, config: dict[str, Any], data_fingerprint: str) -
     """The state saved at ``path``; refuses one saved by a run with another config or data."""
     state = torch.load(path, map_location="cpu", weights_only=False)
     ignored = {"device", "cache_dir"}
-    saved = {k: v for k, v in state["config"].items() if k not in ignored}
+    # Fields added since the checkpoint was written count at their defaults.
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    saved = {k: v for k, v in {**defaults, **state["config"]}.items() if k not in ignored}
     wanted = {k: v for k, v in config.items() if k not in ignored}
     if saved != wanted or state["data_fingerprint"] != data_fingerprint:
         raise ValueError(f"checkpoint {path} was saved by a run with another config or data; it cannot be resumed")

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from trial_executor._metrics import METRICS
 from trial_executor._precision import PRECISIONS
 
 LR_SCHEDULES: tuple[str, ...] = ("linear", "cosine", "constant")
@@ -14,6 +15,10 @@ DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 # (measured: tiny-bert 0.3M params loses ~35% in bf16, minilm-l6 22M params gains ~40%).
 CHUNKING_MIN_PARAMS = 5_000_000
 _ACCEPTED_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+# Other names for a precision, as some HPO scripts and launchers spell them (accelerate's
+# --mixed-precision no|fp16|bf16): normalised when the config is built.
+PRECISION_ALIASES: dict[str, str] = {"none": "fp32", "no": "fp32"}
+FINETUNE_MODES: tuple[str, ...] = ("full", "lora")
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,16 @@ class TrainConfig:
     tokenized data shared across trials and processes (``None``: no disk cache).
     ``max_skipped_steps``: fp16 trials stop as non-finite once GradScaler skips more optimizer
     steps than this in a row.
+
+    Issue-7 knobs: ``max_length="auto"`` picks the smallest multiple of 8 covering
+    ``max_length_percentile`` % of the training texts' token lengths. ``finetune="lora"``
+    trains LoRA adapters (``lora_rank``, ``lora_alpha``: ``None`` = 2 x rank, ``lora_dropout``,
+    ``lora_target_modules``: comma-separated module names, ``None`` = per architecture) plus the
+    classifier head. ``gradient_checkpointing`` recomputes each layer's activations in the
+    backward pass. ``early_stopping_patience`` stops a run whose ``early_stopping_metric``
+    (``None``: accuracy) has not improved for that many evaluations. ``num_workers`` > 0 collates
+    training batches in DataLoader worker processes (``pin_memory``, ``persistent_workers``,
+    ``prefetch_factor`` as in :class:`torch.utils.data.DataLoader`).
     """
 
     model: str = "tiny-bert"
@@ -39,7 +54,8 @@ class TrainConfig:
     learning_rate: float = 1e-3
     epochs: int = 1
     max_steps: int | None = None
-    max_length: int = 64
+    max_length: int | str = 64
+    max_length_percentile: float = 99.5
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     lr_schedule: str = "linear"
@@ -56,14 +72,29 @@ class TrainConfig:
     packed_forward: bool = True
     max_skipped_steps: int = 20
     cache_dir: str | None = None
+    finetune: str = "full"
+    lora_rank: int = 8
+    lora_alpha: float | None = None
+    lora_dropout: float = 0.1
+    lora_target_modules: str | None = None
+    gradient_checkpointing: bool = False
+    early_stopping_patience: int | None = None
+    early_stopping_metric: str | None = None
+    num_workers: int = 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
 
     def __post_init__(self) -> None:
+        if self.fp_precision in PRECISION_ALIASES:
+            object.__setattr__(self, "fp_precision", PRECISION_ALIASES[self.fp_precision])
         problems = []
         for f in dataclasses.fields(self):
             value, annotation = getattr(self, f.name), str(f.type)
-            if value is None and annotation.endswith("| None"):
+            kinds = annotation.split(" | ")
+            if value is None and "None" in kinds:
                 continue
-            want = _ACCEPTED_TYPES[annotation.removesuffix(" | None")]
+            want = tuple(t for kind in kinds if kind != "None" for t in _ACCEPTED_TYPES[kind])
             # bool is an int subclass: a YAML ``true`` must not pass as a batch size.
             if not isinstance(value, want) or (isinstance(value, bool) and bool not in want):
                 problems.append(f"{f.name} must be {annotation}, got {value!r}")
@@ -78,7 +109,21 @@ class TrainConfig:
             (self.learning_rate > 0, "learning_rate must be > 0"),
             (self.epochs >= 1, "epochs must be >= 1"),
             (self.max_steps is None or self.max_steps >= 1, "max_steps must be >= 1 or null"),
-            (self.max_length >= 8, "max_length must be >= 8"),
+            (self.max_length == "auto" or (isinstance(self.max_length, int) and self.max_length >= 8),
+             "max_length must be an int >= 8 or 'auto'"),
+            (0 < self.max_length_percentile <= 100, "max_length_percentile must be in (0, 100]"),
+            (self.finetune in FINETUNE_MODES, f"finetune must be one of {', '.join(FINETUNE_MODES)}"),
+            (self.lora_rank >= 1, "lora_rank must be >= 1"),
+            (self.lora_alpha is None or self.lora_alpha > 0, "lora_alpha must be > 0 or null (2 x lora_rank)"),
+            (0 <= self.lora_dropout < 1, "lora_dropout must be in [0, 1)"),
+            (self.lora_target_modules is None or bool(self.lora_target_modules.strip()), "lora_target_modules must not be empty"),
+            (self.early_stopping_patience is None or self.early_stopping_patience >= 1, "early_stopping_patience must be >= 1 or null"),
+            (self.early_stopping_metric is None or self.early_stopping_metric in METRICS,
+             f"early_stopping_metric must be one of {', '.join(METRICS)} or null"),
+            (self.num_workers >= 0, "num_workers must be >= 0"),
+            (self.prefetch_factor is None or self.prefetch_factor >= 1, "prefetch_factor must be >= 1 or null"),
+            (self.num_workers > 0 or not self.persistent_workers, "persistent_workers needs num_workers > 0"),
+            (self.num_workers > 0 or self.prefetch_factor is None, "prefetch_factor needs num_workers > 0"),
             (self.weight_decay >= 0, "weight_decay must be >= 0"),
             (0 <= self.warmup_ratio < 1, "warmup_ratio must be in [0, 1)"),
             (self.grad_accum_steps >= 1, "grad_accum_steps must be >= 1"),

@@ -1,8 +1,9 @@
 """The training loop: one config and one dataset in, one :class:`TrialResult` out.
 
-Reads top to bottom: resolve precision, build the model, train with accumulation and
-clipping, evaluate every ``eval_every`` optimizer steps and at the end, report each
-evaluation to the caller, who may stop the run (pruning).
+Reads top to bottom: resolve precision, build the model (LoRA adapters, gradient
+checkpointing), tokenize, train with accumulation and clipping, evaluate every ``eval_every``
+optimizer steps and at the end, report each evaluation to the caller, who may stop the run
+(pruning), and stop by itself once the evaluation metric stops improving (early stopping).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trial_executor._batching import TokenizedSplit, eval_batches, token_counts, train_batches
+from trial_executor._batching import TokenizedSplit, TrainBatches, eval_batches, token_counts
 from trial_executor._checkpoint import (
     Checkpointing,
     TrialInterrupted,
@@ -33,18 +34,20 @@ from trial_executor._config import CHUNKING_MIN_PARAMS, TrainConfig
 from trial_executor._data import TextClassificationData
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
 from trial_executor._hardware import peak_memory_mb, release_memory, reset_peak_memory, resolve_device
+from trial_executor._lora import apply_lora, load_trainable_state_dict, parameter_counts, trainable_state_dict
 from trial_executor._metrics import classification_metrics
 from trial_executor._models import load_model
 from trial_executor._packed import PackedBertClassifier, supports_packed_forward
 from trial_executor._precision import PrecisionPolicy
 from trial_executor._result import TrialResult
-from trial_executor._tokenization import tokenize
+from trial_executor._tokenization import tokenize_data
 
 ReportFn = Callable[[int, dict[str, float]], bool]
 """``report(step, metrics)`` is called after each evaluation and returns True to stop the run."""
 
 # Reading the loss on the host syncs a GPU; there it is checked every few optimizer steps.
 _FINITE_CHECK_EVERY = {"cpu": 1, "cuda": 8}
+STOPPED_PRUNED, STOPPED_EARLY_STOPPING = "pruned", "early_stopping"
 
 
 def seed_everything(seed: int) -> None:
@@ -181,6 +184,8 @@ class _Progress:
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
     history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    best_score: float | None = None  # early stopping: the best metric so far (signed: higher is better)
+    evals_since_best: int = 0
 
 
 def _train(
@@ -189,24 +194,29 @@ def _train(
 ) -> TrialResult:
     seed_everything(config.seed)
     model, tokenizer = load_model(config.model, data.label_names, data.train_texts)
+    if config.finetune == "lora":
+        model = apply_lora(model, config)  # adapters injected in place; the model keeps its class
+    trainable_params, total_params = parameter_counts(model)
     model.to(device).train()
     packed = config.packed_forward and supports_packed_forward(model)
-    forward: Callable[..., Any] = PackedBertClassifier(model) if packed else model
+    if config.gradient_checkpointing and not packed:
+        model.activation_checkpointing_enable({"use_reentrant": False})
+    forward: Callable[..., Any] = (
+        PackedBertClassifier(model, gradient_checkpointing=config.gradient_checkpointing) if packed else model
+    )
     if config.torch_compile:
         forward = torch.compile(forward, dynamic=True)
     chunk_by_length = config.chunk_by_length
     if chunk_by_length is None:
         # Packed, only the attention product is padded: chunks would save little and cost calls.
-        chunk_by_length = not packed and sum(p.numel() for p in model.parameters()) >= CHUNKING_MIN_PARAMS
+        chunk_by_length = not packed and total_params >= CHUNKING_MIN_PARAMS
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    tick = time.perf_counter()
-    train_split, train_hit = tokenize(
-        tokenizer, data.train_texts, data.train_labels, config.max_length, pairs=data.train_pairs, cache_dir=config.cache_dir
+    max_positions = min(getattr(model.config, "max_position_embeddings", 512), tokenizer.model_max_length)
+    tokens = tokenize_data(
+        tokenizer, data, config.max_length, percentile=config.max_length_percentile,
+        max_positions=max_positions, cache_dir=config.cache_dir,
     )
-    valid_split, valid_hit = tokenize(
-        tokenizer, data.valid_texts, data.valid_labels, config.max_length, pairs=data.valid_pairs, cache_dir=config.cache_dir
-    )
-    tokenize_seconds = time.perf_counter() - tick
+    train_split, valid_split = tokens.train, tokens.valid
 
     micro_per_epoch = math.ceil(len(train_split) / config.batch_size)
     total_steps = config.epochs * math.ceil(micro_per_epoch / config.grad_accum_steps)
@@ -219,6 +229,14 @@ def _train(
     scaler = policy.grad_scaler()
     check_every = _FINITE_CHECK_EVERY.get(device.type, 1)
     generator = torch.Generator().manual_seed(config.seed)
+    batches = TrainBatches(
+        train_split, config.batch_size, pad_id, length_grouping=config.length_grouping, chunk_by_length=chunk_by_length,
+        num_workers=config.num_workers, pin_memory=config.pin_memory, persistent_workers=config.persistent_workers,
+        prefetch_factor=config.prefetch_factor,
+    )
+    # Early stopping: higher is better once the metric is signed (loss is minimised).
+    stop_metric = config.early_stopping_metric or "accuracy"
+    stop_sign = -1.0 if stop_metric == "loss" else 1.0
     run = _Progress()
 
     def checkpoint() -> Path | None:
@@ -227,7 +245,9 @@ def _train(
         state = {
             "config": config.to_dict(), "data_fingerprint": data.fingerprint, "step": run.step,
             "progress": dataclasses.asdict(run), "rng": rng_states(),
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            # LoRA: the frozen weights are rebuilt from the model's source; only what trains is saved.
+            "model": trainable_state_dict(model) if config.finetune == "lora" else model.state_dict(),
+            "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
             "scaler": scaler.state_dict() if scaler else None,
         }
         return save_checkpoint(state, checkpointing)
@@ -235,7 +255,10 @@ def _train(
     resumed_at: int | None = None
     if checkpointing is not None and checkpointing.resume_from is not None:
         state = load_checkpoint(checkpointing.resume_from, config.to_dict(), data.fingerprint)
-        model.load_state_dict(state["model"])
+        if config.finetune == "lora":
+            load_trainable_state_dict(model, state["model"])
+        else:
+            model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         if scaler:
@@ -245,18 +268,14 @@ def _train(
         resumed_at = run.step
 
     train_loss = torch.zeros((), device=device)
-    stopped_early = False
+    stopped: str | None = None  # STOPPED_PRUNED or STOPPED_EARLY_STOPPING
     reset_peak_memory(device)
     tick = time.perf_counter()
-    while run.step < total_steps and not stopped_early:
+    while run.step < total_steps and not stopped:
         if run.epoch_rng is None:
             run.epoch_rng = generator.get_state()
         generator.set_state(run.epoch_rng)
-        epoch = train_batches(
-            train_split, config.batch_size, pad_id, generator,
-            length_grouping=config.length_grouping, chunk_by_length=chunk_by_length, start=run.next_batch,
-        )
-        for i, chunks in enumerate(epoch, start=run.next_batch):
+        for i, chunks in enumerate(batches.epoch(generator, start=run.next_batch), start=run.next_batch):
             # The loss is a mean over the accumulation window's batches, and over each batch's
             # rows: a chunk's mean loss counts by its share of the batch.
             window_start = i - i % config.grad_accum_steps
@@ -317,15 +336,24 @@ def _train(
                 metrics["train_loss"] = run.loss_sum / max(1, run.loss_count)
                 run.loss_sum, run.loss_count = 0.0, 0
                 run.history.append((run.step, dict(metrics)))
-                stopped_early = bool(report and report(run.step, dict(metrics)))
+                if report and report(run.step, dict(metrics)):
+                    stopped = STOPPED_PRUNED
+                elif config.early_stopping_patience is not None:
+                    score = stop_sign * metrics[stop_metric]
+                    if run.best_score is None or score > run.best_score:
+                        run.best_score, run.evals_since_best = score, 0
+                    else:
+                        run.evals_since_best += 1
+                    if run.evals_since_best >= config.early_stopping_patience and not last:
+                        stopped = STOPPED_EARLY_STOPPING
                 run.eval_seconds += time.perf_counter() - tock
-                if not (last or stopped_early or interrupted):
+                if not (last or stopped or interrupted):
                     checkpoint()
             if interrupted:
                 raise TrialInterrupted(run.step, checkpoint())
             if evaluate_now:
                 tick = time.perf_counter()
-            if last or stopped_early:
+            if last or stopped:
                 break
         else:
             run.epoch, run.next_batch, run.epoch_rng = run.epoch + 1, 0, None
@@ -335,7 +363,8 @@ def _train(
         metrics=history[-1][1],
         history=history,
         steps=run.step,
-        stopped_early=stopped_early,
+        stopped_early=stopped == STOPPED_PRUNED,
+        stopped_reason=stopped,
         precision_effective=policy.name,
         throughput_samples_per_s=run.samples / run.train_seconds if run.train_seconds else 0.0,
         throughput_tokens_per_s=run.tokens / run.train_seconds if run.train_seconds else 0.0,
@@ -344,8 +373,12 @@ def _train(
         eval_seconds=run.eval_seconds,
         used_grad_scaler=scaler is not None,
         padding_efficiency=run.tokens / run.padded_tokens if run.padded_tokens else 1.0,
-        tokenize_seconds=tokenize_seconds,
-        tokenize_cache_hit=train_hit and valid_hit,
+        tokenize_seconds=tokens.seconds,
+        tokenize_cache_hit=tokens.cache_hit,
         packed_forward=packed,
         resumed_at_step=resumed_at,
+        max_length=tokens.max_length,
+        truncated_fraction=tokens.truncated_fraction,
+        trainable_params=trainable_params,
+        trainable_fraction=trainable_params / total_params,
     )

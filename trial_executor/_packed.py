@@ -12,12 +12,18 @@ computes the same logits and loss with the model's own modules and weights, but:
 Gradients are the HF forward's (padding and the last layer's other positions never reach
 the loss); only floating-point summation order and the dropout masks' random draws differ.
 Rows must be right-padded, as :func:`~trial_executor._batching.collate` pads them.
+
+Projections that are plain ``nn.Linear`` modules run fused (one matmul for q, k and v); any
+other module in their place (a ``peft`` LoRA layer) is called as a module, so its adapter
+is part of the function. ``gradient_checkpointing`` recomputes each layer in the backward
+pass (``torch.utils.checkpoint``, non-reentrant; dropout masks replayed).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 from transformers import BertForSequenceClassification, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
@@ -38,13 +44,21 @@ def supports_packed_forward(model: PreTrainedModel) -> bool:
     )
 
 
+def _project(h: torch.Tensor, modules: list[torch.nn.Module]) -> torch.Tensor:
+    """``cat([m(h) for m in modules], dim=1)``: one fused matmul when all are plain ``nn.Linear``."""
+    if all(type(m) is torch.nn.Linear for m in modules):
+        return F.linear(h, torch.cat([m.weight for m in modules]), torch.cat([m.bias for m in modules]))
+    return torch.cat([m(h) for m in modules], dim=1)
+
+
 class PackedBertClassifier:
     """Call like the model: ``forward(input_ids=, attention_mask=, labels=None)`` -> loss and logits."""
 
-    def __init__(self, model: BertForSequenceClassification) -> None:
+    def __init__(self, model: BertForSequenceClassification, *, gradient_checkpointing: bool = False) -> None:
         if not supports_packed_forward(model):
             raise ValueError(f"{type(model).__name__} with this config has no packed forward")
         self.model = model
+        self.gradient_checkpointing = gradient_checkpointing
 
     def __call__(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor | None = None
@@ -62,37 +76,34 @@ class PackedBertClassifier:
         h = emb.word_embeddings(input_ids.flatten()[keep]) + emb.token_type_embeddings.weight[0]
         h = emb.dropout(emb.LayerNorm(h + emb.position_embeddings(positions)))
 
-        def grid(x: torch.Tensor, parts: int) -> torch.Tensor:
+        def grid(x: torch.Tensor, parts: int, heads: int, head_dim: int) -> torch.Tensor:
             # (tokens, parts*hidden) -> (parts, batch, heads, width, head_dim), zeros at padding.
             full = x.new_zeros(batch * width, x.shape[1]).index_copy(0, keep, x)
             return full.view(batch, width, parts, heads, head_dim).permute(2, 0, 3, 1, 4)
 
-        layers = bert.encoder.layer
-        for i, layer in enumerate(layers):
+        def run_layer(h: torch.Tensor, layer: torch.nn.Module, last: bool) -> torch.Tensor:
             sa = layer.attention.self
             heads, head_dim = sa.num_attention_heads, sa.attention_head_size
             dropout = sa.dropout.p if model.training else 0.0
-            last = i == len(layers) - 1
             if not last:
-                qkv = F.linear(
-                    h,
-                    torch.cat([sa.query.weight, sa.key.weight, sa.value.weight]),
-                    torch.cat([sa.query.bias, sa.key.bias, sa.value.bias]),
-                )
-                q, k, v = grid(qkv, 3)
+                q, k, v = grid(_project(h, [sa.query, sa.key, sa.value]), 3, heads, head_dim)
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout, scale=sa.scaling)
                 out = out.transpose(1, 2).reshape(batch * width, -1).index_select(0, keep)
             else:
                 # Only the [CLS] rows reach the pooler: one query per row over all keys.
-                k, v = grid(
-                    F.linear(h, torch.cat([sa.key.weight, sa.value.weight]), torch.cat([sa.key.bias, sa.value.bias])), 2
-                )
+                k, v = grid(_project(h, [sa.key, sa.value]), 2, heads, head_dim)
                 h = h.index_select(0, cls)
                 q = sa.query(h).view(batch, heads, 1, head_dim)
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout, scale=sa.scaling)
                 out = out.reshape(batch, -1)
             attended = layer.attention.output(out, h)
-            h = layer.output(layer.intermediate(attended), attended)
+            return layer.output(layer.intermediate(attended), attended)
+
+        layers = bert.encoder.layer
+        recompute = self.gradient_checkpointing and model.training and torch.is_grad_enabled()
+        for i, layer in enumerate(layers):
+            last = i == len(layers) - 1
+            h = checkpoint(run_layer, h, layer, last, use_reentrant=False) if recompute else run_layer(h, layer, last)
 
         pooled = bert.pooler.activation(bert.pooler.dense(h))
         logits = model.classifier(model.dropout(pooled))

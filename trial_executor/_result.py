@@ -18,6 +18,11 @@ class TrialResult:
     real tokens / processed tokens over all training batches as padded. ``packed_forward``
     tells whether the packed forward ran (projections and feed-forward on real tokens only).
     ``resumed_at_step`` is the optimizer step a resumed run started from (``None``: from 0).
+    ``stopped_reason``: ``"pruned"`` (the callback stopped it; ``stopped_early`` is then true),
+    ``"early_stopping"`` (the metric stopped improving; ``metrics`` is the last evaluation), or
+    ``None`` (ran to the end). ``max_length`` is the length texts were cut at (resolved when the
+    config said ``auto``), ``truncated_fraction`` the share of training rows cut. ``trainable_params``
+    and ``trainable_fraction`` (of all parameters) tell what a LoRA run trained.
     """
 
     metrics: dict[str, float]
@@ -36,6 +41,11 @@ class TrialResult:
     tokenize_cache_hit: bool
     packed_forward: bool = False
     resumed_at_step: int | None = None
+    stopped_reason: str | None = None
+    max_length: int = 0
+    truncated_fraction: float = 0.0
+    trainable_params: int = 0
+    trainable_fraction: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
+import time
 import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from trial_executor._batching import TokenizedSplit
+from trial_executor._data import TextClassificationData
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -104,3 +108,59 @@ def tokenize(
     input_ids = _encode(tokenizer, texts, pairs, max_length)
     _store(path, input_ids)
     return TokenizedSplit(input_ids, list(labels)), False
+
+
+def auto_max_length(lengths: Sequence[int], percentile: float, cap: int, multiple: int = 8) -> int:
+    """The smallest multiple of ``multiple`` covering ``percentile`` % of ``lengths``, at most ``cap``.
+
+    ``lengths`` are token counts (special tokens included) measured without a tighter cut.
+    """
+    if not lengths:
+        return min(cap, multiple)
+    ordered = sorted(lengths)
+    # The smallest length L with at least percentile % of the rows at or below L.
+    index = max(0, math.ceil(len(ordered) * percentile / 100) - 1)
+    chosen = max(multiple, math.ceil(ordered[index] / multiple) * multiple)
+    return min(chosen, cap)
+
+
+@dataclass(frozen=True)
+class TokenizedData:
+    """Both splits tokenized at ``max_length`` (the resolved one when the config said ``auto``)."""
+
+    train: TokenizedSplit
+    valid: TokenizedSplit
+    cache_hit: bool
+    max_length: int
+    truncated_fraction: float  # share of training rows longer than max_length (cut)
+    seconds: float
+
+
+def tokenize_data(
+    tokenizer: PreTrainedTokenizerBase, data: TextClassificationData, max_length: int | str, *,
+    percentile: float, max_positions: int, cache_dir: str | Path | None,
+) -> TokenizedData:
+    """Tokenize train and validation texts; ``max_length="auto"`` first measures the training lengths.
+
+    ``auto`` tokenizes the training texts at ``max_positions`` (the model's limit), picks the
+    length with :func:`auto_max_length`, then tokenizes both splits at that length, so each
+    cache entry is keyed by the length it was cut at (pairs truncate as the tokenizer does).
+    """
+    tick = time.perf_counter()
+    hits = []
+    if max_length == "auto":
+        full, hit = tokenize(tokenizer, data.train_texts, data.train_labels, max_positions, pairs=data.train_pairs, cache_dir=cache_dir)
+        hits.append(hit)
+        lengths = [len(row) for row in full.input_ids]
+        length = auto_max_length(lengths, percentile, max_positions)
+    else:
+        length, lengths = int(max_length), None
+    train, hit = tokenize(tokenizer, data.train_texts, data.train_labels, length, pairs=data.train_pairs, cache_dir=cache_dir)
+    hits.append(hit)
+    valid, hit = tokenize(tokenizer, data.valid_texts, data.valid_labels, length, pairs=data.valid_pairs, cache_dir=cache_dir)
+    hits.append(hit)
+    # A fixed max_length: rows cut come out exactly max_length long (an upper bound: an uncut row may too).
+    truncated = sum(len(row) >= length for row in train.input_ids) if lengths is None else sum(n > length for n in lengths)
+    return TokenizedData(
+        train, valid, all(hits), length, truncated / max(1, len(train)), time.perf_counter() - tick
+    )

@@ -1,0 +1,55 @@
+"""``python -m hpo.best``: the best trial of a study (its Pareto front, with several objectives) as a reusable config.
+
+Each trial comes with its objective values, its sampled params and ``fixed``: the trial's
+resolved training config (the ``config`` user attribute, run flags such as the seed left out),
+which pasted into a search space's ``fixed:`` section trains that configuration again.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+import optuna
+
+from hpo._cli import Parser, run_guarded
+from hpo._export import best_document, best_yaml
+from hpo._inspect import load_existing_study, open_existing_storage
+from hpo._storage import STORAGE_ENV, resolve_storage_url
+
+PROG = "python -m hpo.best"
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        PROG, __doc__,
+        epilog=(
+            "examples:\n"
+            f"  {PROG} --study-name precision-demo                  # YAML, fixed: block ready to paste\n"
+            f"  {PROG} --study-name sst2 --format json --storage postgresql://user:pass@db:5432/hpo"
+        ),
+    )
+    parser.add_argument("--study-name", required=True, help="the study to read")
+    parser.add_argument("--storage", default=None, help=f"database URL (default: ${STORAGE_ENV}, else sqlite:///hpo-studies.db)")
+    parser.add_argument("--format", choices=("yaml", "json"), default="yaml", help="output format (default: %(default)s)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the best trial(s); return the process exit code."""
+    args = build_parser().parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = resolve_storage_url(args.storage)
+
+    def body() -> int:
+        study = load_existing_study(open_existing_storage(url), url, args.study_name)
+        document = best_document(study)
+        print(best_yaml(document) if args.format == "yaml" else json.dumps(document, indent=2), end="" if args.format == "yaml" else "\n")
+        return 0
+
+    return run_guarded(PROG, url, body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""``python -m hpo.status``: the studies in a storage, their trials by state, the best so far, and who runs what.
+
+Running trials show their worker (host and pid), how long they have run and the time since
+their last heartbeat ("no heartbeat" when the workers run without heartbeats, e.g. through the
+gRPC proxy).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import optuna
+
+from hpo._cli import Parser, run_guarded
+from hpo._inspect import load_existing_study, open_existing_storage
+from hpo._status import status_lines, study_status
+from hpo._storage import STORAGE_ENV, mask_url, resolve_storage_url
+
+PROG = "python -m hpo.status"
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        PROG, __doc__,
+        epilog=(
+            "examples:\n"
+            f"  {PROG}                                   # every study in ${STORAGE_ENV} (or sqlite:///hpo-studies.db)\n"
+            f"  {PROG} --storage postgresql://user:pass@db:5432/hpo --study-name sst2"
+        ),
+    )
+    parser.add_argument(
+        "--storage", default=None, help=f"database URL (default: ${STORAGE_ENV}, else sqlite:///hpo-studies.db)",
+    )
+    parser.add_argument("--study-name", default=None, help="show only this study (default: every study in the storage)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the status; return the process exit code."""
+    args = build_parser().parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = resolve_storage_url(args.storage)
+
+    def body() -> int:
+        storage = open_existing_storage(url)
+        if args.study_name is not None:
+            studies = [load_existing_study(storage, url, args.study_name)]
+        else:
+            names = sorted(optuna.get_all_study_names(storage))
+            studies = [optuna.load_study(study_name=name, storage=storage) for name in names]
+        lines = [f"{mask_url(url)}: {len(studies)} {'study' if len(studies) == 1 else 'studies'}"]
+        for study in studies:
+            lines += ["", *status_lines(study_status(storage, study))]
+        print("\n".join(lines))
+        return 0
+
+    return run_guarded(PROG, url, body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

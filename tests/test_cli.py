@@ -1,0 +1,184 @@
+"""``python -m hpo <command>``: dispatch, --help, and status / best / export on real studies in PostgreSQL."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from conftest import ROOT, SMALL_SPACE, _throwaway_database, cli_args
+from optuna.trial import TrialState
+
+from hpo import create_storage, executor_config, make_objective, open_study, parse_search_space, run_to_budget
+from hpo.__main__ import COMMANDS
+from hpo.__main__ import main as hpo_main
+from trial_executor import demo_dataset
+
+pytestmark = pytest.mark.postgres
+
+SECRET = "Cl1Secret"
+TINY = {**SMALL_SPACE, "fixed": {**SMALL_SPACE["fixed"], "max_steps": 3, "eval_every": 1}}
+PARETO = {
+    "objectives": [{"name": "accuracy"}, {"name": "throughput_samples_per_s"}],
+    "pruner": {"type": "none"},
+    "params": {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]},
+               "learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
+    "fixed": {"model": "tiny-bert", "batch_size": 16, "max_steps": 3, "eval_every": 0, "max_length": 32},
+}
+
+
+def hpo(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m hpo ARGS`` in a real subprocess."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "hpo", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def storage_url(pg_server: str, small_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database holding 'single' (run by `python -m hpo run`) and 'pareto' (two objectives), URL with a password."""
+    with _throwaway_database("hpo_cli") as plain:
+        url = plain.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@")  # trust auth: any password works
+        work = tmp_path_factory.mktemp("cli")
+        space = work / "tiny.yaml"
+        space.write_text(yaml.safe_dump(TINY))
+        proc = hpo("run", *cli_args(url, space, small_data, "--study-name", "single", "--n-trials", "2"), cwd=work)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert SECRET not in proc.stdout + proc.stderr
+        data = demo_dataset(n_train=96, n_valid=24, seed=2)
+        pareto = parse_search_space(PARETO)
+        study = open_study(create_storage(url), "pareto", pareto, data, seed=0)
+        run_to_budget(study, make_objective(pareto, data, base_seed=0, device="cpu"), 3)
+        yield url
+
+
+def test_python_m_hpo_lists_every_command_and_each_help_has_an_example(capsys: pytest.CaptureFixture[str]) -> None:
+    proc = hpo("--help")
+    assert proc.returncode == 0 and all(f"  {name} " in proc.stdout for name in COMMANDS)
+    for name in COMMANDS:
+        with pytest.raises(SystemExit) as info:
+            hpo_main([name, "--help"])
+        out = capsys.readouterr().out
+        assert info.value.code == 0, name
+        assert f"python -m hpo.{name}" in out and "example" in out.lower(), name
+        assert f"python -m hpo.{name} --" in out.split("example", 1)[1] or f"python -m hpo.{name}\n" in out, name
+
+
+def test_unknown_command_suggests_the_nearest(capsys: pytest.CaptureFixture[str]) -> None:
+    assert hpo_main(["stauts"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'stauts'; did you mean 'status'?" in err and len(err.strip().splitlines()) == 1
+
+
+def test_status_counts_best_and_masked_url(storage_url: str) -> None:
+    proc = hpo("status", "--storage", storage_url)
+    assert proc.returncode == 0, proc.stderr
+    assert SECRET not in proc.stdout + proc.stderr and "postgres:***@" in proc.stdout
+    single = optuna.load_study(study_name="single", storage=storage_url)
+    trials = single.get_trials()
+    complete = sum(t.state == TrialState.COMPLETE for t in trials)
+    lines = proc.stdout.splitlines()
+    at = lines.index("single  (maximize accuracy)")
+    assert lines[at + 1].startswith(f"  trials: {len(trials)}: complete {complete}, ")
+    assert f"  best: trial {single.best_trial.number}  accuracy={single.best_value:.4g}" == lines[at + 2]
+    pareto = optuna.load_study(study_name="pareto", storage=storage_url)
+    assert f"  Pareto front: {len(pareto.best_trials)} trials" in proc.stdout
+    assert "pareto  (maximize accuracy, maximize throughput_samples_per_s)" in lines
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_status_shows_running_trials_workers_and_heartbeats(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = request.getfixturevalue("pg_database") if backend == "postgresql" else f"sqlite:///{tmp_path / 'hb.db'}"
+    storage = optuna.storages.RDBStorage(url, heartbeat_interval=60)
+    study = optuna.create_study(study_name="live", storage=storage)
+    beating, silent = study.ask(), study.ask()
+    beating.set_user_attr("worker", {"host": "gpu-node-7", "pid": 4242})
+    silent.set_user_attr("worker", {"host": "cpu-node-2", "pid": 99})
+    storage.record_heartbeat(beating._trial_id)  # what Optuna's optimize loop does every heartbeat_interval
+    study.tell(study.ask(), 0.5)
+    time.sleep(1.2)  # the age is measured: at least a second by now
+    assert hpo_main(["status", "--storage", url, "--study-name", "live"]) == 0
+    out = capsys.readouterr().out
+    assert "  trials: 3: complete 1, pruned 0, fail 0, running 2" in out and "  best: trial 2  value=0.5" in out
+    beat_line = next(line for line in out.splitlines() if "trial 0 on" in line)
+    assert beat_line.startswith("  running: trial 0 on gpu-node-7 pid 4242, for ") and "last heartbeat " in beat_line
+    age = beat_line.rsplit("last heartbeat ", 1)[1]
+    assert age.endswith("s ago") and 1 <= int(age.split("s")[0]) < 60, age
+    assert "  running: trial 1 on cpu-node-2 pid 99, for " in out and out.count("no heartbeat") == 1
+
+
+def test_best_is_a_config_that_trains_the_same_trial_again(storage_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert hpo_main(["best", "--study-name", "single", "--storage", storage_url]) == 0
+    text = capsys.readouterr().out
+    document = yaml.safe_load(text)
+    best = optuna.load_study(study_name="single", storage=storage_url).best_trial
+    assert document["trial"] == best.number and document["params"] == best.params
+    assert document["values"] == {"accuracy": best.value}
+    fixed = document["fixed"]
+    assert not {"seed", "device", "cache_dir"} & set(fixed)
+    # Paste it into a space: searching only the precision, the same config comes out for that precision.
+    precision = fixed.pop("fp_precision")
+    space = parse_search_space({"params": {"fp_precision": {"type": "categorical", "choices": [precision]}}, "fixed": fixed})
+    stored = best.user_attrs["config"]
+    again = executor_config({"fp_precision": precision}, space, seed=stored["seed"], device=stored["device"], cache_dir=stored["cache_dir"])
+    assert again.to_dict() == stored and document["trial_seed"] == stored["seed"]
+    assert hpo_main(["best", "--study-name", "single", "--storage", storage_url, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {k: v for k, v in document.items()} | {"fixed": {**fixed, "fp_precision": precision}}
+
+
+def test_best_of_two_objectives_is_the_pareto_front(storage_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert hpo_main(["best", "--study-name", "pareto", "--storage", storage_url, "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    front = optuna.load_study(study_name="pareto", storage=storage_url).best_trials
+    assert document["objectives"] == ["accuracy", "throughput_samples_per_s"]
+    assert [entry["trial"] for entry in document["pareto_front"]] == [t.number for t in front]
+    for entry, trial in zip(document["pareto_front"], front, strict=True):
+        assert entry["values"] == dict(zip(document["objectives"], trial.values, strict=True))
+        assert entry["fixed"]["fp_precision"] == trial.params["fp_precision"] and entry["fixed"]["max_steps"] == 3
+
+
+def test_export_flattens_every_trial(storage_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "trials.csv"
+    assert hpo_main(["export", "--study-name", "single", "--format", "csv", "--out", str(out), "--storage", storage_url]) == 0
+    trials = optuna.load_study(study_name="single", storage=storage_url).get_trials()
+    assert f"Wrote {len(trials)} trials of study 'single' to {out}" in capsys.readouterr().out
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert [int(r["number"]) for r in rows] == [t.number for t in trials]
+    for row, trial in zip(rows, trials, strict=True):
+        assert row["state"] == trial.state.name
+        assert row["hardware.device_name"] == trial.user_attrs["hardware"]["device_name"]
+        assert row["worker.host"] == trial.user_attrs["worker"]["host"]
+        assert row["params.fp_precision"] == trial.params["fp_precision"]
+        assert row["values.accuracy"] == (str(trial.value) if trial.value is not None else "")
+    assert hpo_main(["export", "--study-name", "pareto", "--format", "json", "--storage", storage_url]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    pareto = optuna.load_study(study_name="pareto", storage=storage_url).get_trials()
+    assert len(exported) == len(pareto)
+    for row, trial in zip(exported, pareto, strict=True):
+        assert row["values.throughput_samples_per_s"] == (trial.values[1] if trial.values else None)
+        assert row["config.learning_rate"] == trial.params["learning_rate"] == row["params.learning_rate"]
+        assert row["metrics.accuracy"] == trial.user_attrs["metrics"]["accuracy"]
+
+
+def test_best_and_export_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    optuna.create_study(study_name="empty", storage=url).ask()
+    assert hpo_main(["best", "--storage", url, "--study-name", "empty"]) == 2
+    err = capsys.readouterr().err
+    assert "error: study 'empty' has no best trial: none has completed yet; run more trials" in err and err.count("\n") == 1
+    out = tmp_path / "missing-dir" / "trials.json"
+    assert hpo_main(["export", "--storage", url, "--study-name", "empty", "--format", "json", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: cannot write --out {out}: No such file or directory" in err and err.count("\n") == 1
+    assert not out.parent.exists()

@@ -1,0 +1,97 @@
+"""``--fix NAME=VALUE`` and ``--mixed-precision``: parameters pinned for one run, through real Optuna."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from conftest import SMALL_SPACE
+
+from hpo._space import SearchSpaceError, parse_search_space
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _space(**changes: object) -> object:
+    return parse_search_space({**SMALL_SPACE, **changes})
+
+
+def test_values_take_the_params_type_and_bounds() -> None:
+    space = _space()
+    fixes = space.parse_fixes(["batch_size=16", "learning_rate=1e-3", "model=tiny-distilbert", "fp_precision=none"])
+    assert fixes == {"batch_size": 16, "learning_rate": 1e-3, "model": "tiny-distilbert", "fp_precision": "fp32"}
+    assert type(fixes["batch_size"]) is int and type(fixes["learning_rate"]) is float
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("batch_size=17", "--fix batch_size=17: not one of the choices [16, 32]"),
+        ("batchsize=16", "--fix batchsize: not a searched parameter of the space (did you mean 'batch_size'?)"),
+        ("epochs=2", "--fix epochs: it is already fixed in the space (fixed.epochs)"),
+        ("learning_rate=0.1", "--fix learning_rate=0.1: outside the searched range [0.0005, 0.002]"),
+        ("learning_rate=fast", "--fix learning_rate=fast: expected a number"),
+        ("batch_size", "--fix 'batch_size': expected NAME=VALUE"),
+        ("fp_precision=fp8", "--fix fp_precision=fp8: not one of the choices"),
+    ],
+)
+def test_bad_fixes_are_one_line(item: str, message: str) -> None:
+    with pytest.raises(SearchSpaceError) as caught:
+        _space().parse_fixes([item])
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_int_ranges_check_the_step_grid() -> None:
+    space = _space(params={**SMALL_SPACE["params"], "grad_accum_steps": {"type": "int", "low": 1, "high": 7, "step": 2}})
+    assert space.parse_fixes(["grad_accum_steps=5"]) == {"grad_accum_steps": 5}
+    with pytest.raises(SearchSpaceError, match="not on the step grid"):
+        space.parse_fixes(["grad_accum_steps=4"])
+
+
+def test_none_is_an_alias_of_fp32_in_the_space() -> None:
+    params = {**SMALL_SPACE["params"], "fp_precision": {"type": "categorical", "choices": ["none", "bf16"]}}
+    space = _space(params=params)
+    assert space.baseline_params()["fp_precision"] == "none"  # the fp32 baseline, under its alias
+    assert space.parse_fixes(["fp_precision=fp32"]) == {"fp_precision": "none"}  # the choice as written
+    with pytest.raises(SearchSpaceError, match="unknown precision 'fp64'"):
+        _space(params={**params, "fp_precision": {"type": "categorical", "choices": ["fp64"]}})
+
+
+def test_fixes_pin_the_baseline_but_not_the_stored_space() -> None:
+    space = _space()
+    fixed = space.with_fixes(space.parse_fixes(["batch_size=16"]))
+    assert fixed.stored_form() == space.stored_form() and fixed.to_json() == space.to_json()
+    assert fixed.baseline_params()["batch_size"] == 16
+    assert space.with_fixes({"fp_precision": "bf16"}).baseline_params() is None  # no fp32 baseline in a bf16-only run
+
+
+def test_patience_wraps_the_pruner_and_stays_out_of_old_stored_spaces() -> None:
+    patient = _space(pruner={"type": "median", "patience": 2})
+    assert isinstance(patient.build_pruner(), optuna.pruners.PatientPruner)
+    assert patient.stored_form()["pruner"]["patience"] == 2
+    assert "patience" not in _space(pruner={"type": "median"}).stored_form()["pruner"]
+
+
+def test_fix_reaches_every_trial(tmp_path: Path) -> None:
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(yaml.safe_dump({**SMALL_SPACE, "fixed": {**SMALL_SPACE["fixed"], "max_steps": 3}}))
+    storage = f"sqlite:///{tmp_path / 'fix.db'}"
+    base = [sys.executable, "-m", "hpo.run", "--space", str(space_file), "--storage", storage, "--study-name", "fix",
+            "--device", "cpu", "--cache-dir", str(tmp_path / "cache")]
+    done = subprocess.run([*base, "--n-trials", "3", "--fix", "batch_size=16", "--mixed-precision", "bf16"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    trials = optuna.load_study(study_name="fix", storage=storage).get_trials()
+    assert len(trials) >= 3
+    assert all(t.params["batch_size"] == 16 and t.params["fp_precision"] == "bf16" for t in trials)
+    assert all(t.user_attrs["config"]["batch_size"] == 16 for t in trials)
+    assert all(t.user_attrs["max_length_effective"] == 48 and t.user_attrs["trainable_fraction"] == 1.0 for t in trials)
+    # The stored space is the file's: a run without --fix resumes the same study.
+    again = subprocess.run([*base, "--n-trials", "3"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert again.returncode == 0, again.stderr
+    bad = subprocess.run([*base, "--n-trials", "4", "--fix", "batch_size=17"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not one of the choices [16, 32]" in bad.stderr

@@ -1,0 +1,91 @@
+"""LoRA fine-tuning through ``peft``: adapters on the attention projections, the head trained in full.
+
+``peft`` replaces the targeted ``nn.Linear`` modules inside the model with LoRA layers and
+wraps the head (``modules_to_save``); the model keeps its class, so the loop trains it as
+before (and :mod:`trial_executor._packed` calls the LoRA layers as modules). Only the
+trainable parameters go into checkpoints: the frozen weights are rebuilt by loading the
+model again (pretrained weights, or a preset's seeded random init).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from trial_executor._config import TrainConfig
+
+INSTALL_HINT = "finetune: lora needs the optional package peft; install it with pip install 'precision-hpo[lora]'"
+
+# model_type -> (attention projections LoRA adapts, modules trained in full: the head). BERT's
+# pooler belongs to the head: sentence-embedding checkpoints (minilm-l6) never trained it.
+TARGETS: dict[str, tuple[list[str], list[str]]] = {
+    "bert": (["query", "value"], ["pooler.dense", "classifier"]),
+    "distilbert": (["q_lin", "v_lin"], ["pre_classifier", "classifier"]),
+}
+
+
+class LoraUnavailableError(ImportError):
+    """``finetune: lora`` without the ``peft`` package."""
+
+
+def peft_available() -> bool:
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def apply_lora(model: PreTrainedModel, config: TrainConfig) -> PreTrainedModel:
+    """``model`` with LoRA adapters injected in place; only adapters and head stay trainable."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise LoraUnavailableError(INSTALL_HINT) from None
+    model_type = model.config.model_type
+    default_targets, head = TARGETS.get(model_type, (None, ["classifier", "score"]))
+    if config.lora_target_modules is not None:
+        targets = [name.strip() for name in config.lora_target_modules.split(",") if name.strip()]
+    elif default_targets is None:
+        raise ValueError(
+            f"finetune: lora has no default target modules for model type {model_type!r}; "
+            "set lora_target_modules (comma-separated module names, e.g. q_proj,v_proj)"
+        )
+    else:
+        targets = default_targets
+    alpha = config.lora_alpha if config.lora_alpha is not None else 2 * config.lora_rank
+    lora = LoraConfig(
+        r=config.lora_rank, lora_alpha=alpha, lora_dropout=config.lora_dropout,
+        target_modules=targets, modules_to_save=head, bias="none",
+    )
+    with warnings.catch_warnings():
+        # peft reads transformers' deprecated is_gradient_checkpointing.
+        warnings.simplefilter("ignore", FutureWarning)
+        # The wrapper only routes calls; the base model now holds the LoRA layers itself.
+        return get_peft_model(model, lora).get_base_model()
+
+
+def parameter_counts(model: torch.nn.Module) -> tuple[int, int]:
+    """Trainable and total parameters (a LoRA model's frozen head copy counts as total only)."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, sum(p.numel() for p in model.parameters())
+
+
+def trainable_state_dict(model: torch.nn.Module) -> dict[str, Any]:
+    """The trainable parameters only, by their ``state_dict`` names."""
+    names = {name for name, p in model.named_parameters() if p.requires_grad}
+    return {name: tensor for name, tensor in model.state_dict().items() if name in names}
+
+
+def load_trainable_state_dict(model: torch.nn.Module, state: dict[str, Any]) -> None:
+    """Restore :func:`trainable_state_dict` onto a freshly built model; every trainable tensor must be there."""
+    missing = {name for name, p in model.named_parameters() if p.requires_grad} - set(state)
+    result = model.load_state_dict(state, strict=False)
+    if missing or result.unexpected_keys:
+        raise ValueError(
+            f"checkpoint does not match the model's trainable parameters (missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(result.unexpected_keys)[:3]})"
+        )
