@@ -129,10 +129,10 @@ def test_sigterm_checkpoints_fails_and_requeues_the_trial_then_a_rerun_resumes_i
     _assert_resumed(next(t for t in trials if t.system_attrs.get("failed_trial") == interrupted.number), interrupted)
 
 
-def test_four_workers_started_together_on_a_fresh_database_keep_the_budget(
-    pg_database: str, small_data: Path, small_space: Path, tmp_path: Path
-) -> None:
-    args = cli_args(pg_database, small_space, small_data, "--study-name", "four", "--n-trials", "6", "--workers", "4", "--gpus", "0,1")
+def test_four_workers_started_together_on_a_fresh_database_keep_the_budget(pg_database: str, small_data: Path, tmp_path: Path) -> None:
+    # Trials of three steps: the test is about starting together and the shared budget.
+    space = _space(tmp_path, {**SMALL_SPACE, "fixed": {**SMALL_SPACE["fixed"], "max_steps": 3, "eval_every": 0}})
+    args = cli_args(pg_database, space, small_data, "--study-name", "four", "--n-trials", "6", "--workers", "4", "--gpus", "0,1")
     result = run_cli(args, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     trials = _trials(pg_database, "four")
