@@ -17,15 +17,18 @@ How a trial ends:
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
 import socket
+import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.artifacts import FileSystemArtifactStore
+from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
 from hpo._checkpoints import TrialCheckpoints
 from hpo._measures import MEASUREMENTS, constraint_measure, constraint_violation
@@ -98,6 +101,14 @@ def _record(trial: optuna.Trial, result: TrialResult) -> None:
     trial.set_user_attr("max_length_effective", result.max_length)
     trial.set_user_attr("truncated_fraction", result.truncated_fraction)
     trial.set_user_attr("stopped_reason", result.stopped_reason)
+
+
+def _upload_config(trial: optuna.Trial, store: FileSystemArtifactStore, config: TrainConfig) -> None:
+    # The trial's resolved config as a file artifact: optuna-dashboard lists it under the trial's Artifacts.
+    with tempfile.TemporaryDirectory(prefix=f"hpo-trial-{trial.number}-config-") as scratch:
+        path = Path(scratch) / "config.json"
+        path.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial, mimetype="application/json")
 
 
 def _result_value(result: TrialResult, name: str) -> float:
@@ -190,6 +201,8 @@ def make_objective(
         seed = base_seed + (trial.number if original is None else original)
         config = executor_config(params, space, seed=seed, device=device, cache_dir=cache_dir)
         trial.set_user_attr("config", config.to_dict())
+        if checkpoints is not None:
+            _upload_config(trial, checkpoints, config)
         saved = TrialCheckpoints(trial, checkpoints, keep=keep_checkpoints) if checkpoints is not None else None
         interrupted = False
         try:

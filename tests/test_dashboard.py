@@ -7,6 +7,7 @@ The screenshot of the trial page is kept in tests/artifacts/.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import shutil
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.postgres
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 BROWSER_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--window-size=1400,1100",
+    "--disable-sync", "--window-size=1400,1700",
 )
 APT_INSTALL = ("apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver")
 SCREENSHOTS = ROOT / "tests" / "artifacts"
@@ -161,6 +162,12 @@ def test_dashboard_shows_the_study_its_trials_hardware_and_config_artifact(
         for name, value in first.params.items():
             assert f"{name} {value}" in page
         assert "Intermediate Values" in page and "throughput_samples_per_s" in page and '"device_name"' in page
+        # The artifact behind the name: the trial's resolved config, served from our artifact store.
+        metas = [json.loads(v) for k, v in first.system_attrs.items() if k.startswith("artifacts:")]
+        config_id = next(m["artifact_id"] for m in metas if m and m["filename"] == "config.json")
+        served = f"http://127.0.0.1:{port}/artifacts/{study._study_id}/{first._trial_id}/{config_id}"
+        with urllib.request.urlopen(served, timeout=30) as response:
+            assert json.loads(response.read()) == first.user_attrs["config"]
         shot = tmp_path / "dashboard-trials.png"
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
         SCREENSHOTS.mkdir(exist_ok=True)
