@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -99,8 +100,13 @@ def test_a_killed_worker_trial_is_retried_from_its_checkpoint(pg_database: str, 
     assert next(t for t in trials if t.number == victim.number).state == TrialState.FAIL
     retry = next(t for t in trials if t.system_attrs.get("failed_trial") == victim.number)
     _assert_resumed(retry, victim)
-    # Finished trials leave no checkpoint behind.
-    assert not list((tmp_path / "artifacts").iterdir())
+    # Finished trials leave no checkpoint behind: the store keeps only each trial's config.json artifact.
+    configs = {
+        meta["artifact_id"] for t in trials for key, value in t.system_attrs.items()
+        if key.startswith("artifacts:") and (meta := json.loads(value)) and meta["filename"] == "config.json"
+    }
+    assert len(configs) == sum(t.state != TrialState.WAITING for t in trials)  # a retry also lists its predecessor's
+    assert {p.name for p in (tmp_path / "artifacts").iterdir()} == configs
 
 
 def test_sigterm_checkpoints_fails_and_requeues_the_trial_then_a_rerun_resumes_it(
