@@ -1,54 +1,48 @@
-"""Study orchestration: search spaces, storage, and running studies to a global budget."""
+"""Study orchestration: search spaces, storage, and running studies to a global budget.
 
-from hpo._check import CHECK_MODELS, SpeedRow, speed_test
-from hpo._errors import UserError
-from hpo._measures import CONSTRAINT_KEYS, MEASUREMENTS, OBJECTIVE_NAMES, measured_value
-from hpo._objective import (
-    BASELINE_ATTR,
-    SKIP_NON_FINITE,
-    SKIP_OOM,
-    SKIP_REASONS,
-    SKIP_UNSUPPORTED,
-    TrialFailedError,
-    executor_config,
-    make_objective,
-)
-from hpo._report import PrecisionRow, StudyReport, build_report
-from hpo._space import DEFAULT_SPACE, SearchSpace, SearchSpaceError, load_search_space, parse_search_space
-from hpo._storage import StorageError, create_storage, mask_url, resolve_storage_url
-from hpo._study import counts_toward_budget, finished_count, open_study, run_to_budget
+Names are imported on first use: reading a search space or a study must not pay for torch.
+"""
 
-__all__ = [
-    "BASELINE_ATTR",
-    "CHECK_MODELS",
-    "CONSTRAINT_KEYS",
-    "DEFAULT_SPACE",
-    "MEASUREMENTS",
-    "OBJECTIVE_NAMES",
-    "SKIP_NON_FINITE",
-    "SKIP_OOM",
-    "SKIP_REASONS",
-    "SKIP_UNSUPPORTED",
-    "PrecisionRow",
-    "SearchSpace",
-    "SearchSpaceError",
-    "SpeedRow",
-    "StorageError",
-    "StudyReport",
-    "TrialFailedError",
-    "UserError",
-    "build_report",
-    "counts_toward_budget",
-    "create_storage",
-    "executor_config",
-    "finished_count",
-    "load_search_space",
-    "make_objective",
-    "mask_url",
-    "measured_value",
-    "open_study",
-    "parse_search_space",
-    "resolve_storage_url",
-    "run_to_budget",
-    "speed_test",
-]
+from __future__ import annotations
+
+from trial_executor._lazy import lazy_exports
+
+# name -> (module, name in that module)
+_EXPORTS: dict[str, tuple[str, str]] = {
+    "BASELINE_ATTR": ("hpo._outcomes", "BASELINE_ATTR"),
+    "CHECK_MODELS": ("hpo._check", "CHECK_MODELS"),
+    "CONSTRAINT_KEYS": ("hpo._measures", "CONSTRAINT_KEYS"),
+    "DEFAULT_SPACE": ("hpo._space", "DEFAULT_SPACE"),
+    "MEASUREMENTS": ("hpo._measures", "MEASUREMENTS"),
+    "OBJECTIVE_NAMES": ("hpo._measures", "OBJECTIVE_NAMES"),
+    "SKIP_NON_FINITE": ("hpo._outcomes", "SKIP_NON_FINITE"),
+    "SKIP_OOM": ("hpo._outcomes", "SKIP_OOM"),
+    "SKIP_REASONS": ("hpo._outcomes", "SKIP_REASONS"),
+    "SKIP_UNSUPPORTED": ("hpo._outcomes", "SKIP_UNSUPPORTED"),
+    "PrecisionRow": ("hpo._report", "PrecisionRow"),
+    "SearchSpace": ("hpo._space", "SearchSpace"),
+    "SearchSpaceError": ("hpo._space", "SearchSpaceError"),
+    "SpeedRow": ("hpo._check", "SpeedRow"),
+    "StorageError": ("hpo._storage", "StorageError"),
+    "StudyReport": ("hpo._report", "StudyReport"),
+    "TrialFailedError": ("hpo._objective", "TrialFailedError"),
+    "UserError": ("hpo._errors", "UserError"),
+    "build_report": ("hpo._report", "build_report"),
+    "counts_toward_budget": ("hpo._study", "counts_toward_budget"),
+    "create_storage": ("hpo._storage", "create_storage"),
+    "executor_config": ("hpo._objective", "executor_config"),
+    "finished_count": ("hpo._study", "finished_count"),
+    "load_search_space": ("hpo._space_loading", "load_search_space"),
+    "make_objective": ("hpo._objective", "make_objective"),
+    "mask_url": ("hpo._storage", "mask_url"),
+    "measured_value": ("hpo._measures", "measured_value"),
+    "open_study": ("hpo._study", "open_study"),
+    "parse_search_space": ("hpo._space_loading", "parse_search_space"),
+    "resolve_storage_url": ("hpo._storage", "resolve_storage_url"),
+    "run_to_budget": ("hpo._study", "run_to_budget"),
+    "speed_test": ("hpo._check", "speed_test"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -6,10 +6,11 @@ takes the same flags; ``python -m hpo <command> --help`` describes them, with ex
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import sys
 from collections.abc import Sequence
+
+from hpo._errors import did_you_mean
 
 PROG = "python -m hpo"
 # command -> what it does; each is the module hpo.<command> with a main(argv) -> exit code.
@@ -55,8 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        match = difflib.get_close_matches(command, list(COMMANDS), n=1)
-        hint = f"did you mean {match[0]!r}? " if match else ""
+        hint = did_you_mean(command, list(COMMANDS))
         print(f"{PROG}: error: unknown command {command!r}; {hint}choose one of {', '.join(COMMANDS)} (see --help)", file=sys.stderr)
         return 2
     module = importlib.import_module(f"hpo.{command}")

@@ -5,6 +5,10 @@ A trial's latest checkpoint is uploaded at each evaluation and named in its user
 trial with its user attrs, so the retry starts with its predecessor's ``checkpoint`` attr and
 resumes from it. Only the latest checkpoint of a retry chain is kept, and none once a trial
 finishes unless ``keep`` is set.
+
+Checkpoints are written to the store directly, not registered as trial artifacts: they come
+and go while the trial runs, and a registered artifact that is gone would stay listed in
+optuna-dashboard (Optuna can't remove a trial's system attr).
 """
 
 from __future__ import annotations
@@ -12,13 +16,15 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
-from optuna.artifacts import FileSystemArtifactStore, download_artifact, upload_artifact
+from optuna.artifacts import FileSystemArtifactStore, download_artifact
 
-from trial_executor import Checkpointing
+if TYPE_CHECKING:
+    from trial_executor import Checkpointing
 
 DEFAULT_ARTIFACT_DIR = "hpo-artifacts"
 CHECKPOINT_ATTR = "checkpoint"
@@ -48,6 +54,9 @@ class TrialCheckpoints:
         self.latest = self.inherited
 
     def checkpointing(self) -> Checkpointing:
+        # Imported here: the dashboard reads this module's store and must not pay for torch.
+        from trial_executor import Checkpointing
+
         resume_from = None
         if self.inherited is not None:
             resume_from = self.scratch / "resume.pt"
@@ -61,7 +70,9 @@ class TrialCheckpoints:
         return Checkpointing(directory=self.scratch / "latest", resume_from=resume_from, on_saved=self._saved)
 
     def _saved(self, path: Path, step: int) -> None:
-        artifact_id = upload_artifact(artifact_store=self.store, file_path=str(path), study_or_trial=self.trial)
+        artifact_id = str(uuid.uuid4())
+        with path.open("rb") as checkpoint:
+            self.store.write(artifact_id, checkpoint)
         previous, self.latest = self.latest, {"artifact_id": artifact_id, "step": step, "trial": self.trial.number}
         self.trial.set_user_attr(CHECKPOINT_ATTR, self.latest)
         if previous is not None:

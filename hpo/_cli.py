@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import NoReturn
 
+import optuna
 from sqlalchemy.exc import SQLAlchemyError
 
 from hpo._errors import UserError
-from hpo._storage import mask_secrets, mask_url
+from hpo._storage import STORAGE_ENV, mask_secrets, mask_url, resolve_storage_url
+
+
+def command_prog(command: str) -> str:
+    """How the user started ``command``, for usage and error lines: ``python -m hpo run`` or ``python -m hpo.run``."""
+    started = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    if started.name == "__main__.py" and started.parent.name == "hpo":
+        return f"python -m hpo {command}"
+    return f"python -m hpo.{command}"
 
 
 class Parser(argparse.ArgumentParser):
@@ -23,6 +35,36 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def at_least(low: int) -> Callable[[str], int]:
+    """An ``argparse`` type for a whole number of ``low`` or more."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    return parse
+
+
+def between(low: float, high: float, what: str) -> Callable[[str], float]:
+    """An ``argparse`` type for a finite number strictly between ``low`` and ``high``, described as ``what``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not (math.isfinite(value) and low < value < high):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return parse
+
+
 def port(text: str) -> int:
     """An ``argparse`` type for a TCP port."""
     if not text.isdigit() or not 0 < int(text) < 65536:
@@ -30,14 +72,39 @@ def port(text: str) -> int:
     return int(text)
 
 
-def run_guarded(prog: str, url: str, body: Callable[[], int]) -> int:
-    """Run ``body``; a user error is one masked line on stderr (exit 2), a storage failure too (exit 1)."""
+def run_guarded(
+    prog: str, url: str, body: Callable[[], int], *,
+    user_errors: tuple[type[Exception], ...] = (UserError,), failures: tuple[type[Exception], ...] = (),
+) -> int:
+    """Run ``body``; each error below is one line on stderr with ``url``'s password masked.
+
+    ``user_errors`` (bad input) exit 2; ``failures`` and storage errors exit 1.
+    """
     try:
         return body()
-    except UserError as err:
+    except user_errors as err:
         print(f"{prog}: error: {mask_secrets(str(err), url)}", file=sys.stderr)
         return 2
+    except failures as err:
+        print(f"{prog}: error: {mask_secrets(str(err), url)}", file=sys.stderr)
+        return 1
     except SQLAlchemyError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         print(f"{prog}: error: storage {mask_url(url)} failed: {mask_secrets(first, url)}", file=sys.stderr)
         return 1
+
+
+def add_storage_argument(parser: argparse.ArgumentParser, what: str = "database URL") -> None:
+    """``--storage URL``, defaulting to ``$HPO_STORAGE``, else the demo's SQLite file."""
+    parser.add_argument("--storage", default=None, help=f"{what} (default: ${STORAGE_ENV}, else sqlite:///hpo-studies.db)")
+
+
+def run_storage_command(
+    prog: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: Callable[[argparse.Namespace, str], int]
+) -> int:
+    """Parse ``argv``, resolve ``--storage``, and run ``body(args, url)`` under :func:`run_guarded`; its exit code."""
+    args = parser.parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    url = resolve_storage_url(args.storage)
+    return run_guarded(prog, url, lambda: body(args, url))

@@ -15,7 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo._errors import UserError
 from hpo._inspect import objective_names
-from hpo._space import _RESERVED
+from hpo._space import RESERVED_KEYS
 
 # Leading columns of an export, before params and user attributes.
 BASE_COLUMNS = ("number", "state", "datetime_start", "datetime_complete", "duration_s")
@@ -33,7 +33,7 @@ def _best_trials(study: optuna.Study) -> list[FrozenTrial]:
 def reusable_config(trial: FrozenTrial) -> dict[str, Any]:
     """The trial's resolved config as a search space's ``fixed:`` block (run flags such as the seed left out)."""
     config = trial.user_attrs.get("config") or dict(trial.params)
-    return {key: value for key, value in config.items() if key not in _RESERVED}
+    return {key: value for key, value in config.items() if key not in RESERVED_KEYS}
 
 
 def _entry(trial: FrozenTrial, names: list[str]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from hpo._errors import suggest_key
 from trial_executor import PRECISION_ALIASES, TrainConfig
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ def canonical_precision(value: Any) -> Any:
 
 def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:
     """See :meth:`hpo._space.SearchSpace.parse_fixes`."""
-    from hpo._space import SearchSpaceError, _suggest_key
+    from hpo._space import SearchSpaceError
 
     fixes: dict[str, Any] = {}
     for item in items:
@@ -29,7 +30,7 @@ def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:
         if name not in space.params:
             if name in space.fixed:
                 raise SearchSpaceError(f"--fix {name}: it is already fixed in the space (fixed.{name}); edit the space to change it")
-            raise SearchSpaceError(f"--fix {name}: not a searched parameter of the space{_suggest_key(name, list(space.params))}")
+            raise SearchSpaceError(f"--fix {name}: not a searched parameter of the space{suggest_key(name, list(space.params))}")
         value = _parse_value(name, space.params[name], text)
         try:
             TrainConfig(**{**space.fixed, name: value})

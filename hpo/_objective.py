@@ -1,22 +1,12 @@
 """From an Optuna trial to a training run and back: sample, configure, train, record.
 
-How a trial ends:
-
-- COMPLETE: trained; its objective values are finite.
-- PRUNED with ``skip_reason``: ``unsupported_precision`` (the device cannot run the precision;
-  not counted toward the budget), ``non_finite_loss`` (the run diverged: NaN/inf loss, or a
-  non-finite final metric) or ``oom`` (out of memory, after the optional half-batch retry).
-  NaN never reaches the sampler as a value.
-- PRUNED without ``skip_reason``: stopped by the study's pruner.
-- FAIL with ``fail_reason`` ("Type: message"): anything else, a bug or a broken environment;
-  the traceback goes to the worker's log, never into the study.
-- FAIL with ``fail_reason`` ``interrupted``: the worker got SIGINT/SIGTERM; the trial saved a
-  checkpoint and is re-queued, so the next run resumes it (see :mod:`hpo._checkpoints`).
+How a trial ends is described in :mod:`hpo._outcomes`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -32,11 +22,13 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
 from hpo._checkpoints import TrialCheckpoints
 from hpo._measures import MEASUREMENTS, constraint_measure, constraint_violation
+from hpo._outcomes import INTERRUPTED, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED
 from hpo._space import SearchSpace
 from trial_executor import (
     METRICS,
     Checkpointing,
     NonFiniteLossError,
+    StepProgress,
     TextClassificationData,
     TrainConfig,
     TrialInterrupted,
@@ -48,15 +40,11 @@ from trial_executor import (
     run_trial,
 )
 
-SKIP_UNSUPPORTED = "unsupported_precision"
-SKIP_NON_FINITE = "non_finite_loss"
-SKIP_OOM = "oom"
-SKIP_REASONS: tuple[str, ...] = (SKIP_UNSUPPORTED, SKIP_NON_FINITE, SKIP_OOM)
-BASELINE_ATTR = "fp32_baseline"
-INTERRUPTED = "interrupted"
 # What one attempt of a trial found; a retry (which starts with a copy of its predecessor's
 # user attrs) clears them so they describe its own run.
 _OUTCOME_ATTRS = ("fail_reason", "skip_reason", "skip_detail", "skip_step", "oom_batch_size", "oom_fallback")
+
+CONFIG_FILE = "config.json"
 
 _logger = logging.getLogger(__name__)
 
@@ -106,7 +94,7 @@ def _record(trial: optuna.Trial, result: TrialResult) -> None:
 def _upload_config(trial: optuna.Trial, store: FileSystemArtifactStore, config: TrainConfig) -> None:
     # The trial's resolved config as a file artifact: optuna-dashboard lists it under the trial's Artifacts.
     with tempfile.TemporaryDirectory(prefix=f"hpo-trial-{trial.number}-config-") as scratch:
-        path = Path(scratch) / "config.json"
+        path = Path(scratch) / CONFIG_FILE
         path.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
         upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial, mimetype="application/json")
 
@@ -149,6 +137,7 @@ def make_objective(
     checkpoints: FileSystemArtifactStore | None = None,
     keep_checkpoints: bool = False,
     stop_requested: Callable[[], bool] | None = None,
+    progress: Callable[[int, StepProgress], None] | None = None,
 ) -> Callable[[optuna.Trial], float | tuple[float, ...]]:
     """An Optuna objective that trains one config per trial and records what it measured.
 
@@ -157,7 +146,8 @@ def make_objective(
     several). See the module docstring for how trials end; ``hardware`` and ``worker`` are
     recorded whatever happens. With ``checkpoints`` (an artifact store), trials checkpoint at
     each evaluation and a retried trial resumes from its predecessor's latest checkpoint.
-    ``stop_requested`` is polled during training (SIGINT/SIGTERM).
+    ``stop_requested`` is polled during training (SIGINT/SIGTERM); ``progress(trial_number,
+    update)`` receives the executor's progress updates.
     """
     names = space.objective_names
     metric = names[0]
@@ -173,8 +163,9 @@ def make_objective(
         return callback
 
     def train(trial: optuna.Trial, config: TrainConfig, checkpointing: Checkpointing | None) -> TrialResult:
+        shown = functools.partial(progress, trial.number) if progress is not None else None
         try:
-            return run_trial(config, data, report(trial), checkpointing=checkpointing, stop_requested=stop_requested)
+            return run_trial(config, data, report(trial), checkpointing=checkpointing, stop_requested=stop_requested, progress=shown)
         except TrialOutOfMemoryError:
             if not space.oom_fallback or config.batch_size < 2:
                 raise
@@ -186,7 +177,7 @@ def make_objective(
         _logger.warning("trial %d ran out of memory at batch size %d; retrying with %s", trial.number, config.batch_size, fallback)
         # A fresh start: the checkpoint to resume from, if any, belongs to the larger batch.
         fresh = dataclasses.replace(checkpointing, resume_from=None) if checkpointing else None
-        return run_trial(smaller, data, report(trial), checkpointing=fresh, stop_requested=stop_requested)
+        return run_trial(smaller, data, report(trial), checkpointing=fresh, stop_requested=stop_requested, progress=shown)
 
     def objective(trial: optuna.Trial) -> float | tuple[float, ...]:
         # Optuna 5's Trial has no system_attrs; the stored trial has them (a retry's "failed_trial").
@@ -201,7 +192,8 @@ def make_objective(
         seed = base_seed + (trial.number if original is None else original)
         config = executor_config(params, space, seed=seed, device=device, cache_dir=cache_dir)
         trial.set_user_attr("config", config.to_dict())
-        if checkpoints is not None:
+        if checkpoints is not None and original is None:
+            # A retry lists its predecessor's config.json already: Optuna copies the system attrs.
             _upload_config(trial, checkpoints, config)
         saved = TrialCheckpoints(trial, checkpoints, keep=keep_checkpoints) if checkpoints is not None else None
         interrupted = False

@@ -11,7 +11,7 @@ import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._inspect import objective_names
-from hpo._objective import SKIP_UNSUPPORTED
+from hpo._outcomes import SKIP_UNSUPPORTED
 
 # Optuna's RDB storage keeps one row per running trial here while heartbeats are on.
 _HEARTBEATS = sqlalchemy.table(

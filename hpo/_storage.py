@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import re
+import tempfile
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,11 +116,25 @@ def _table_creation_lock(url: URL, engine: sqlalchemy.Engine | None) -> Iterator
             finally:
                 connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:id)"), {"id": _TABLE_CREATION_LOCK_ID})
         return
-    database = url.database
+    with sqlite_file_lock(url.database):
+        yield
+
+
+@contextlib.contextmanager
+def sqlite_file_lock(database: str | None) -> Iterator[None]:
+    """An exclusive lock among this machine's processes on the SQLite file ``database`` (none for ``:memory:``).
+
+    The lock file lives in the temp directory, named by the database's absolute path: not
+    beside the database (read-only commands leave nothing there), and not the database
+    itself (closing another descriptor of it would drop SQLite's own POSIX locks).
+    """
     if not database or database == ":memory:":
         yield
         return
-    with open(f"{database}.lock", "a") as lock_file:
+    key = hashlib.sha256(str(Path(database).expanduser().resolve()).encode()).hexdigest()[:24]
+    lock_dir = Path(tempfile.gettempdir()) / "precision-hpo-locks"
+    lock_dir.mkdir(exist_ok=True)
+    with (lock_dir / f"{key}.lock").open("a") as lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         try:
             yield

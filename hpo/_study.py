@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import socket
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -16,8 +14,9 @@ import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._errors import UserError
-from hpo._objective import BASELINE_ATTR, INTERRUPTED, SKIP_UNSUPPORTED
+from hpo._outcomes import BASELINE_ATTR, INTERRUPTED, SKIP_UNSUPPORTED
 from hpo._space import SearchSpace
+from hpo._storage import sqlite_file_lock
 from trial_executor import TextClassificationData
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -79,7 +78,7 @@ def _study_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Iterat
 
     ``enqueue_trial(skip_if_exists=True)`` alone can enqueue twice when two processes check
     before either writes. PostgreSQL: a transaction-scoped advisory lock (released even if the
-    worker dies); SQLite: a file lock beside the database; other storages live in one process.
+    worker dies); SQLite: a lock on the database file; other storages live in one process.
     """
     engine = getattr(storage, "engine", None)
     if not isinstance(engine, sqlalchemy.Engine):
@@ -91,16 +90,8 @@ def _study_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Iterat
             connection.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
             yield
         return
-    database = engine.url.database
-    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+    with sqlite_file_lock(engine.url.database if engine.dialect.name == "sqlite" else None):
         yield
-        return
-    with Path(f"{database}.lock").open("a") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
 def _enqueue_baseline(study: optuna.Study, space: SearchSpace, storage: optuna.storages.BaseStorage) -> bool:
@@ -145,7 +136,7 @@ def run_to_budget(
     n_trials: int,
     *,
     timeout: float | None = None,
-    on_trial_finished: Callable[[FrozenTrial], None] | None = None,
+    on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
     stop_requested: Callable[[], bool] | None = None,
     max_retry: int | None = None,
 ) -> None:
@@ -155,18 +146,21 @@ def run_to_budget(
     only the remainder. Raises :class:`TooManyFailuresError` after several failures in a row.
     Stops after the current trial once ``stop_requested()``; a trial it interrupted is
     re-queued (up to ``max_retry`` times) so that the next run resumes it.
+    ``on_trial_finished(trial, finished)`` gets each ended trial and the study's count toward
+    the budget.
     """
     failures = 0
 
     def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         nonlocal failures
+        finished = finished_count(study)
         if on_trial_finished is not None:
-            on_trial_finished(trial)
+            on_trial_finished(trial, finished)
         interrupted = trial.state == TrialState.FAIL and trial.user_attrs.get("fail_reason") == INTERRUPTED
         if interrupted:
             optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, trial)
         failures = failures + 1 if trial.state == TrialState.FAIL and not interrupted else 0
-        if failures >= MAX_CONSECUTIVE_FAILURES or finished_count(study) >= n_trials:
+        if failures >= MAX_CONSECUTIVE_FAILURES or finished >= n_trials:
             study.stop()
         if stop_requested is not None and stop_requested():
             study.stop()

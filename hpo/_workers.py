@@ -6,8 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from types import FrameType
+from typing import IO
+
+# Set in each worker started by run_workers: its index among the machine's workers.
+WORKER_INDEX_ENV = "HPO_WORKER_INDEX"
 
 
 class StopSignal:
@@ -39,19 +44,37 @@ class StopSignal:
         return 128 + self.signum if self.signum is not None else 0
 
 
-def run_workers(argv: Sequence[str], workers: int, gpus: Sequence[str] | None) -> int:
+def run_workers(
+    argv: Sequence[str], workers: int, gpus: Sequence[str] | None, *,
+    output: Callable[[int, str], None] | None = None, tick: Callable[[], None] | None = None, tick_every: float = 2.0,
+) -> int:
     """Run ``python -m hpo.run ARGV`` in ``workers`` processes of this machine; return the worst exit code.
 
     With ``gpus``, worker ``i`` sees only ``gpus[i % len(gpus)]`` (``CUDA_VISIBLE_DEVICES``).
+    The machine's cores are shared out (``OMP_NUM_THREADS``, unless already set).
     SIGINT/SIGTERM are passed on to every worker, each of which checkpoints its trial and stops.
+    With ``output``, each line a worker prints goes to ``output(index, line)`` instead of
+    straight to stdout; ``tick()`` is called every ``tick_every`` seconds while workers run.
     """
     children = []
+    # Each worker's torch would otherwise start one thread per core: N workers on one machine
+    # oversubscribe it, and spinning OpenMP threads made 2 CPU workers on 2 cores ~20x slower.
+    threads = {"OMP_NUM_THREADS": str(max(1, len(os.sched_getaffinity(0)) // workers))}
     for index in range(workers):
-        env = {**os.environ, "HPO_WORKER_INDEX": str(index)}
+        env = {**threads, **os.environ, WORKER_INDEX_ENV: str(index)}
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
         # Own session: a terminal Ctrl-C reaches the workers once, through forward(), not twice.
-        children.append(subprocess.Popen([sys.executable, "-m", "hpo.run", *argv, "--workers", "1"], env=env, start_new_session=True))
+        children.append(subprocess.Popen(
+            [sys.executable, "-m", "hpo.run", *argv, "--workers", "1"], env=env, start_new_session=True,
+            stdout=subprocess.PIPE if output else None, text=True,
+        ))
+    readers = [
+        threading.Thread(target=_relay, args=(index, child.stdout, output), daemon=True)
+        for index, child in enumerate(children) if output is not None and child.stdout is not None
+    ]
+    for reader in readers:
+        reader.start()
 
     def forward(signum: int, frame: FrameType | None) -> None:
         for child in children:
@@ -60,10 +83,25 @@ def run_workers(argv: Sequence[str], workers: int, gpus: Sequence[str] | None) -
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        codes = [child.wait() for child in children]
+        for child in children:
+            while True:
+                try:
+                    child.wait(timeout=tick_every)
+                    break
+                except subprocess.TimeoutExpired:
+                    if tick is not None:
+                        tick()
+        for reader in readers:
+            reader.join()
+        codes = [child.returncode for child in children]
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     failed = [code for code in codes if code != 0]
     # A child killed by a signal reports -N; report it the shell's way.
     return max((128 - code if code < 0 else code) for code in failed) if failed else 0
+
+
+def _relay(index: int, stream: IO[str], output: Callable[[int, str], None]) -> None:
+    for line in stream:
+        output(index, line.rstrip("\n"))

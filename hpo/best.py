@@ -7,18 +7,16 @@ which pasted into a search space's ``fixed:`` section trains that configuration 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Sequence
 
-import optuna
-
-from hpo._cli import Parser, run_guarded
+from hpo._cli import Parser, add_storage_argument, command_prog, run_storage_command
 from hpo._export import best_document, best_yaml
 from hpo._inspect import load_existing_study, open_existing_storage
-from hpo._storage import STORAGE_ENV, resolve_storage_url
 
-PROG = "python -m hpo.best"
+PROG = command_prog("best")
 
 
 def build_parser() -> Parser:
@@ -31,24 +29,21 @@ def build_parser() -> Parser:
         ),
     )
     parser.add_argument("--study-name", required=True, help="the study to read")
-    parser.add_argument("--storage", default=None, help=f"database URL (default: ${STORAGE_ENV}, else sqlite:///hpo-studies.db)")
+    add_storage_argument(parser)
     parser.add_argument("--format", choices=("yaml", "json"), default="yaml", help="output format (default: %(default)s)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the best trial(s); return the process exit code."""
-    args = build_parser().parse_args(argv)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = resolve_storage_url(args.storage)
 
-    def body() -> int:
+    def body(args: argparse.Namespace, url: str) -> int:
         study = load_existing_study(open_existing_storage(url), url, args.study_name)
         document = best_document(study)
         print(best_yaml(document) if args.format == "yaml" else json.dumps(document, indent=2), end="" if args.format == "yaml" else "\n")
         return 0
 
-    return run_guarded(PROG, url, body)
+    return run_storage_command(PROG, build_parser(), argv, body)
 
 
 if __name__ == "__main__":

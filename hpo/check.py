@@ -9,50 +9,31 @@ peak memory. Use ``--model bert-base-random`` on a GPU for realistic figures.
 from __future__ import annotations
 
 import argparse
-import difflib
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import NoReturn
+from collections.abc import Sequence
 
 import torch
 
 from hpo._check import CHECK_MODELS, DEFAULT_CHECK_MODEL, SpeedRow, model_config, parameter_count, speed_test
+from hpo._cli import Parser, at_least, command_prog
+from hpo._errors import did_you_mean
 from trial_executor import hardware_metadata, precision_support, resolve_device
 
-PROG = "python -m hpo.check"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def _at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
-        return value
-
-    return parse
+PROG = command_prog("check")
 
 
 def _model(name: str) -> str:
     if name not in CHECK_MODELS:
-        match = difflib.get_close_matches(name, list(CHECK_MODELS), n=1)
-        hint = f"did you mean {match[0]!r}? " if match else ""
+        hint = did_you_mean(name, list(CHECK_MODELS))
         raise argparse.ArgumentTypeError(f"unknown model {name!r}; {hint}choose one of {', '.join(CHECK_MODELS)}")
     return name
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = Parser(
+        prog=PROG, description=__doc__,
         epilog=(
             "examples:\n"
             f"  {PROG}                                        # short check on this machine's default device\n"
@@ -64,11 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"random-init model: {', '.join(CHECK_MODELS)} (default: %(default)s)",
     )
     # The defaults keep a CPU check short; on a GPU pass e.g. --model bert-base-random --batch-size 32 --seq-len 128 --steps 20.
-    parser.add_argument("--seq-len", type=_at_least(8), default=64, help="tokens per row (default: %(default)s)")
-    parser.add_argument("--batch-size", type=_at_least(1), default=8, help="rows per step (default: %(default)s)")
+    parser.add_argument("--seq-len", type=at_least(8), default=64, help="tokens per row (default: %(default)s)")
+    parser.add_argument("--batch-size", type=at_least(1), default=8, help="rows per step (default: %(default)s)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="(default: %(default)s)")
-    parser.add_argument("--steps", type=_at_least(1), default=3, help="timed steps per precision (default: %(default)s)")
-    parser.add_argument("--warmup", type=_at_least(0), default=1, help="untimed steps first (default: %(default)s)")
+    parser.add_argument("--steps", type=at_least(1), default=3, help="timed steps per precision (default: %(default)s)")
+    parser.add_argument("--warmup", type=at_least(0), default=1, help="untimed steps first (default: %(default)s)")
     return parser
 
 

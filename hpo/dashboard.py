@@ -10,21 +10,19 @@ and artifacts (its resolved ``config.json``) when the dashboard is given the stu
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
-import warnings
 from collections.abc import Sequence
 from types import FrameType
 
-import optuna
-
 from hpo._checkpoints import DEFAULT_ARTIFACT_DIR
-from hpo._cli import Parser, port, run_guarded
+from hpo._cli import Parser, add_storage_argument, command_prog, port, run_storage_command
 from hpo._dashboard import address, existing_artifact_store, is_loopback, make_dashboard_server
 from hpo._inspect import open_existing_storage
-from hpo._storage import STORAGE_ENV, mask_url, resolve_storage_url
+from hpo._storage import STORAGE_ENV, mask_url
 
-PROG = "python -m hpo.dashboard"
+PROG = command_prog("dashboard")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 
@@ -39,7 +37,7 @@ def build_parser() -> Parser:
             f"  ssh -L 8080:127.0.0.1:8080 head-node     # then, on the head node: {PROG}"
         ),
     )
-    parser.add_argument("--storage", default=None, help=f"database URL (default: ${STORAGE_ENV}, else sqlite:///hpo-studies.db)")
+    add_storage_argument(parser)
     parser.add_argument(
         "--host", default=DEFAULT_HOST,
         help="address to listen on; anything but 127.0.0.1/localhost exposes the unauthenticated dashboard (default: %(default)s)",
@@ -58,12 +56,8 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve the dashboard until interrupted; return the process exit code."""
-    args = build_parser().parse_args(argv)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    url = resolve_storage_url(args.storage)
 
-    def body() -> int:
+    def body(args: argparse.Namespace, url: str) -> int:
         storage = open_existing_storage(url)
         artifacts = existing_artifact_store(args.artifact_store)
         server = make_dashboard_server(storage, args.host, args.port, artifacts)
@@ -84,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             server.server_close()
         return 0
 
-    return run_guarded(PROG, url, body)
+    return run_storage_command(PROG, build_parser(), argv, body)
 
 
 if __name__ == "__main__":

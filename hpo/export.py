@@ -8,19 +8,17 @@ lists are JSON text and missing values are empty.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import optuna
-
-from hpo._cli import Parser, run_guarded
+from hpo._cli import Parser, add_storage_argument, command_prog, run_storage_command
 from hpo._errors import UserError
 from hpo._export import export_rows, rows_csv, rows_json
 from hpo._inspect import load_existing_study, open_existing_storage
-from hpo._storage import STORAGE_ENV, resolve_storage_url
 
-PROG = "python -m hpo.export"
+PROG = command_prog("export")
 
 
 def build_parser() -> Parser:
@@ -35,17 +33,14 @@ def build_parser() -> Parser:
     parser.add_argument("--study-name", required=True, help="the study to export")
     parser.add_argument("--format", choices=("csv", "json"), required=True, help="csv or json")
     parser.add_argument("--out", default=None, help="file to write (default: standard output)")
-    parser.add_argument("--storage", default=None, help=f"database URL (default: ${STORAGE_ENV}, else sqlite:///hpo-studies.db)")
+    add_storage_argument(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Write the export; return the process exit code."""
-    args = build_parser().parse_args(argv)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = resolve_storage_url(args.storage)
 
-    def body() -> int:
+    def body(args: argparse.Namespace, url: str) -> int:
         study = load_existing_study(open_existing_storage(url), url, args.study_name)
         rows = export_rows(study)
         text = rows_csv(rows) if args.format == "csv" else rows_json(rows)
@@ -59,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Wrote {len(rows)} trials of study {study.study_name!r} to {args.out}")
         return 0
 
-    return run_guarded(PROG, url, body)
+    return run_storage_command(PROG, build_parser(), argv, body)
 
 
 if __name__ == "__main__":

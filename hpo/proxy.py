@@ -17,36 +17,23 @@ import argparse
 import signal
 import socket
 import sys
-import warnings
 from collections.abc import Sequence
 from types import FrameType
-from typing import NoReturn
 
 import optuna
-from sqlalchemy.exc import SQLAlchemyError
 
+from hpo._cli import Parser, command_prog, port, run_storage_command
 from hpo._errors import UserError
-from hpo._storage import GRPC_SCHEME, STORAGE_ENV, create_storage, mask_secrets, mask_url, resolve_storage_url
+from hpo._storage import GRPC_SCHEME, STORAGE_ENV, create_storage, mask_url
 
-PROG = "python -m hpo.proxy"
+PROG = command_prog("proxy")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 13000
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def _port(text: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
-        raise argparse.ArgumentTypeError(f"expected a port number between 1 and 65535, got {text!r}")
-    return int(text)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = Parser(
+        prog=PROG, description=__doc__,
         epilog=(
             "examples:\n"
             f"  {PROG} --storage postgresql://user:pass@db:5432/hpo              # listens on 127.0.0.1:13000\n"
@@ -59,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the database: sqlite:///file.db or postgresql://user:pass@host:5432/db (default: ${STORAGE_ENV}, else sqlite:///hpo-studies.db)",
     )
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to listen on; 0.0.0.0 for all interfaces (default: %(default)s)")
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help="port to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=port, default=DEFAULT_PORT, help="port to listen on (default: %(default)s)")
     return parser
 
 
@@ -80,36 +67,27 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve the storage until interrupted; return the process exit code."""
-    args = build_parser().parse_args(argv)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    url = resolve_storage_url(args.storage)
-    host = args.host.strip("[]")
-    grpc_host = f"[{host}]" if ":" in host else host  # gRPC wants IPv6 addresses in brackets
-    try:
+
+    def body(args: argparse.Namespace, url: str) -> int:
+        host = args.host.strip("[]")
+        grpc_host = f"[{host}]" if ":" in host else host  # gRPC wants IPv6 addresses in brackets
         if url.lower().startswith(GRPC_SCHEME):
             raise UserError("--storage must be the database itself (sqlite:/// or postgresql://), not another proxy")
         storage = create_storage(url)
         _check_can_listen(host, args.port)
-    except UserError as err:
-        print(f"{PROG}: error: {mask_secrets(str(err), url)}", file=sys.stderr)
-        return 2
-    except SQLAlchemyError as err:
-        print(f"{PROG}: error: storage {mask_url(url)} failed: {mask_secrets(str(err).strip().splitlines()[0], url)}", file=sys.stderr)
-        return 1
-    worker_host = socket.gethostname() if host in ("0.0.0.0", "::") else grpc_host
-    print(f"Serving {mask_url(url)} on {grpc_host}:{args.port}; start workers with --storage grpc://{worker_host}:{args.port}", flush=True)
-    signal.signal(signal.SIGTERM, _stop)
-    try:
-        # get_storage adds Optuna's in-process cache of finished trials, as run_grpc_proxy_server recommends.
-        optuna.storages.run_grpc_proxy_server(optuna.storages.get_storage(storage), host=grpc_host, port=args.port)
-    except RuntimeError as err:  # gRPC could not bind after all
-        print(f"{PROG}: error: cannot listen on {grpc_host}:{args.port} ({err}); pick another --port or --host", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: stopped", file=sys.stderr)
-    return 0
+        worker_host = socket.gethostname() if host in ("0.0.0.0", "::") else grpc_host
+        print(f"Serving {mask_url(url)} on {grpc_host}:{args.port}; start workers with --storage grpc://{worker_host}:{args.port}", flush=True)
+        signal.signal(signal.SIGTERM, _stop)
+        try:
+            # get_storage adds Optuna's in-process cache of finished trials, as run_grpc_proxy_server recommends.
+            optuna.storages.run_grpc_proxy_server(optuna.storages.get_storage(storage), host=grpc_host, port=args.port)
+        except RuntimeError as err:  # gRPC could not bind after all
+            raise UserError(f"cannot listen on {grpc_host}:{args.port} ({err}); pick another --port or --host") from None
+        except KeyboardInterrupt:
+            print(f"{PROG}: stopped", file=sys.stderr)
+        return 0
 
+    return run_storage_command(PROG, build_parser(), argv, body)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,72 +15,35 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.exc import SQLAlchemyError
 
 from hpo._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
+from hpo._cli import Parser, at_least, between, command_prog, run_guarded
 from hpo._errors import UserError
 from hpo._measures import measured_value
-from hpo._objective import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, make_objective
-from hpo._space import DEFAULT_SPACE, SearchSpace, load_search_space
-from hpo._storage import GRPC_SCHEME, STORAGE_ENV, Heartbeat, create_storage, mask_secrets, mask_url, resolve_storage_url
+from hpo._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED
+from hpo._progress import StudyProgress, best_so_far
+from hpo._space import DEFAULT_SPACE, SearchSpace
+from hpo._space_loading import load_search_space
+from hpo._storage import GRPC_SCHEME, STORAGE_ENV, Heartbeat, create_storage, mask_url, resolve_storage_url
 from hpo._study import TooManyFailuresError, finished_count, open_study, run_to_budget
-from hpo._workers import StopSignal, run_workers
-from trial_executor import (
-    DataError,
-    ModelNotFoundError,
-    TextClassificationData,
-    check_model_name,
-    demo_dataset,
-    load_text_classification,
-)
+from hpo._workers import WORKER_INDEX_ENV, StopSignal, run_workers
+from trial_executor import DataError, TextClassificationData, demo_dataset, load_text_classification
 
 DEFAULT_STUDY_NAME = "precision-demo"
 CACHE_ENV = "HPO_CACHE_DIR"
 DEFAULT_CACHE_DIR = "~/.cache/precision-hpo/tokenized"
 DEFAULT_N_TRIALS = 8
-PROG = "python -m hpo.run"
+PROG = command_prog("run")
 # --mixed-precision (accelerate's values) -> the fp_precision it fixes.
 MIXED_PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # One line, no usage dump: the message already names the flag.
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _number(text: str, low: float, high: float, what: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    if not (math.isfinite(value) and low < value < high):
-        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+_positive_int = at_least(1)
+_positive_float = between(0.0, math.inf, "a positive number of seconds")
+_fraction = between(0.0, 1.0, "a number between 0 and 1 (exclusive)")
 
 
 def _gpu_list(text: str) -> list[str]:
@@ -90,19 +53,10 @@ def _gpu_list(text: str) -> list[str]:
     return gpus
 
 
-def _positive_float(text: str) -> float:
-    return _number(text, 0.0, math.inf, "a positive number of seconds")
-
-
-def _fraction(text: str) -> float:
-    return _number(text, 0.0, 1.0, "a number between 0 and 1 (exclusive)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog=PROG,
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             "examples:\n"
             f"  {PROG}                                   # demo study, SQLite file in this directory\n"
@@ -129,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="pin a searched parameter for this run (repeatable), e.g. --fix batch_size=16; the stored space is unchanged",
     )
     parser.add_argument(
+        "--quiet", action="store_true",
+        help="no progress bars: one plain line per finished trial (bars show only when stdout is a terminal)",
+    )
+    parser.add_argument(
         "--mixed-precision", choices=tuple(MIXED_PRECISION), default=None,
         help="accelerate's spelling of --fix fp_precision=fp32|fp16|bf16",
     )
@@ -147,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds without a heartbeat before a trial counts as dead and is failed and retried (default: %(default)s)",
     )
     workers.add_argument(
-        "--max-retry", type=_non_negative_int, default=Heartbeat.max_retry,
+        "--max-retry", type=at_least(0), default=Heartbeat.max_retry,
         help="times a dead or interrupted trial is retried (default: %(default)s)",
     )
     workers.add_argument(
@@ -190,10 +148,17 @@ def _load_data(args: argparse.Namespace) -> TextClassificationData:
 
 
 def _check_models(space: SearchSpace) -> None:
+    # Imported here, as make_objective is: transformers takes seconds to import, which a
+    # mistyped flag, space or data file should not wait for.
+    from trial_executor import ModelNotFoundError, check_model_name
+
     model = space.params.get("model")
     names = getattr(model, "choices", None) or [space.fixed.get("model", "tiny-bert")]
     for name in names:
-        check_model_name(str(name))
+        try:
+            check_model_name(str(name))
+        except ModelNotFoundError as err:
+            raise UserError(str(err)) from None
 
 
 def _format_value(value: object) -> str:
@@ -277,6 +242,24 @@ def _without_workers_flag(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def _run_workers(study: optuna.Study, names: Sequence[str], argv: Sequence[str], args: argparse.Namespace) -> int:
+    """``--workers N``: the workers run the trials; this process shows the study bar and their lines."""
+    progress = StudyProgress(args.n_trials, finished_count(study), bars=StudyProgress.wants_bars(sys.stdout, args.quiet), quiet=args.quiet)
+
+    def tick() -> None:
+        # A display refresh must never stop the workers: the database may be restarting.
+        with contextlib.suppress(Exception):
+            progress.study_position(finished_count(study), best_so_far(study, names))
+
+    with progress.showing():
+        code = run_workers(
+            _without_workers_flag(argv), args.workers, args.gpus,
+            output=lambda index, line: progress.line(f"[worker {index}] {line}"), tick=tick,
+        )
+        tick()
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the study; return the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -285,7 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = StopSignal()
     stop.install()
     url = resolve_storage_url(args.storage)
-    try:
+
+    def body() -> int:
         # Everything that can be wrong with the input is checked before anything is written.
         space = load_search_space(Path(args.space))
         fix = args.fix + ([f"fp_precision={MIXED_PRECISION[args.mixed_precision]}"] if args.mixed_precision else [])
@@ -301,47 +285,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         if space.fixes:
             # Pinned for this run only; still recorded as each trial's params.
             study.sampler = optuna.samplers.PartialFixedSampler(space.fixes, study.sampler)
+        names = space.objective_names
         if args.workers > 1:
             print(f"Starting {args.workers} workers on study {args.study_name!r}", flush=True)
-            return run_workers(_without_workers_flag(argv), args.workers, args.gpus)
+            return _run_workers(study, names, argv, args)
         if stop.requested():
             return stop.exit_code
-        names = space.objective_names
         print(
             f"Study {args.study_name!r} in {mask_url(url)}: {finished_count(study)} of {args.n_trials} "
             f"budgeted trials already finished; training on {len(data.train_texts)} rows, validating on {len(data.valid_texts)}.",
             flush=True,
         )
+        from hpo._objective import make_objective
+
         cache_dir = str(Path(args.cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser())
+        # Workers of --workers N share one terminal: bars from several processes would tear each other.
+        bars = StudyProgress.wants_bars(sys.stdout, args.quiet) and WORKER_INDEX_ENV not in os.environ
+        progress = StudyProgress(args.n_trials, finished_count(study), bars=bars, quiet=args.quiet)
         objective = make_objective(
             space, data, base_seed=args.seed, device=args.device, cache_dir=cache_dir,
             checkpoints=artifact_store(args.artifact_store), keep_checkpoints=args.keep_checkpoints,
-            stop_requested=stop.requested,
+            stop_requested=stop.requested, progress=progress.trial_step,
         )
-        run_to_budget(
-            study, objective, args.n_trials, timeout=args.timeout,
-            on_trial_finished=lambda trial: print(trial_line(trial, names), flush=True),
-            stop_requested=stop.requested, max_retry=args.max_retry,
-        )
+
+        def finished(trial: FrozenTrial, finished: int) -> None:
+            progress.trial_finished(trial_line(trial, names), finished, best_so_far(study, names))
+
+        with progress.showing():
+            run_to_budget(
+                study, objective, args.n_trials, timeout=args.timeout, on_trial_finished=finished,
+                stop_requested=stop.requested, max_retry=args.max_retry,
+            )
         if stop.requested():
             print(f"{PROG}: stopped by a signal; the interrupted trial was checkpointed and re-queued: "
                   "rerun the same command to resume the study", file=sys.stderr, flush=True)
             return stop.exit_code
         print(_summary(study, url, args.n_trials, names), flush=True)
-    except (UserError, DataError, ModelNotFoundError) as err:
-        print(f"{PROG}: error: {mask_secrets(str(err), url)}", file=sys.stderr)
-        return 2
-    except TooManyFailuresError as err:
-        print(f"{PROG}: error: {mask_secrets(str(err), url)}", file=sys.stderr)
-        return 1
-    except SQLAlchemyError as err:
-        first = str(err).strip().splitlines()[0]
-        print(f"{PROG}: error: storage {mask_url(url)} failed: {mask_secrets(first, url)}", file=sys.stderr)
-        return 1
+        return 0
+
+    try:
+        return run_guarded(PROG, url, body, user_errors=(UserError, DataError), failures=(TooManyFailuresError,))
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; rerun the same command to resume the study", file=sys.stderr)
         return 130
-    return 0
 
 
 if __name__ == "__main__":

@@ -7,17 +7,18 @@ gRPC proxy).
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 
 import optuna
 
-from hpo._cli import Parser, run_guarded
+from hpo._cli import Parser, add_storage_argument, command_prog, run_storage_command
 from hpo._inspect import load_existing_study, open_existing_storage
 from hpo._status import status_lines, study_status
-from hpo._storage import STORAGE_ENV, mask_url, resolve_storage_url
+from hpo._storage import STORAGE_ENV, mask_url
 
-PROG = "python -m hpo.status"
+PROG = command_prog("status")
 
 
 def build_parser() -> Parser:
@@ -29,20 +30,15 @@ def build_parser() -> Parser:
             f"  {PROG} --storage postgresql://user:pass@db:5432/hpo --study-name sst2"
         ),
     )
-    parser.add_argument(
-        "--storage", default=None, help=f"database URL (default: ${STORAGE_ENV}, else sqlite:///hpo-studies.db)",
-    )
+    add_storage_argument(parser)
     parser.add_argument("--study-name", default=None, help="show only this study (default: every study in the storage)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the status; return the process exit code."""
-    args = build_parser().parse_args(argv)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = resolve_storage_url(args.storage)
 
-    def body() -> int:
+    def body(args: argparse.Namespace, url: str) -> int:
         storage = open_existing_storage(url)
         if args.study_name is not None:
             studies = [load_existing_study(storage, url, args.study_name)]
@@ -55,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(lines))
         return 0
 
-    return run_guarded(PROG, url, body)
+    return run_storage_command(PROG, build_parser(), argv, body)
 
 
 if __name__ == "__main__":

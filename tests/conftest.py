@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import psycopg2
@@ -109,6 +109,17 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict[str, str
     return subprocess.run(
         [sys.executable, "-m", "hpo.run", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def assert_one_line_flag_error(
+    main: Callable[[Sequence[str]], int], flags: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``main(flags)`` exits with code 2 and prints one line on stderr containing ``expected``."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(flags)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1, err
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

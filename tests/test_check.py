@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, assert_one_line_flag_error
 
 from hpo.check import main
 
@@ -40,11 +40,7 @@ def test_check_on_cpu_times_every_supported_precision(tmp_path: Path) -> None:
     ],
 )
 def test_bad_flags_are_one_line(flags: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(flags)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert expected in err and len(err.strip().splitlines()) == 1
+    assert_one_line_flag_error(main, flags, expected, capsys)
 
 
 def test_too_long_sequence_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -182,3 +182,13 @@ def test_best_and_export_errors_are_one_line(tmp_path: Path, capsys: pytest.Capt
     err = capsys.readouterr().err
     assert f"error: cannot write --out {out}: No such file or directory" in err and err.count("\n") == 1
     assert not out.parent.exists()
+
+
+def test_reading_an_sqlite_study_leaves_nothing_beside_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    study.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=0.5, user_attrs={"config": {}}))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for argv in (["status"], ["best", "--study-name", "s"], ["export", "--study-name", "s", "--format", "json"]):
+        assert hpo_main([*argv, "--storage", url]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before == ["studies.db"]

@@ -189,4 +189,4 @@ def test_dashboard_off_loopback_warns_in_one_line(tmp_path: Path) -> None:
         err = dashboard.stop()
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines[0].startswith(f"warning: the dashboard has no authentication and listens on 0.0.0.0:{port}")
-    assert lines[1:] == ["python -m hpo.dashboard: stopped"]
+    assert lines[1:] == ["python -m hpo dashboard: stopped"]  # named the way it was started

@@ -55,7 +55,7 @@ CASES: dict[str, Case] = {
         lambda c, i: ["status", "--storage", f"sqlite:///{c / 'missing.db'}"], "no SQLite database at "),
     "malformed YAML": Case(lambda c, i: _run_flags(c, "--space", i["broken"]), "line 3, column 8: expected ',' or '}'"),
     "unknown key in the space": Case(lambda c, i: _run_flags(c, "--space", i["typo"]), "prunner: unknown key (did you mean 'pruner'?)"),
-    "model not found": Case(lambda c, i: _run_flags(c, "--space", i["model"]), "model 'tiny-bret' could not be loaded"),
+    "model not found": Case(lambda c, i: _run_flags(c, "--space", i["model"]), "model 'tiny-bret' could not be loaded (HF_HUB_OFFLINE is set); did you mean 'tiny-bert'?"),
     "data file missing": Case(lambda c, i: _run_flags(c, "--data", str(c / "train.tsv")), "train.tsv not found; pass an existing"),
     "--workers 0": Case(lambda c, i: _run_flags(c, "--workers", "0"), "argument --workers: must be at least 1, got 0"),
     "negative --n-trials": Case(lambda c, i: _run_flags(c, "--n-trials", "-3"), "argument --n-trials: must be at least 1, got -3"),

@@ -92,7 +92,7 @@ def test_invalid_config_is_rejected() -> None:
 
 
 def test_adamw_is_fused_where_supported() -> None:
-    from trial_executor._loop import make_optimizer
+    from trial_executor._optimizer import make_optimizer
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
     optimizer = make_optimizer(model, TrainConfig(weight_decay=0.1), torch.device("cpu"))

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import SMALL_SPACE
 
-from hpo._space import SearchSpaceError, parse_search_space
+from hpo import SearchSpaceError, parse_search_space
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from trial_executor import STOPPED_EARLY_STOPPING, STOPPED_PRUNED, TextClassificationData, TrainConfig, demo_dataset, run_trial
 from trial_executor._batching import collate
-from trial_executor._loop import evaluate, seed_everything
+from trial_executor._evaluation import evaluate
+from trial_executor._loop import seed_everything
 from trial_executor._metrics import classification_metrics
 from trial_executor._models import load_model, train_wordpiece_tokenizer
 from trial_executor._packed import PackedBertClassifier
@@ -177,8 +178,8 @@ def test_precision_aliases_and_knob_validation() -> None:
 def test_the_objective_records_the_knobs(data: TextClassificationData) -> None:
     import optuna
 
+    from hpo import parse_search_space
     from hpo._objective import make_objective
-    from hpo._space import parse_search_space
 
     space = parse_search_space({
         "objective": {"metric": "loss", "direction": "minimize"},

@@ -11,9 +11,10 @@ import torch
 
 from trial_executor import Checkpointing, TextClassificationData, TrainConfig, TrialInterrupted, demo_dataset, run_trial
 from trial_executor._batching import collate
-from trial_executor._loop import make_optimizer, seed_everything
+from trial_executor._loop import seed_everything
 from trial_executor._lora import apply_lora, trainable_state_dict
 from trial_executor._models import load_model
+from trial_executor._optimizer import make_optimizer
 from trial_executor._packed import PackedBertClassifier
 from trial_executor._tokenization import tokenize
 

@@ -85,7 +85,7 @@ def test_unknown_study_lists_the_studies_found(tmp_path: Path, capsys: pytest.Ca
         optuna.create_study(storage=url, study_name=name)
     assert main(["--storage", url, "--study-name", "gamma"]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == f"python -m hpo.report: error: no study 'gamma' in {url}; studies found: alpha, beta"
+    assert err.strip() == f"python -m hpo.report: error: no study 'gamma' in {url}; studies found: alpha, beta (pass one with --study-name)"
     # A missing SQLite file is reported, not created.
     assert main(["--storage", f"sqlite:///{tmp_path / 'missing.db'}", "--study-name", "x"]) == 2
     assert "no SQLite database at" in capsys.readouterr().err and not (tmp_path / "missing.db").exists()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import SMALL_SPACE, run_cli
+from conftest import SMALL_SPACE, assert_one_line_flag_error, run_cli
 
 from hpo import DEFAULT_SPACE, load_search_space
 from hpo.run import main
@@ -80,11 +80,7 @@ def test_bad_space_in_a_real_process_prints_no_traceback(tmp_path: Path) -> None
     ],
 )
 def test_bad_flags_are_one_line(flags: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(flags)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert expected in err and len(err.strip().splitlines()) == 1
+    assert_one_line_flag_error(main, flags, expected, capsys)
 
 
 @pytest.mark.parametrize(

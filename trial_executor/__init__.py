@@ -1,48 +1,48 @@
-"""Runs one training trial from a plain config; knows nothing of Optuna."""
+"""Runs one training trial from a plain config; knows nothing of Optuna.
 
-from trial_executor._checkpoint import CHECKPOINT_FILE, Checkpointing, TrialInterrupted
-from trial_executor._config import PRECISION_ALIASES, TrainConfig
-from trial_executor._data import DataError, TextClassificationData, load_text_classification
-from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
-from trial_executor._hardware import hardware_metadata, resolve_device
-from trial_executor._loop import STOPPED_EARLY_STOPPING, STOPPED_PRUNED, ReportFn, run_trial
-from trial_executor._lora import LoraUnavailableError
-from trial_executor._lora import peft_available as lora_available
-from trial_executor._metrics import METRICS
-from trial_executor._models import PRESETS, ModelNotFoundError, check_model_name
-from trial_executor._precision import PRECISIONS, PrecisionPolicy, UnsupportedPrecisionError, precision_support, tf32_enabled
-from trial_executor._result import TrialResult
-from trial_executor._synthetic import demo_dataset, make_synthetic_reviews
+Names are imported on first use: reading a search space or a study must not pay for torch.
+"""
 
-__all__ = [
-    "CHECKPOINT_FILE",
-    "METRICS",
-    "PRECISIONS",
-    "PRECISION_ALIASES",
-    "PRESETS",
-    "STOPPED_EARLY_STOPPING",
-    "STOPPED_PRUNED",
-    "Checkpointing",
-    "DataError",
-    "LoraUnavailableError",
-    "ModelNotFoundError",
-    "NonFiniteLossError",
-    "PrecisionPolicy",
-    "ReportFn",
-    "TextClassificationData",
-    "TrainConfig",
-    "TrialInterrupted",
-    "TrialOutOfMemoryError",
-    "TrialResult",
-    "UnsupportedPrecisionError",
-    "check_model_name",
-    "demo_dataset",
-    "hardware_metadata",
-    "load_text_classification",
-    "lora_available",
-    "make_synthetic_reviews",
-    "precision_support",
-    "resolve_device",
-    "run_trial",
-    "tf32_enabled",
-]
+from __future__ import annotations
+
+from trial_executor._lazy import lazy_exports
+
+# name -> (module, name in that module)
+_EXPORTS: dict[str, tuple[str, str]] = {
+    "CHECKPOINT_FILE": ("trial_executor._checkpoint", "CHECKPOINT_FILE"),
+    "METRICS": ("trial_executor._config", "METRICS"),
+    "PRECISIONS": ("trial_executor._config", "PRECISIONS"),
+    "PRECISION_ALIASES": ("trial_executor._config", "PRECISION_ALIASES"),
+    "PRESETS": ("trial_executor._models", "PRESETS"),
+    "STOPPED_EARLY_STOPPING": ("trial_executor._loop", "STOPPED_EARLY_STOPPING"),
+    "STOPPED_PRUNED": ("trial_executor._loop", "STOPPED_PRUNED"),
+    "Checkpointing": ("trial_executor._checkpoint", "Checkpointing"),
+    "DataError": ("trial_executor._data", "DataError"),
+    "LoraUnavailableError": ("trial_executor._lora", "LoraUnavailableError"),
+    "ModelNotFoundError": ("trial_executor._models", "ModelNotFoundError"),
+    "NonFiniteLossError": ("trial_executor._failures", "NonFiniteLossError"),
+    "PrecisionPolicy": ("trial_executor._precision", "PrecisionPolicy"),
+    "ProgressFn": ("trial_executor._loop", "ProgressFn"),
+    "ReportFn": ("trial_executor._loop", "ReportFn"),
+    "StepProgress": ("trial_executor._loop", "StepProgress"),
+    "TextClassificationData": ("trial_executor._data", "TextClassificationData"),
+    "TrainConfig": ("trial_executor._config", "TrainConfig"),
+    "TrialInterrupted": ("trial_executor._checkpoint", "TrialInterrupted"),
+    "TrialOutOfMemoryError": ("trial_executor._failures", "TrialOutOfMemoryError"),
+    "TrialResult": ("trial_executor._result", "TrialResult"),
+    "UnsupportedPrecisionError": ("trial_executor._precision", "UnsupportedPrecisionError"),
+    "check_model_name": ("trial_executor._models", "check_model_name"),
+    "demo_dataset": ("trial_executor._synthetic", "demo_dataset"),
+    "hardware_metadata": ("trial_executor._hardware", "hardware_metadata"),
+    "load_text_classification": ("trial_executor._data", "load_text_classification"),
+    "lora_available": ("trial_executor._lora", "peft_available"),
+    "make_synthetic_reviews": ("trial_executor._synthetic", "make_synthetic_reviews"),
+    "precision_support": ("trial_executor._precision", "precision_support"),
+    "resolve_device": ("trial_executor._hardware", "resolve_device"),
+    "run_trial": ("trial_executor._loop", "run_trial"),
+    "tf32_enabled": ("trial_executor._precision", "tf32_enabled"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

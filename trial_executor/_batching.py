@@ -164,6 +164,10 @@ def length_chunks(split: TokenizedSplit, indices: Sequence[int], min_rows: int =
     return chunks[::-1]
 
 
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
 def token_counts(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
     """Real (non-padding) and processed (padded) tokens of one batch, read on the host."""
     mask = batch["attention_mask"]

@@ -6,9 +6,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from trial_executor._metrics import METRICS
-from trial_executor._precision import PRECISIONS
-
+# Plain names, here rather than beside the code that uses them, so that reading a config
+# (the orchestrator, read-only commands) does not import torch.
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
+METRICS: tuple[str, ...] = ("accuracy", "macro_f1", "loss")
 LR_SCHEDULES: tuple[str, ...] = ("linear", "cosine", "constant")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 # Below this size a model's per-call overhead outweighs the padding that chunking saves

@@ -83,6 +83,7 @@ def hardware_metadata(device: torch.device) -> dict[str, Any]:
         "optuna_version": _version("optuna"),
         "bf16_supported": precision_support(device)["bf16"] is None,
         "tf32_enabled": tf32_enabled(),
+        "cpu_threads": torch.get_num_threads(),  # intra-op threads; workers on one machine share its cores
     }
 
 

@@ -19,9 +19,8 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from trial_executor._batching import TokenizedSplit, TrainBatches, eval_batches, token_counts
+from trial_executor._batching import TrainBatches, to_device, token_counts
 from trial_executor._checkpoint import (
     Checkpointing,
     TrialInterrupted,
@@ -32,11 +31,12 @@ from trial_executor._checkpoint import (
 )
 from trial_executor._config import CHUNKING_MIN_PARAMS, TrainConfig
 from trial_executor._data import TextClassificationData
+from trial_executor._evaluation import evaluate
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
 from trial_executor._hardware import peak_memory_mb, release_memory, reset_peak_memory, resolve_device
 from trial_executor._lora import apply_lora, load_trainable_state_dict, parameter_counts, trainable_state_dict
-from trial_executor._metrics import classification_metrics
 from trial_executor._models import load_model
+from trial_executor._optimizer import lr_lambda, make_optimizer
 from trial_executor._packed import PackedBertClassifier, supports_packed_forward
 from trial_executor._precision import PrecisionPolicy
 from trial_executor._result import TrialResult
@@ -45,48 +45,30 @@ from trial_executor._tokenization import tokenize_data
 ReportFn = Callable[[int, dict[str, float]], bool]
 """``report(step, metrics)`` is called after each evaluation and returns True to stop the run."""
 
+
+@dataclass(frozen=True)
+class StepProgress:
+    """Where a run stands, for a progress display: sent after optimizer steps, at most twice a second."""
+
+    step: int
+    total_steps: int
+    train_loss: float  # mean over the micro-batches since the last evaluation
+    samples_per_s: float  # training samples per second of training time so far
+
+
+ProgressFn = Callable[[StepProgress], None]
+
 # Reading the loss on the host syncs a GPU; there it is checked every few optimizer steps.
 _FINITE_CHECK_EVERY = {"cpu": 1, "cuda": 8}
 STOPPED_PRUNED, STOPPED_EARLY_STOPPING = "pruned", "early_stopping"
+# Reading the loss for a progress update syncs a GPU too: at most this often, and at the last step.
+_PROGRESS_EVERY_S = 0.5
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
-    """Linear warmup to the peak rate, then linear or cosine decay to zero (or constant)."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        if schedule == "constant":
-            return 1.0
-        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-        if schedule == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-        return max(0.0, 1.0 - progress)
-
-    return factor
-
-
-def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW, fused where this torch supports it on ``device``; no decay on biases and norms."""
-    decay, no_decay = [], []
-    for param in model.parameters():
-        if param.requires_grad:
-            (decay if param.ndim >= 2 else no_decay).append(param)
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    try:
-        return torch.optim.AdamW(groups, lr=config.learning_rate, fused=device.type in ("cuda", "cpu"))
-    except RuntimeError:
-        return torch.optim.AdamW(groups, lr=config.learning_rate)
-
-
-def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def _sync(device: torch.device) -> None:
@@ -101,28 +83,6 @@ def _is_oom(err: BaseException) -> bool:
     )
 
 
-@torch.inference_mode()
-def evaluate(
-    model: torch.nn.Module, forward: Callable[..., Any], split: TokenizedSplit, policy: PrecisionPolicy,
-    config: TrainConfig, pad_id: int, num_labels: int, device: torch.device,
-) -> dict[str, float]:
-    """Metrics on ``split`` through ``forward`` (``model`` or its packed forward), under the trial's autocast."""
-    model.eval()
-    logits_by_index: dict[int, torch.Tensor] = {}
-    for indices, batch in eval_batches(split, config.eval_batch_size, pad_id):
-        batch = _to(batch, device)
-        with policy.autocast():
-            logits = forward(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        for i, row in zip(indices, logits.float().cpu(), strict=True):
-            logits_by_index[i] = row
-    model.train()
-    logits = torch.stack([logits_by_index[i] for i in range(len(split))])
-    labels = torch.tensor(split.labels)
-    metrics = classification_metrics(logits.argmax(dim=-1), labels, num_labels)
-    metrics["loss"] = F.cross_entropy(logits, labels).item()
-    return metrics
-
-
 def run_trial(
     config: TrainConfig,
     data: TextClassificationData,
@@ -130,12 +90,14 @@ def run_trial(
     *,
     checkpointing: Checkpointing | None = None,
     stop_requested: Callable[[], bool] | None = None,
+    progress: ProgressFn | None = None,
 ) -> TrialResult:
     """Train ``config.model`` on ``data`` and evaluate it on the validation split.
 
     With ``checkpointing``, the run saves its state at each evaluation and resumes from
     ``checkpointing.resume_from`` when given. ``stop_requested`` is polled after each optimizer
     step; when it returns True the run saves a checkpoint and raises :class:`TrialInterrupted`.
+    ``progress`` receives a :class:`StepProgress` now and then, and after the last step.
 
     Raises :class:`~trial_executor.UnsupportedPrecisionError` before any work when the
     device cannot run ``config.fp_precision``; :class:`~trial_executor.NonFiniteLossError` when
@@ -147,7 +109,7 @@ def run_trial(
     policy.apply_global_state(cudnn_benchmark=config.cudnn_benchmark)
     failure: Exception | None = None
     try:
-        return _train(config, data, report, device, policy, checkpointing, stop_requested)
+        return _train(config, data, report, device, policy, checkpointing, stop_requested, progress)
     except NonFiniteLossError as err:
         failure = NonFiniteLossError(err.step, err.detail)
     except TrialInterrupted as err:
@@ -180,6 +142,9 @@ class _Progress:
     padded_tokens: int = 0
     loss_sum: float = 0.0
     loss_count: int = 0
+    # The float32 loss sum of an interrupted evaluation window: a resumed run adds to it in
+    # float32, as the uninterrupted run would, so its train_loss comes out bit for bit the same.
+    window_loss: float = 0.0
     skipped_in_a_row: int = 0
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
@@ -190,7 +155,7 @@ class _Progress:
 
 def _train(
     config: TrainConfig, data: TextClassificationData, report: ReportFn | None, device: torch.device, policy: PrecisionPolicy,
-    checkpointing: Checkpointing | None, stop_requested: Callable[[], bool] | None,
+    checkpointing: Checkpointing | None, stop_requested: Callable[[], bool] | None, progress: ProgressFn | None,
 ) -> TrialResult:
     seed_everything(config.seed)
     model, tokenizer = load_model(config.model, data.label_names, data.train_texts)
@@ -267,10 +232,10 @@ def _train(
         restore_rng_states(state["rng"])
         resumed_at = run.step
 
-    train_loss = torch.zeros((), device=device)
+    train_loss = torch.full((), run.window_loss, device=device)
     stopped: str | None = None  # STOPPED_PRUNED or STOPPED_EARLY_STOPPING
     reset_peak_memory(device)
-    tick = time.perf_counter()
+    tick = shown = time.perf_counter()
     while run.step < total_steps and not stopped:
         if run.epoch_rng is None:
             run.epoch_rng = generator.get_state()
@@ -286,7 +251,7 @@ def _train(
                 n = chunk["labels"].numel()
                 real, processed = token_counts(chunk)
                 run.samples, run.tokens, run.padded_tokens = run.samples + n, run.tokens + real, run.padded_tokens + processed
-                chunk = _to(chunk, device)
+                chunk = to_device(chunk, device)
                 with policy.autocast():
                     loss = forward(**chunk).loss
                 weight = n / rows / window
@@ -323,14 +288,22 @@ def _train(
             run.next_batch = i + 1
 
             last = run.step >= total_steps
+            now = time.perf_counter()
+            if progress is not None and (last or run.step == 1 or now - shown >= _PROGRESS_EVERY_S):
+                shown = now
+                seconds = run.train_seconds + now - tick
+                loss = (run.loss_sum + train_loss.item()) / max(1, run.loss_count)
+                progress(StepProgress(run.step, total_steps, loss, run.samples / seconds if seconds > 0 else 0.0))
             evaluate_now = last or (config.eval_every and run.step % config.eval_every == 0)
             interrupted = not last and stop_requested is not None and stop_requested()
             if evaluate_now or interrupted:
                 _sync(device)
                 run.train_seconds += time.perf_counter() - tick
+            if interrupted:
+                run.window_loss = train_loss.item()
+            if evaluate_now:
                 run.loss_sum += train_loss.item()
                 train_loss.zero_()
-            if evaluate_now:
                 tock = time.perf_counter()
                 metrics = evaluate(model, forward, valid_split, policy, config, pad_id, data.num_labels, device)
                 metrics["train_loss"] = run.loss_sum / max(1, run.loss_count)

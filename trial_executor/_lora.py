@@ -10,10 +10,12 @@ model again (pretrained weights, or a preset's seeded random init).
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import PreTrainedModel
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 from trial_executor._config import TrainConfig
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import torch
 
-METRICS: tuple[str, ...] = ("accuracy", "macro_f1", "loss")
-
 
 def classification_metrics(predictions: torch.Tensor, labels: torch.Tensor, num_labels: int) -> dict[str, float]:
     """Accuracy and macro-F1 (F1 averaged over classes, classes absent from both count as 0)."""

@@ -7,6 +7,7 @@ network. Anything else is a hub id or a local directory loaded with ``from_pretr
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import socket
@@ -142,8 +143,10 @@ def check_model_name(name: str) -> None:
             return
         except (OSError, ValueError):
             why = "it is not on the hub"
+    close = difflib.get_close_matches(name, [*PRESETS, *ALIASES], n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
     raise ModelNotFoundError(
-        f"model {name!r} could not be loaded ({why}); use a preset ({', '.join(PRESETS)}), an alias "
+        f"model {name!r} could not be loaded ({why}); {hint}use a preset ({', '.join(PRESETS)}), an alias "
         f"({', '.join(ALIASES)}) or a local directory saved with save_pretrained"
     )
 

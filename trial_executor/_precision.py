@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
+from trial_executor._config import PRECISIONS
 
 
 class UnsupportedPrecisionError(RuntimeError):

@@ -1,0 +1,22 @@
+"""What a finished trial's state and attrs mean: the vocabulary every command reads.
+
+How a trial ends:
+
+- COMPLETE: trained; its objective values are finite.
+- PRUNED with ``skip_reason``: ``unsupported_precision`` (the device cannot run the precision;
+  not counted toward the budget), ``non_finite_loss`` (the run diverged: NaN/inf loss, or a
+  non-finite final metric) or ``oom`` (out of memory, after the optional half-batch retry).
+  NaN never reaches the sampler as a value.
+- PRUNED without ``skip_reason``: stopped by the study's pruner.
+- FAIL with ``fail_reason`` ("Type: message"): anything else, a bug or a broken environment;
+  the traceback goes to the worker's log, never into the study.
+- FAIL with ``fail_reason`` ``interrupted``: the worker got SIGINT/SIGTERM; the trial saved a
+  checkpoint and is re-queued, so the next run resumes it (see :mod:`hpo._checkpoints`).
+"""
+
+SKIP_UNSUPPORTED = "unsupported_precision"
+SKIP_NON_FINITE = "non_finite_loss"
+SKIP_OOM = "oom"
+SKIP_REASONS: tuple[str, ...] = (SKIP_UNSUPPORTED, SKIP_NON_FINITE, SKIP_OOM)
+BASELINE_ATTR = "fp32_baseline"
+INTERRUPTED = "interrupted"

@@ -1,0 +1,36 @@
+"""Evaluation on the validation split: metrics under the trial's autocast."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from trial_executor._batching import TokenizedSplit, eval_batches, to_device
+from trial_executor._config import TrainConfig
+from trial_executor._metrics import classification_metrics
+from trial_executor._precision import PrecisionPolicy
+
+
+@torch.inference_mode()
+def evaluate(
+    model: torch.nn.Module, forward: Callable[..., Any], split: TokenizedSplit, policy: PrecisionPolicy,
+    config: TrainConfig, pad_id: int, num_labels: int, device: torch.device,
+) -> dict[str, float]:
+    """Metrics on ``split`` through ``forward`` (``model`` or its packed forward), under the trial's autocast."""
+    model.eval()
+    logits_by_index: dict[int, torch.Tensor] = {}
+    for indices, batch in eval_batches(split, config.eval_batch_size, pad_id):
+        batch = to_device(batch, device)
+        with policy.autocast():
+            logits = forward(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        for i, row in zip(indices, logits.float().cpu(), strict=True):
+            logits_by_index[i] = row
+    model.train()
+    logits = torch.stack([logits_by_index[i] for i in range(len(split))])
+    labels = torch.tensor(split.labels)
+    metrics = classification_metrics(logits.argmax(dim=-1), labels, num_labels)
+    metrics["loss"] = F.cross_entropy(logits, labels).item()
+    return metrics

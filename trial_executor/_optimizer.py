@@ -1,0 +1,39 @@
+"""The optimizer and learning-rate schedule every trial trains with."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from trial_executor._config import TrainConfig
+
+
+def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """Linear warmup to the peak rate, then linear or cosine decay to zero (or constant)."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "constant":
+            return 1.0
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        if schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return max(0.0, 1.0 - progress)
+
+    return factor
+
+
+def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW, fused where this torch supports it on ``device``; no decay on biases and norms."""
+    decay, no_decay = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.ndim >= 2 else no_decay).append(param)
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    try:
+        return torch.optim.AdamW(groups, lr=config.learning_rate, fused=device.type in ("cuda", "cpu"))
+    except RuntimeError:
+        return torch.optim.AdamW(groups, lr=config.learning_rate)
