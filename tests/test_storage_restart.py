@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import optuna
 import pytest
+import sqlalchemy
 from _private_postgres import PrivatePostgres
 from optuna.trial import TrialState
 
 from hpo import create_storage
+from hpo._storage import Heartbeat
 
 pytestmark = pytest.mark.postgres
 
@@ -47,3 +52,92 @@ def test_a_study_survives_a_database_restart(private_postgres: PrivatePostgres) 
     states = [t.state for t in study.get_trials()]
     assert states.count(TrialState.COMPLETE) == 30 and len(states) == 30
     assert all(t.user_attrs == {"seen_0": 0, "seen_1": 1, "seen_2": 2} for t in study.get_trials())
+
+
+# Each private method as Optuna's _CachedStorage calls it on the storage it wraps.
+_CACHE_CALLS: dict[str, Callable[[Any, int, int], object]] = {
+    "_get_trials": lambda storage, study_id, trial_id: storage._get_trials(
+        study_id, states=None, included_trial_ids={trial_id}, trial_id_greater_than=-1
+    ),
+    "_create_new_trial": lambda storage, study_id, trial_id: storage._create_new_trial(study_id, None),
+    "_set_trial_param": lambda storage, study_id, trial_id: storage._set_trial_param(
+        trial_id, "y", 0.5, optuna.distributions.FloatDistribution(0, 1), None
+    ),
+    "_get_best_trial_id": lambda storage, study_id, trial_id: storage._get_best_trial_id(
+        study_id, optuna.study.StudyDirection.MINIMIZE
+    ),
+    "_get_stale_trial_ids": lambda storage, study_id, trial_id: storage._get_stale_trial_ids(study_id),
+}
+
+
+@pytest.mark.parametrize("private_method", sorted(_CACHE_CALLS))
+def test_optunas_cache_calling_the_backend_directly_also_waits_out_a_restart(
+    private_postgres: PrivatePostgres, private_method: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Optuna's _CachedStorage calls these private methods, not the public ones; a restart under
+    ``_get_trials`` once failed a CI run of the test above."""
+    storage = create_storage(private_postgres.url, heartbeat=Heartbeat())
+    study = optuna.create_study(storage=storage, study_name="cache")
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
+    running_trial_id = storage.create_new_trial(study._study_id)
+    outcome: list[object] = []
+
+    def call() -> None:
+        try:
+            outcome.append(_CACHE_CALLS[private_method](storage, study._study_id, running_trial_id))
+        except BaseException as err:  # reported by the assertion below
+            outcome.append(err)
+
+    private_postgres.stop()
+    worker = threading.Thread(target=call)
+    with caplog.at_level(logging.WARNING, logger="hpo.storage"):
+        worker.start()
+        # Optuna retries trial creation itself, for up to 8 s; the outage must outlast that.
+        time.sleep(9 if private_method == "_create_new_trial" else 1.5)
+        private_postgres.start()
+        worker.join(timeout=60)
+
+    assert not worker.is_alive() and outcome and not isinstance(outcome[0], BaseException), outcome
+    assert f"storage call {private_method} lost its database connection" in caplog.text
+
+
+def _raised_like_optuna_get_trials_after_a_restart() -> optuna.exceptions.StorageInternalError:
+    """The chain seen when PostgreSQL restarts under ``RDBStorage._get_trials`` (worker log of a failed run).
+
+    Its first query loses the connection (OperationalError); its fallback query, in the same
+    session, then fails with PendingRollbackError; the session wrapper re-raises that as
+    StorageInternalError.
+    """
+    try:
+        try:
+            try:
+                raise sqlalchemy.exc.OperationalError("SELECT trial_values ...", {}, Exception("terminating connection due to administrator command"))
+            except sqlalchemy.exc.OperationalError:
+                raise sqlalchemy.exc.PendingRollbackError("Can't reconnect until invalid transaction is rolled back") from None
+        except sqlalchemy.exc.PendingRollbackError as err:
+            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from err
+    except optuna.exceptions.StorageInternalError as err:
+        return err
+    raise AssertionError("unreachable")
+
+
+def test_a_lost_connection_is_recognised_anywhere_in_the_chain_and_data_errors_are_not() -> None:
+    from hpo._retrying_storage import _is_connection_error
+
+    assert _is_connection_error(_raised_like_optuna_get_trials_after_a_restart())
+    try:
+        raise optuna.exceptions.StorageInternalError("commit failed") from sqlalchemy.exc.IntegrityError("INSERT", {}, Exception("duplicate key"))
+    except optuna.exceptions.StorageInternalError as err:
+        assert not _is_connection_error(err)
+
+
+def test_a_retry_that_finds_its_earlier_attempt_committed_counts_as_done() -> None:
+    from hpo._retrying_storage import _committed_before_the_drop
+
+    try:
+        raise optuna.exceptions.StorageInternalError("commit failed") from sqlalchemy.exc.IntegrityError("INSERT", {}, Exception("duplicate key"))
+    except optuna.exceptions.StorageInternalError as err:
+        duplicate_param = err
+    assert _committed_before_the_drop("_set_trial_param", duplicate_param)
+    assert not _committed_before_the_drop("_create_new_trial", duplicate_param)
+    assert _committed_before_the_drop("set_trial_state_values", optuna.exceptions.UpdateFinishedTrialError("finished"))
