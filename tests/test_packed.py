@@ -10,7 +10,7 @@ import torch
 from trial_executor import TrainConfig, demo_dataset, run_trial
 from trial_executor._batching import TokenizedSplit, collate
 from trial_executor._models import load_model
-from trial_executor._packed import PackedBertClassifier, supports_packed_forward
+from trial_executor._packed import PackedBertClassifier, cpu_dropout, supports_packed_forward
 
 
 def _batch(vocab: int, rows: int, seed: int) -> dict[str, torch.Tensor]:
@@ -57,6 +57,37 @@ def test_bf16_autocast_stays_close() -> None:
     with torch.autocast("cpu", dtype=torch.bfloat16):
         reference, packed = model(**batch), PackedBertClassifier(model)(**batch)
     torch.testing.assert_close(packed.logits.float(), reference.logits.float(), rtol=0.05, atol=0.05)
+
+
+def test_cpu_dropout_keeps_one_minus_p_scaled_by_its_inverse() -> None:
+    torch.manual_seed(0)
+    x = torch.ones(1_000_001, requires_grad=True)
+    y = cpu_dropout(x, 0.1)
+    scale = 65536 / (65536 - 6554)  # p = 0.1 rounds to 6554 / 65536
+    assert y.unique().tolist() == pytest.approx([0.0, scale])
+    assert abs((y != 0).float().mean().item() - 0.9) < 0.002
+    assert abs(y.mean().item() - 1.0) < 0.003  # unbiased
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, (y != 0).float() * scale)  # the gradient goes through the same mask
+    torch.manual_seed(0)
+    torch.testing.assert_close(cpu_dropout(torch.ones(1_000_001), 0.1), y.detach())  # seeded: the same masks
+    assert cpu_dropout(x, 0.0) is x
+
+
+def test_training_mode_applies_dropout_reproducibly() -> None:
+    torch.manual_seed(0)
+    model, tokenizer = load_model("tiny-bert", ["a", "b"], ["more text for the vocabulary"] * 3)
+    batch = _batch(len(tokenizer), rows=8, seed=3)
+    batch["labels"] %= 2
+    forward = PackedBertClassifier(model)
+    model.eval()
+    without = forward(**batch).logits
+    model.train()
+    torch.manual_seed(1)
+    first = forward(**batch).logits
+    torch.manual_seed(1)
+    assert torch.equal(forward(**batch).logits, first)
+    assert not torch.allclose(first, without)
 
 
 def test_other_architectures_keep_their_own_forward() -> None:
