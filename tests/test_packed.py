@@ -10,7 +10,7 @@ import torch
 from trial_executor import TrainConfig, demo_dataset, run_trial
 from trial_executor._batching import TokenizedSplit, collate
 from trial_executor._models import load_model
-from trial_executor._packed import PackedBertClassifier, cpu_dropout, supports_packed_forward
+from trial_executor._packed import PackedBertClassifier, _WordEmbeddingLookup, cpu_dropout, supports_packed_forward
 
 
 def _batch(vocab: int, rows: int, seed: int) -> dict[str, torch.Tensor]:
@@ -57,6 +57,40 @@ def test_bf16_autocast_stays_close() -> None:
     with torch.autocast("cpu", dtype=torch.bfloat16):
         reference, packed = model(**batch), PackedBertClassifier(model)(**batch)
     torch.testing.assert_close(packed.logits.float(), reference.logits.float(), rtol=0.05, atol=0.05)
+
+
+def test_word_embedding_gradient_is_autograds_across_steps_and_accumulation() -> None:
+    torch.manual_seed(0)
+    model, tokenizer = load_model("tiny-bert", ["a", "b", "c"], ["some text to build a vocabulary from"] * 3)
+    model.eval()
+    weight = model.bert.embeddings.word_embeddings.weight
+    first, second = _batch(len(tokenizer), rows=6, seed=4), _batch(len(tokenizer), rows=5, seed=5)
+    model(**first).loss.backward()
+    model(**second).loss.backward()  # accumulated, as over a gradient-accumulation window
+    expected = _grads(model)["bert.embeddings.word_embeddings.weight"]
+    model(**first).loss.backward()
+    expected_first = _grads(model)["bert.embeddings.word_embeddings.weight"]
+
+    forward = PackedBertClassifier(model)
+    forward(**first).loss.backward()
+    forward(**second).loss.backward()
+    torch.testing.assert_close(weight.grad, expected, rtol=1e-5, atol=1e-7)
+    buffer = weight.grad.data_ptr()
+    model.zero_grad(set_to_none=True)
+    forward(**first).loss.backward()  # the next step: same buffer, zeroed first
+    assert weight.grad.data_ptr() == buffer
+    torch.testing.assert_close(weight.grad, expected_first, rtol=1e-5, atol=1e-7)
+
+
+def test_word_embedding_lookup_leaves_the_padding_row_alone_like_nn_embedding() -> None:
+    weight = torch.randn(10, 4, requires_grad=True)
+    ids = torch.tensor([0, 3, 3, 0, 7])
+    upstream = torch.randn(5, 4)
+    torch.nn.functional.embedding(ids, weight, padding_idx=0).backward(upstream)
+    expected, weight.grad = weight.grad, None
+    _WordEmbeddingLookup.apply(weight, ids, 0, {}).backward(upstream)
+    torch.testing.assert_close(weight.grad, expected)
+    assert not weight.grad[0].any()
 
 
 def test_cpu_dropout_keeps_one_minus_p_scaled_by_its_inverse() -> None:
