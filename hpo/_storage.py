@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from hpo._errors import UserError
-from hpo._retrying_storage import RetryingRDBStorage
+from hpo._retrying_storage import RetryingStorage
 
 DEFAULT_SQLITE_FILE = "hpo-studies.db"
 STORAGE_ENV = "HPO_STORAGE"
@@ -192,12 +192,13 @@ def check_storage_url(url: str) -> None:
 
 def create_storage(
     url: str, *, heartbeat: Heartbeat | None = None
-) -> optuna.storages.RDBStorage | optuna.storages.GrpcStorageProxy:
+) -> RetryingStorage | optuna.storages.GrpcStorageProxy:
     """Open (and on first use create) Optuna's RDB storage at ``url``.
 
     Connections are checked before use (``pool_pre_ping``) and calls that lose their
-    connection are retried with backoff (:class:`RetryingRDBStorage`), so a database restart
-    does not break a long-running worker. With ``heartbeat``, running trials record
+    connection are retried with backoff, writes without ever applying twice
+    (:class:`~hpo._retrying_storage.RetryingStorage`, Optuna's cached RDB storage wrapped), so
+    a database restart does not break a long-running worker. With ``heartbeat``, running trials record
     heartbeats and a trial whose worker died is failed and re-queued (WAITING) by the next
     worker that starts a trial. ``grpc://host:port`` connects to a storage proxy
     (``python -m hpo.proxy``) instead, which holds the database connections; heartbeats need
@@ -218,7 +219,7 @@ def create_storage(
             # Heartbeats are "experimental" in Optuna 5; they are what stale-trial recovery needs.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             kwargs = heartbeat.storage_kwargs() if heartbeat else {}
-            return RetryingRDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
+            return RetryingStorage(optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs))
     except SQLAlchemyError as err:
         raise StorageError(mask_secrets(f"storage {mask_url(url)} failed: {str(err).splitlines()[0]}", url)) from None
     finally:
