@@ -194,7 +194,7 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
 
     def create_new_study(self, directions: Sequence[StudyDirection], study_name: str | None = None) -> int:
         # Named here, not by RDBStorage: a retry then re-sends the same name and cannot make a second study.
-        name = study_name or DEFAULT_STUDY_NAME_PREFIX + str(uuid.uuid4())
+        name = DEFAULT_STUDY_NAME_PREFIX + str(uuid.uuid4()) if study_name is None else study_name
         return self._call("create_new_study", lambda: self._cache.create_new_study(directions, name), self._tokens.new())
 
     def delete_study(self, study_id: int) -> None:

@@ -31,6 +31,11 @@ MIN = [StudyDirection.MINIMIZE]
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
+@pytest.fixture(autouse=True)
+def _short_retry_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("hpo._retrying_storage._FIRST_DELAY", 0.05)  # the test is about what a retry does, not when
+
+
 @dataclass(frozen=True)
 class Write:
     """``setup(storage) -> context``, then the write under test ``act(storage, context) -> comparable result``."""
