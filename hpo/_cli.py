@@ -14,6 +14,7 @@ import optuna
 from sqlalchemy.exc import SQLAlchemyError
 
 from hpo._errors import UserError
+from hpo._retrying_storage import storage_failure_in
 from hpo._storage import STORAGE_ENV, mask_secrets, mask_url, resolve_storage_url
 
 
@@ -91,6 +92,12 @@ def run_guarded(
     except SQLAlchemyError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         print(f"{prog}: error: storage {mask_url(url)} failed: {mask_secrets(first, url)}", file=sys.stderr)
+        return 1
+    except Exception as err:
+        failure = storage_failure_in(err)  # a storage that waiting cannot fix, however Optuna re-raised it
+        if failure is None:
+            raise
+        print(f"{prog}: error: {mask_secrets(str(failure), url)}", file=sys.stderr)
         return 1
 
 

@@ -50,7 +50,6 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError, PendingRollbackError
 
-from hpo._errors import UserError
 from hpo._write_tokens import WriteTokens
 
 _logger = logging.getLogger("hpo.storage")
@@ -64,8 +63,17 @@ _PG_TRANSIENT = ("08", "57P", "53300", "40001", "40P01")
 _SQLITE_TRANSIENT = ("database is locked", "database table is locked")
 
 
-class StorageFailedError(UserError):
+class StorageFailedError(Exception):
     """The storage cannot be used and waiting will not help (a SQLite file deleted or read-only)."""
+
+
+def storage_failure_in(err: BaseException) -> StorageFailedError | None:
+    """The :class:`StorageFailedError` behind ``err``, if any.
+
+    Optuna can mask it: when a trial's final write fails, ``_run_trial`` re-reads the trial,
+    which fails the same way, and its ``finally`` then raises an UnboundLocalError.
+    """
+    return next((link for link in _chain(err) if isinstance(link, StorageFailedError)), None)
 
 
 def _chain(err: BaseException) -> Iterator[BaseException]:
@@ -236,7 +244,12 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
         self._call("set_trial_system_attr", lambda: self._cache.set_trial_system_attr(trial_id, key, value))
 
     def record_heartbeat(self, trial_id: int) -> None:
-        self._call("record_heartbeat", lambda: self._cache.record_heartbeat(trial_id))
+        try:
+            self._call("record_heartbeat", lambda: self._cache.record_heartbeat(trial_id))
+        except StorageFailedError as err:
+            # Optuna's heartbeat thread would die with a traceback; the trial's next call on the
+            # worker's own thread fails the same way and stops the worker with one line.
+            _logger.debug("heartbeat of trial %d not recorded: %s", trial_id, err)
 
     # Reads ------------------------------------------------------------------------------------
 

@@ -1,0 +1,83 @@
+"""A storage that waiting cannot fix fails at once with one line: a SQLite file deleted or read-only is not a lost connection."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy
+
+from hpo import create_storage
+from hpo._cli import run_guarded
+from hpo._retrying_storage import StorageFailedError, is_lost_connection
+from hpo._storage import Heartbeat
+
+
+def _storage_with_a_study(tmp_path: Path, **kwargs: object) -> tuple[optuna.storages.BaseStorage, int, Path]:
+    path = tmp_path / "s.db"
+    storage = create_storage(f"sqlite:///{path}", **kwargs)  # type: ignore[arg-type]
+    return storage, storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], "s"), path
+
+
+def _fails_at_once(call: object, match: str, caplog: pytest.LogCaptureFixture) -> str:
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="hpo.storage"), pytest.raises(StorageFailedError, match=match) as failure:
+        call()  # type: ignore[operator]
+    assert time.monotonic() - started < 5, "retried as if the connection were lost"
+    assert "lost its database connection" not in caplog.text
+    message = str(failure.value)
+    assert len(message.splitlines()) == 1 and "rerun to resume" in message
+    return message
+
+
+def test_a_sqlite_file_deleted_while_in_use_fails_the_next_call_at_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    storage, study_id, path = _storage_with_a_study(tmp_path)
+    os.remove(path)
+    message = _fails_at_once(lambda: storage.create_new_trial(study_id), "was deleted", caplog)
+    assert str(path) in message
+
+
+def test_a_read_only_sqlite_database_fails_a_write_at_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """SQLite's own read-only mode (``PRAGMA query_only``, as file permissions do not bind root): SQLITE_READONLY."""
+    storage, study_id, _ = _storage_with_a_study(tmp_path)
+    sqlalchemy.event.listen(storage.engine, "connect", lambda connection, record: connection.execute("PRAGMA query_only = ON"))
+    storage.engine.dispose()  # new connections, read-only
+    _fails_at_once(lambda: storage.set_study_user_attr(study_id, "k", 1), "readonly database", caplog)
+
+
+def test_a_locked_sqlite_database_is_waited_out(tmp_path: Path) -> None:
+    """SQLite's one transient error: another process holds the write lock."""
+    path = tmp_path / "locked.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN EXCLUSIVE")
+    engine = sqlalchemy.create_engine(f"sqlite:///{path}", connect_args={"timeout": 0.05})
+    with pytest.raises(sqlalchemy.exc.OperationalError, match="locked") as locked, engine.begin() as connection:
+        connection.execute(sqlalchemy.text("INSERT INTO t VALUES (1)"))
+    holder.close()
+    engine.dispose()
+    assert is_lost_connection(locked.value)
+
+
+def test_a_worker_whose_sqlite_file_is_deleted_mid_study_stops_with_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Through Optuna's optimize loop and its heartbeat thread, as ``python -m hpo.run`` runs them."""
+    storage, _, path = _storage_with_a_study(tmp_path, heartbeat=Heartbeat(interval=1, grace_period=60))
+    study = optuna.load_study(study_name="s", storage=storage)
+
+    def objective(trial: optuna.Trial) -> float:
+        if trial.number == 1:
+            os.remove(path)
+            time.sleep(1.5)  # the heartbeat thread meets the missing file too
+        return trial.suggest_float("x", 0, 1)
+
+    started = time.monotonic()
+    code = run_guarded("hpo-run", f"sqlite:///{path}", lambda: study.optimize(objective, n_trials=5) or 0)
+    assert code == 1 and time.monotonic() - started < 10
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if not line.startswith("[I ")]  # Optuna's own INFO lines
+    assert len(lines) == 1 and "was deleted" in lines[0], err
