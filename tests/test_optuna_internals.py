@@ -1,0 +1,92 @@
+"""Each Optuna internal the storage wrapper still relies on, pinned: an Optuna upgrade that moves one fails here.
+
+``hpo/_retrying_storage.py`` and ``hpo/_write_tokens.py`` use, beyond Optuna's public API:
+- ``optuna.storages._CachedStorage``, the cache Optuna puts around every RDBStorage, which the
+  wrapper holds itself (and which then must not be added a second time);
+- ``BaseHeartbeat``'s interface, ``_get_stale_trial_ids`` included (called by fail_stale_trials);
+- ``DEFAULT_STUDY_NAME_PREFIX``, to name unnamed studies as RDBStorage would;
+- ``RDBStorage.scoped_session`` and ``engine``, and the ORM classes ``StudyModel`` and
+  ``TrialModel`` flushed when a study or trial is created or a trial's state changes (the
+  write-token hook);
+- ``RDBStorage._create_new_trial`` re-running its transaction on StorageInternalError only,
+  so that an IntegrityError ends it at once.
+The idempotence of the other writes (Optuna's upserts, its ignored duplicate parameter row)
+is pinned by tests/test_storage_faults.py.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy
+from optuna.storages import RDBStorage, _CachedStorage
+from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
+from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.storages._rdb import models
+from optuna.study import StudyDirection
+from optuna.trial import TrialState
+
+from hpo import create_storage
+from hpo._retrying_storage import RetryingStorage
+from hpo._storage import Heartbeat
+from hpo._write_tokens import TABLE_NAME
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> RetryingStorage:
+    return create_storage(f"sqlite:///{tmp_path / 'i.db'}")  # type: ignore[return-value]
+
+
+def _token_rows(storage: RetryingStorage) -> list[tuple[str, int]]:
+    with storage.engine.connect() as connection:
+        return [(row[0], row[1]) for row in connection.execute(sqlalchemy.text(f"SELECT token, row_id FROM {TABLE_NAME}"))]
+
+
+def test_optuna_caches_an_rdb_storage_in_the_cache_the_wrapper_holds_and_leaves_the_wrapper_alone(storage: RetryingStorage) -> None:
+    assert type(optuna.storages.get_storage(storage._rdb)) is _CachedStorage
+    assert isinstance(storage._cache, _CachedStorage) and storage._cache._backend is storage._rdb
+    assert optuna.storages.get_storage(storage) is storage  # one cache, not two
+    assert DEFAULT_STUDY_NAME_PREFIX == "no-name-"
+
+
+def test_the_heartbeat_interface_is_the_one_the_wrapper_implements() -> None:
+    assert BaseHeartbeat.__abstractmethods__ == {
+        "record_heartbeat", "_get_stale_trial_ids", "get_heartbeat_interval", "get_heartbeat_stale_trial_callback"
+    }
+
+
+def test_fail_stale_trials_reaches_the_stale_trials_through_the_wrapper(tmp_path: Path) -> None:
+    storage = create_storage(f"sqlite:///{tmp_path / 'h.db'}", heartbeat=Heartbeat(1, 1, 0))
+    study = optuna.create_study(storage=storage, study_name="h")
+    trial_id = storage.create_new_trial(study._study_id)
+    storage.record_heartbeat(trial_id)
+    time.sleep(2.1)
+    optuna.storages.fail_stale_trials(study)
+    assert storage.get_trial(trial_id).state == TrialState.FAIL
+
+
+def test_rdb_writes_flush_study_and_trial_models_in_its_scoped_session(storage: RetryingStorage) -> None:
+    rdb: RDBStorage = storage._rdb
+    assert isinstance(rdb.scoped_session, sqlalchemy.orm.scoped_session) and isinstance(rdb.engine, sqlalchemy.Engine)
+    assert {models.StudyModel.__tablename__, models.TrialModel.__tablename__} == {"studies", "trials"}
+    study_id = storage.create_new_study([StudyDirection.MINIMIZE], "m")
+    waiting = storage.create_new_trial(study_id, optuna.trial.create_trial(state=TrialState.WAITING))
+    assert storage.set_trial_state_values(waiting, TrialState.RUNNING)
+    assert storage.set_trial_state_values(waiting, TrialState.COMPLETE, [1.0])
+    # One token for the study, one for the trial's creation, one per state change.
+    assert sorted(row_id for _, row_id in _token_rows(storage)) == sorted([study_id, waiting, waiting, waiting])
+
+
+def test_rdb_create_new_trial_ends_at_once_on_an_integrity_error(storage: RetryingStorage) -> None:
+    """Optuna re-runs trial creation on StorageInternalError (for deadlocks), with sleeps of up to 2 s; not on this."""
+    study_id = storage.create_new_study([StudyDirection.MINIMIZE], "c")
+    with storage._tokens.stamping("same-token"):
+        storage._rdb.create_new_trial(study_id)
+        started = time.monotonic()
+        with pytest.raises(sqlalchemy.exc.IntegrityError):
+            storage._rdb.create_new_trial(study_id)
+    assert time.monotonic() - started < 1.0
+    assert len(storage._rdb.get_all_trials(study_id)) == 1
