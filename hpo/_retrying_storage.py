@@ -169,7 +169,12 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
                     return call()
                 except Exception as err:
                     if token is not None and _committed_row_conflict(err):
-                        row_id = self._tokens.find(token)
+                        try:
+                            row_id = self._tokens.find(token)
+                        except Exception as lookup_err:
+                            if not is_lost_connection(lookup_err):
+                                raise
+                            row_id, err = None, lookup_err  # the next attempt looks the token up first
                         if row_id is not None:
                             return recovered(row_id) if recovered else row_id  # type: ignore[return-value]
                     if attempt and done_on_retry is not None and isinstance(err, done_on_retry):

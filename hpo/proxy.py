@@ -79,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Serving {mask_url(url)} on {grpc_host}:{args.port}; start workers with --storage grpc://{worker_host}:{args.port}", flush=True)
         signal.signal(signal.SIGTERM, _stop)
         try:
-            # get_storage adds Optuna's in-process cache of finished trials, as run_grpc_proxy_server recommends.
+            # create_storage's storage holds Optuna's in-process cache of finished trials, as run_grpc_proxy_server
+            # recommends; get_storage returns it as it is.
             optuna.storages.run_grpc_proxy_server(optuna.storages.get_storage(storage), host=grpc_host, port=args.port)
         except RuntimeError as err:  # gRPC could not bind after all
             raise UserError(f"cannot listen on {grpc_host}:{args.port} ({err}); pick another --port or --host") from None
