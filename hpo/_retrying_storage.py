@@ -28,6 +28,9 @@ Why a retried write is safe:
 - deleting a study: a KeyError on a retry means the earlier attempt deleted it;
 - every other write is idempotent: attributes, intermediate values and heartbeats are upserts,
   and RDBStorage ignores the duplicate (trial, param) row of a parameter already set.
+
+The Optuna internals still relied on (``_CachedStorage``, the heartbeat interface, what
+:mod:`hpo._write_tokens` needs) are each pinned by ``tests/test_optuna_internals.py``.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError, PendingRollbackError
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, InternalError, OperationalError, PendingRollbackError
 
 from hpo._write_tokens import WriteTokens
 
@@ -64,7 +67,7 @@ _SQLITE_TRANSIENT = ("database is locked", "database table is locked")
 
 
 class StorageFailedError(Exception):
-    """The storage cannot be used and waiting will not help (a SQLite file deleted or read-only)."""
+    """The storage cannot be used and waiting will not help (a SQLite file deleted, a read-only database)."""
 
 
 def storage_failure_in(err: BaseException) -> StorageFailedError | None:
@@ -192,15 +195,26 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
                     delay = min(delay * 2, _MAX_DELAY)
 
     def _explained(self, err: Exception, name: str) -> Exception:
-        """``err`` itself, or for a SQLite file that cannot be used, one line that says so."""
+        """``err`` itself, or for a database that cannot be used as it is, one line that says so.
+
+        That is a SQLite error other than a constraint, or a server-side OperationalError or
+        InternalError that is not a lost connection (PostgreSQL read-only, disk full).
+        """
         if isinstance(err, StorageFailedError):
             return err
         cause = _sqlite_error(err)
-        if cause is None or isinstance(cause, sqlite3.IntegrityError):
+        if cause is not None and not isinstance(cause, sqlite3.IntegrityError):
+            return StorageFailedError(
+                f"storage call {name} failed on SQLite database {self._sqlite_file.path}: {cause} "
+                "(not a lost connection, so not retried); make the file writable or restore it, then rerun to resume"
+            )
+        refused = next((link for link in _chain(err) if isinstance(link, (OperationalError, InternalError))), None)
+        if refused is None:
             return err
+        first = str(refused.orig).strip().splitlines()[0] if str(refused.orig).strip() else type(refused.orig).__name__
         return StorageFailedError(
-            f"storage call {name} failed on SQLite database {self._sqlite_file.path}: {cause} "
-            "(not a lost connection, so not retried); make the file writable or restore it, then rerun to resume"
+            f"storage call {name} failed on {self._rdb.engine.url.render_as_string(hide_password=True)}: {first} "
+            "(not a lost connection, so not retried); fix the database, then rerun to resume"
         )
 
     # Writes -----------------------------------------------------------------------------------

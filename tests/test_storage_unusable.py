@@ -50,6 +50,23 @@ def test_a_read_only_sqlite_database_fails_a_write_at_once(tmp_path: Path, caplo
     _fails_at_once(lambda: storage.set_study_user_attr(study_id, "k", 1), "readonly database", caplog)
 
 
+@pytest.mark.postgres
+def test_a_read_only_postgres_database_fails_a_write_at_once(pg_database: str, caplog: pytest.LogCaptureFixture) -> None:
+    """PostgreSQL refusing writes (SQLSTATE 25006, as on a hot standby) is not a lost connection either."""
+    storage = create_storage(pg_database)
+    study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], "s")
+
+    def read_only(connection: object, record: object) -> None:
+        with connection.cursor() as cursor:  # type: ignore[attr-defined]
+            cursor.execute("SET default_transaction_read_only = on")
+        connection.commit()  # type: ignore[attr-defined]  # else SQLAlchemy's reset on return rolls the SET back
+
+    sqlalchemy.event.listen(storage.engine, "connect", read_only)
+    storage.engine.dispose()  # new connections, read-only
+    message = _fails_at_once(lambda: storage.set_study_user_attr(study_id, "k", 1), "read-only transaction", caplog)
+    assert "postgres" in message
+
+
 def test_a_locked_sqlite_database_is_waited_out(tmp_path: Path) -> None:
     """SQLite's one transient error: another process holds the write lock."""
     path = tmp_path / "locked.db"
