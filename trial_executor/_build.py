@@ -126,7 +126,7 @@ def build_trial(config: TrainConfig, data: TextClassificationData, device: torch
     total_steps = config.epochs * math.ceil(micro_per_epoch / config.grad_accum_steps)
     if config.max_steps is not None:
         total_steps = min(total_steps, config.max_steps)
-    optimizer = make_optimizer(model, config, device)
+    optimizer = make_optimizer(model, config, device, capturable=knobs.compile_mode == "reduce-overhead")
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(config.lr_schedule, round(config.warmup_ratio * total_steps), total_steps)
     )
