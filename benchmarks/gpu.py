@@ -36,7 +36,7 @@ TOOLS = ("ours", "hf", "plain", "plain-compiled")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 BATCHES = (32, 64, 256)
 ROW_KINDS = ("sst2", "long")
-QUICK = {"rows": 1280, "batches": (32,), "precisions": ("fp32", "bf16")}
+QUICK = {"rows": 384, "batches": (32,), "precisions": ("fp32", "bf16")}
 
 
 def prepare_model(kind: str, directory: Path, texts: list[str]) -> str:
@@ -77,6 +77,10 @@ def _fmt(value: float | None, spec: str = ".0f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _flag(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "no")
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
@@ -99,7 +103,7 @@ def table(cells: dict[tuple[str, int, str, str], dict[str, Any]], kinds: Sequenc
                 lines.append(
                     f"| {kind} | {batch} | {precision} | " + " | ".join(_fmt(speed[t]) for t in TOOLS)
                     + f" | {_fmt(_ratio(speed['ours'], speed['hf']), '.2f')} | {_fmt(_ratio(speed['ours'], plain), '.2f')}"
-                    + f" | {_fmt(_ratio(speed['ours'], fp32), '.2f')} | {ours.get('host_limited', '-')}"
+                    + f" | {_fmt(_ratio(speed['ours'], fp32), '.2f')} | {_flag(ours.get('host_limited'))}"
                     + f" | {_fmt(ours.get('compile_seconds'), '.1f')} |"
                 )
     return lines
@@ -111,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="bert-base-random",
                         help="a model directory (config + tokenizer), or bert-base-random / tiny-random (built here)")
     parser.add_argument("--rows", type=int, default=8000, help="training rows per cell (default 8000)")
-    parser.add_argument("--quick", action="store_true", help="tiny-random, 1280 rows, batch 32, fp32 and bf16: a dry run")
+    parser.add_argument("--quick", action="store_true", help="tiny-random, 384 rows, batch 32, fp32 and bf16: a dry run")
     parser.add_argument("--tools", default=",".join(TOOLS))
     parser.add_argument("--precisions", default=",".join(PRECISIONS))
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
