@@ -1,12 +1,18 @@
 """A short autocast speed test per precision: random tokens through a random-init BERT.
 
 Numbers from here say what a precision buys on this machine before a study spends hours on
-it: time per training step (forward, backward, AdamW), speedup against fp32, peak memory.
+it: time per training step, speedup against fp32, peak memory. The step is the executor's own
+(:class:`~trial_executor._step.TrainStep`, with the forward, optimizer and per-device knobs a
+trial would use), so the figures are what a study will see. On a GPU it warms up until two
+steps in a row agree within 10%, and also measures the host's time to issue one step (its share
+of the step time near 1: the host, not the device, sets the pace) and how many timed steps the
+device set the pace of (:class:`~trial_executor._throughput.DeviceLag`).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,8 +20,15 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForSequenceClassification, BertConfig, PretrainedConfig
 
-from trial_executor import PRECISIONS, PRESETS, PrecisionPolicy, UnsupportedPrecisionError
+from trial_executor import PRECISIONS, PRESETS, PrecisionPolicy, TrainConfig, UnsupportedPrecisionError
+from trial_executor._batching import Batch, Collation, TokenizedSplit
+from trial_executor._build import make_forward
+from trial_executor._defaults import resolve_knobs
 from trial_executor._hardware import peak_memory_mb, release_memory, reset_peak_memory
+from trial_executor._optimizer import make_optimizer
+from trial_executor._packed import supports_packed_forward
+from trial_executor._step import TrainStep
+from trial_executor._throughput import DeviceLag
 
 _SMALL_VOCAB = 8192
 
@@ -48,6 +61,15 @@ class SpeedRow:
     peak_memory_mb: float | None = None
     final_loss: float | None = None
     note: str = ""
+    host_ms_per_step: float | None = None  # CUDA: issuing one step with the device idle
+    device_busy: float | None = None  # CUDA: share of timed steps where the device set the pace
+
+    @property
+    def host_share(self) -> float | None:
+        """The host's time to issue a step over the step's time: near 1, the host sets the pace."""
+        if self.host_ms_per_step is None or not self.ms_per_step:
+            return None
+        return self.host_ms_per_step / self.ms_per_step
 
 
 def model_config(name: str) -> PretrainedConfig:
@@ -61,35 +83,79 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _time_steps(
-    policy: PrecisionPolicy, config: PretrainedConfig, device: torch.device, batch: dict[str, torch.Tensor],
-    warmup: int, steps: int, seed: int,
-) -> tuple[float, float]:
-    """Seconds for ``steps`` timed training steps after ``warmup`` untimed ones, and the last loss."""
+@dataclass(frozen=True)
+class _Timing:
+    seconds: float  # for the timed steps, synced
+    loss: float
+    host_seconds: float | None  # issuing one step, the device idle (CUDA only)
+    device_busy: float | None  # share of timed steps where the device set the pace (CUDA only)
+
+
+def _executor_step(
+    policy: PrecisionPolicy, config: PretrainedConfig, device: torch.device, batch_size: int, seq_len: int, seed: int,
+) -> tuple[TrainStep, list[list[Batch]]]:
+    """The executor's own step (forward choice, optimizer, precision policy) on one random batch."""
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_config(config, attn_implementation="sdpa").to(device).train()
-    try:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    except RuntimeError:  # no fused AdamW for this device in this torch
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    scaler = policy.grad_scaler()
-    start = 0.0
-    loss = torch.zeros(())
-    for i in range(warmup + steps):
-        if i == warmup:
+    train_config = TrainConfig(fp_precision=policy.name, batch_size=batch_size, learning_rate=1e-4, warmup_ratio=0.0)
+    total = sum(p.numel() for p in model.parameters())
+    knobs = resolve_knobs(train_config, device, packed_supported=supports_packed_forward(model), total_params=total)
+    forward, _ = make_forward(model, train_config, knobs)
+    optimizer = make_optimizer(model, train_config, device)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    step = TrainStep(
+        model, forward, optimizer, scheduler, policy.grad_scaler(), policy, max_grad_norm=1.0, device=device,
+    )
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, config.vocab_size, (batch_size, seq_len), generator=generator).tolist()
+    labels = torch.randint(0, 2, (batch_size,), generator=generator).tolist()
+    collation = Collation(0, packed=knobs.packed_forward, pin=device.type == "cuda")
+    return step, [[collation(TokenizedSplit(ids, labels), range(batch_size))]]
+
+
+def _warm_up(step: TrainStep, window: list[list[Batch]], device: torch.device, warmup: int) -> None:
+    """``warmup`` steps, then on a GPU more until two steps in a row take within 10% of each other."""
+    last = math.inf
+    for i in range(warmup + (40 if device.type == "cuda" else 0)):
+        tick = time.perf_counter()
+        step(window)
+        _sync(device)
+        took = time.perf_counter() - tick
+        if i + 1 >= warmup and (device.type != "cuda" or abs(took - last) <= 0.1 * last):
+            return
+        last = took
+
+
+def _time_steps(
+    policy: PrecisionPolicy, config: PretrainedConfig, device: torch.device, batch_size: int, seq_len: int,
+    warmup: int, steps: int, seed: int,
+) -> _Timing:
+    """``steps`` timed executor steps after warm-up; on a GPU also the host's cost and who set the pace."""
+    step, window = _executor_step(policy, config, device, batch_size, seq_len, seed)
+    _warm_up(step, window, device, warmup)
+    host = None
+    if device.type == "cuda":
+        issued = []
+        for _ in range(3):
             _sync(device)
-            start = time.perf_counter()
-        with policy.autocast():
-            loss = model(**batch).loss
-        (scaler.scale(loss) if scaler else loss).backward()
-        if scaler:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+            tick = time.perf_counter()
+            step(window)
+            issued.append(time.perf_counter() - tick)
+        host = statistics.median(issued)
     _sync(device)
-    return time.perf_counter() - start, float(loss.detach().float().item())
+    lag = DeviceLag(device)
+    lag.anchor()
+    start = time.perf_counter()
+    for _ in range(steps):
+        began = time.perf_counter()
+        step(window)
+        lag.step_done(began)
+    _sync(device)
+    seconds = time.perf_counter() - start
+    lag.collect()
+    step.loss_sum.zero_()
+    step(window)  # untimed: the loss after the timed steps
+    return _Timing(seconds, step.read().loss_sum, host, lag.busy_fraction())
 
 
 def speed_test(
@@ -97,13 +163,6 @@ def speed_test(
 ) -> list[SpeedRow]:
     """Time every precision on ``device``; fp32 runs first and is the reference for speedups."""
     config = model_config(model)
-    generator = torch.Generator().manual_seed(seed)
-    batch = {
-        "input_ids": torch.randint(5, config.vocab_size, (batch_size, seq_len), generator=generator),
-        "attention_mask": torch.ones(batch_size, seq_len, dtype=torch.long),
-        "labels": torch.randint(0, 2, (batch_size,), generator=generator),
-    }
-    batch = {k: v.to(device) for k, v in batch.items()}
     rows: list[SpeedRow] = []
     reference: float | None = None
     try:
@@ -117,20 +176,22 @@ def speed_test(
             release_memory(device)
             reset_peak_memory(device)
             try:
-                seconds, loss = _time_steps(policy, config, device, batch, warmup, steps, seed)
+                timing = _time_steps(policy, config, device, batch_size, seq_len, warmup, steps, seed)
             except (torch.OutOfMemoryError, MemoryError):
                 release_memory(device)
                 rows.append(SpeedRow(precision, note=f"out of memory at batch size {batch_size}"))
                 continue
             peak = peak_memory_mb(device)
             release_memory(device)
-            per_step = seconds / steps
+            per_step, loss = timing.seconds / steps, timing.loss
             if precision == "fp32":
                 reference = per_step
             rows.append(SpeedRow(
                 precision, ms_per_step=per_step * 1000, samples_per_s=batch_size / per_step,
                 speedup=reference / per_step if reference else None, peak_memory_mb=peak, final_loss=loss,
                 note="" if math.isfinite(loss) else "loss is not finite",
+                host_ms_per_step=None if timing.host_seconds is None else timing.host_seconds * 1000,
+                device_busy=timing.device_busy,
             ))
     finally:
         # Leave the process as every trial expects to find it: TF32 off.

@@ -89,6 +89,12 @@ def _record(trial: optuna.Trial, result: TrialResult) -> None:
     trial.set_user_attr("max_length_effective", result.max_length)
     trial.set_user_attr("truncated_fraction", result.truncated_fraction)
     trial.set_user_attr("stopped_reason", result.stopped_reason)
+    # Issue 12: how the throughput was measured, and whether the host (not the precision) set the pace.
+    trial.set_user_attr("throughput_all_samples_per_s", result.throughput_all_samples_per_s)
+    trial.set_user_attr("throughput_steady_state", result.steady_state)
+    trial.set_user_attr("compile_seconds", result.compile_seconds)
+    trial.set_user_attr("device_busy_fraction", result.device_busy_fraction)
+    trial.set_user_attr("host_limited", result.host_limited)
 
 
 def _upload_config(trial: optuna.Trial, store: FileSystemArtifactStore, config: TrainConfig) -> None:

@@ -6,7 +6,7 @@ import json
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ class StudyReport:
     front: list[FrozenTrial]
     front_label: str
     trials: list[FrozenTrial]
+    host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
 
 
 def precision_of(trial: FrozenTrial) -> str:
@@ -192,6 +193,7 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
         study_name=study.study_name, storage=storage_shown, objectives=objectives, constraints=constraints,
         metric=metric, maximize_metric=maximize, states=dict(states), devices=devices, baseline=baseline,
         rows=rows, front=front, front_label=front_label, trials=sorted(trials, key=lambda t: t.number),
+        host_limited=sorted(t.number for t in trials if t.user_attrs.get("host_limited")),
     )
 
 
@@ -254,6 +256,11 @@ def summary_lines(report: StudyReport) -> list[str]:
     ]
     if report.devices:
         lines.append("Hardware: " + "; ".join(report.devices))
+    if report.host_limited:
+        lines.append(
+            f"Host-limited trials (the device waited for the executor, so their speed says little about their precision): "
+            f"{', '.join(map(str, report.host_limited))}."
+        )
     return lines
 
 

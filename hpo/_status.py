@@ -35,6 +35,7 @@ class StudyStatus:
     skipped: int = 0
     best: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     running: list[RunningTrial] = field(default_factory=list)
+    host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
 
 
 def _heartbeat_ages(storage: optuna.storages.BaseStorage, trial_ids: list[int]) -> dict[int, datetime.timedelta]:
@@ -78,6 +79,7 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     status = StudyStatus(study.study_name, [(n, d.name.lower()) for n, d in zip(names, study.directions, strict=True)], counts)
     status.skipped = sum(t.user_attrs.get("skip_reason") == SKIP_UNSUPPORTED for t in trials)
     status.best = _best(study, names)
+    status.host_limited = sorted(t.number for t in trials if t.user_attrs.get("host_limited"))
     running = [t for t in trials if t.state == TrialState.RUNNING]
     ages = _heartbeat_ages(storage, [t._trial_id for t in running])
     now = datetime.datetime.now()
@@ -120,6 +122,9 @@ def status_lines(status: StudyStatus) -> list[str]:
     else:
         lines.append(f"  Pareto front: {len(status.best)} trials")
         lines += [f"    trial {number}  {_values(values)}" for number, values in status.best]
+    if status.host_limited:
+        shown_trials = ", ".join(map(str, status.host_limited))
+        lines.append(f"  host-limited: trials {shown_trials} (the device waited for the executor; speed not the precision's)")
     for run in status.running:
         beat = "no heartbeat" if run.since_heartbeat is None else f"last heartbeat {_ago(run.since_heartbeat)} ago"
         lines.append(f"  running: trial {run.number} on {run.worker}, for {_ago(run.running_for)}, {beat}")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trial_executor import TextClassificationData, TrainConfig, demo_dataset, run_trial
-from trial_executor._batching import TokenizedSplit, collate, train_batches
+from trial_executor._batching import Collation, TokenizedSplit, collate, train_batches
 from trial_executor._metrics import classification_metrics
 
 
@@ -71,8 +71,8 @@ def test_dynamic_padding_pads_each_batch_to_its_longest_row() -> None:
     batch = collate(split, [0, 2], pad_id=0)
     assert batch["input_ids"].tolist() == [[1, 2], [5, 0]]
     assert batch["attention_mask"].tolist() == [[1, 1], [1, 0]]
-    epoch = list(train_batches(split, 2, 0, torch.Generator().manual_seed(0)))
-    assert sorted(label for chunks in epoch for chunk in chunks for label in chunk["labels"].tolist()) == [0, 0, 1]
+    epoch = list(train_batches(split, 2, Collation(0), torch.Generator().manual_seed(0)))
+    assert sorted(label for chunks in epoch for chunk in chunks for label in chunk.inputs["labels"].tolist()) == [0, 0, 1]
 
 
 def test_metrics_on_a_hand_made_example() -> None:

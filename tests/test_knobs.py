@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from trial_executor import STOPPED_EARLY_STOPPING, STOPPED_PRUNED, TextClassificationData, TrainConfig, demo_dataset, run_trial
-from trial_executor._batching import collate
+from trial_executor._batching import Collation, collate
 from trial_executor._evaluation import evaluate
 from trial_executor._loop import seed_everything
 from trial_executor._metrics import classification_metrics
@@ -99,7 +99,8 @@ def test_evaluation_restores_the_order_it_sorted(data: TextClassificationData) -
     policy = PrecisionPolicy.resolve("fp32", torch.device("cpu"))
     config = TrainConfig(eval_batch_size=16)
     for forward in (model, PackedBertClassifier(model)):
-        got = evaluate(model, forward, split, policy, config, 0, 2, torch.device("cpu"))
+        collation = Collation(0, packed=forward is not model)  # packed: collate computes its index tensors
+        got = evaluate(model, forward, split, policy, config, collation, 2, torch.device("cpu"))
         assert got["accuracy"] == expected["accuracy"] and got["macro_f1"] == expected["macro_f1"]
         assert got["loss"] == pytest.approx(F.cross_entropy(logits, labels).item(), rel=1e-5)
 

@@ -9,16 +9,17 @@ import pytest
 import torch
 
 from trial_executor import TrainConfig, demo_dataset, run_trial
-from trial_executor._batching import TokenizedSplit, collate, epoch_batches, padding_efficiency
+from trial_executor._batching import Collation, TokenizedSplit, collate, epoch_batches, padding_efficiency
 from trial_executor._models import train_wordpiece_tokenizer
 from trial_executor._tokenization import tokenize
 
 
 def test_padding_efficiency_of_a_hand_made_batch() -> None:
     split = TokenizedSplit(input_ids=[[1, 2, 3, 4], [5, 6], [7]], labels=[0, 1, 0])
-    batch = collate(split, [0, 1, 2], pad_id=0)
+    batch = Collation(pad_id=0)(split, [0, 1, 2])
+    assert (batch.rows, batch.real_tokens, batch.padded_tokens) == (3, 7, 12)
     assert padding_efficiency(batch) == pytest.approx(7 / 12)
-    assert padding_efficiency(collate(split, [1], pad_id=0)) == 1.0
+    assert padding_efficiency(Collation(pad_id=0)(split, [1])) == 1.0
 
 
 def _lengths_split(n: int) -> TokenizedSplit:

@@ -1,46 +1,142 @@
-"""Batching with dynamic padding (each batch padded to its own longest row).
+"""Batching with dynamic padding (each batch padded to its own longest row, or up to a bucket width).
 
 Length grouping cuts a shuffled epoch into mega-batches of ``GROUPING_WINDOW`` batches, sorts
 each by length, cuts it into batches and then shuffles the batch order: batches are nearly
 uniform in length (little padding) while the epoch stays random. Sorting without the final
 shuffle, as some trainers do, orders batches from long to short and costs accuracy.
+
+Everything a training step needs to know about a batch is computed here, on the host, while
+collating: row and token counts as Python numbers, and for the packed forward the packed
+positions, each row's ``[CLS]`` position and the cumulative row lengths as tensors. The step
+itself then never reads a device tensor (a GPU would make the host wait) and has no
+data-dependent shapes to discover. On CUDA the tensors are pinned, so their copies to the
+device are asynchronous (``non_blocking=True``).
+
+Buckets (:func:`width_buckets`): each batch is padded up to the smallest of a few widths that
+holds its longest row, so a compiled or captured step meets a handful of shapes instead of one
+per distinct batch width.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
+from torch.profiler import record_function
 
+COLLATE_RANGE = "trial_executor::collate"
 GROUPING_WINDOW = 32
 # An extra chunk must save at least this share of its batch's padded tokens to be worth a call.
 CHUNK_COST = 0.1
+# Bucket widths shrink by this factor from max_length down to _MIN_BUCKET (multiples of 8).
+_BUCKET_RATIO = 2**0.5
+_MIN_BUCKET = 16
 
 
 @dataclass(frozen=True)
 class TokenizedSplit:
-    """Token ids per example (unpadded) and their labels."""
+    """Token ids per example (unpadded), their labels, and token types (sentence pairs only)."""
 
     input_ids: list[list[int]]
     labels: list[int]
+    token_type_ids: list[list[int]] | None = None  # 0 for the first text, 1 for the second
 
     def __len__(self) -> int:
         return len(self.labels)
 
 
-def collate(split: TokenizedSplit, indices: Sequence[int], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad the rows at ``indices`` to the longest of them."""
+class Batch(NamedTuple):
+    """One collated batch: the forward's keyword tensors, and counts read on the host."""
+
+    inputs: dict[str, torch.Tensor]
+    rows: int
+    real_tokens: int
+    padded_tokens: int
+
+
+def width_buckets(max_length: int, *, ratio: float = _BUCKET_RATIO, smallest: int = _MIN_BUCKET) -> tuple[int, ...]:
+    """A few batch widths from ``smallest`` up to ``max_length``, each about ``ratio`` times the last.
+
+    Widths are multiples of 8 (tensor-core friendly), and the largest is ``max_length`` itself,
+    so every row fits some bucket.
+    """
+    widths, k = {max_length}, 1
+    while max_length / ratio**k >= smallest - 1e-9:
+        widths.add(min(max_length, math.ceil(max_length / ratio**k / 8 - 1e-9) * 8))
+        k += 1
+    return tuple(sorted(widths))
+
+
+def bucket_width(longest: int, buckets: Sequence[int] | None) -> int:
+    """The smallest bucket holding ``longest`` tokens (``longest`` itself without buckets)."""
+    if not buckets:
+        return longest
+    for width in buckets:
+        if width >= longest:
+            return width
+    return longest  # longer than the largest bucket (not cut at max_length): its own width
+
+
+def collate(split: TokenizedSplit, indices: Sequence[int], pad_id: int, *, width: int | None = None) -> dict[str, torch.Tensor]:
+    """Pad the rows at ``indices`` to the longest of them (or to ``width``): the HF forward's inputs."""
     rows = [split.input_ids[i] for i in indices]
-    width = max(len(row) for row in rows)
+    width = max(width or 0, max(len(row) for row in rows))
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
     for r, row in enumerate(rows):
         input_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
         attention_mask[r, : len(row)] = 1
     labels = torch.tensor([split.labels[i] for i in indices], dtype=torch.long)
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    if split.token_type_ids is not None:
+        token_type_ids = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, i in enumerate(indices):
+            types = split.token_type_ids[i]
+            token_type_ids[r, : len(types)] = torch.tensor(types, dtype=torch.long)
+        batch["token_type_ids"] = token_type_ids
+    return batch
+
+
+def packing(attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Where a right-padded batch's real tokens sit, for the packed forward (computed where the mask is).
+
+    ``packed_index``: packed position -> flat grid position; ``cls_index``: each row's first
+    packed position; ``cu_seqlens``: cumulative row lengths from 0 (int32, as FlashAttention's
+    varlen kernels take them).
+    """
+    lengths = attention_mask.sum(dim=1)
+    cu_seqlens = torch.zeros(lengths.numel() + 1, dtype=torch.int32, device=attention_mask.device)
+    torch.cumsum(lengths, 0, out=cu_seqlens[1:])
+    return {
+        "packed_index": attention_mask.flatten().nonzero().squeeze(1),
+        "cls_index": cu_seqlens[:-1].long(),
+        "cu_seqlens": cu_seqlens,
+    }
+
+
+@dataclass(frozen=True)
+class Collation:
+    """How batches are collated for one run: padding id, bucket widths, packed metadata, pinning."""
+
+    pad_id: int
+    buckets: tuple[int, ...] | None = None
+    packed: bool = False  # add the packed forward's index tensors
+    pin: bool = False  # pin the tensors (CUDA: asynchronous copies); never in DataLoader workers
+
+    def __call__(self, split: TokenizedSplit, indices: Sequence[int]) -> Batch:
+        """:func:`collate` plus what the step needs: counts, and for the packed forward its index tensors."""
+        with record_function(COLLATE_RANGE):  # host work: the profiler test tells it from the step's
+            lengths = [len(split.input_ids[i]) for i in indices]
+            inputs = collate(split, indices, self.pad_id, width=bucket_width(max(lengths), self.buckets))
+            if self.packed:
+                inputs.update(packing(inputs["attention_mask"]))
+            if self.pin:
+                inputs = {k: v.pin_memory() for k, v in inputs.items()}
+            return Batch(inputs, len(indices), sum(lengths), inputs["attention_mask"].numel())
 
 
 def epoch_batches(split: TokenizedSplit, batch_size: int, generator: torch.Generator, *, length_grouping: bool) -> list[list[int]]:
@@ -58,27 +154,27 @@ def epoch_batches(split: TokenizedSplit, batch_size: int, generator: torch.Gener
 
 
 def train_batches(
-    split: TokenizedSplit, batch_size: int, pad_id: int, generator: torch.Generator,
+    split: TokenizedSplit, batch_size: int, collation: Collation, generator: torch.Generator,
     *, length_grouping: bool = False, chunk_by_length: bool = False, start: int = 0,
-) -> Iterator[list[dict[str, torch.Tensor]]]:
+) -> Iterator[list[Batch]]:
     """One epoch in a random order drawn from ``generator``: each batch as a list of padded chunks.
 
     ``start`` skips the epoch's first batches (a resumed run) without collating them.
     """
     for indices in epoch_batches(split, batch_size, generator, length_grouping=length_grouping)[start:]:
         parts = length_chunks(split, indices) if chunk_by_length else [list(indices)]
-        yield [collate(split, part, pad_id) for part in parts]
+        yield [collation(split, part) for part in parts]
 
 
 class _BatchDataset(torch.utils.data.Dataset):
     """Item ``indices`` (one batch's row indices) -> that batch's padded chunks; run in DataLoader workers."""
 
-    def __init__(self, split: TokenizedSplit, pad_id: int, chunk_by_length: bool) -> None:
-        self.split, self.pad_id, self.chunk_by_length = split, pad_id, chunk_by_length
+    def __init__(self, split: TokenizedSplit, collation: Collation, chunk_by_length: bool) -> None:
+        self.split, self.collation, self.chunk_by_length = split, collation, chunk_by_length
 
-    def __getitem__(self, indices: list[int]) -> list[dict[str, torch.Tensor]]:
+    def __getitem__(self, indices: list[int]) -> list[Batch]:
         parts = length_chunks(self.split, indices) if self.chunk_by_length else [list(indices)]
-        return [collate(self.split, part, self.pad_id) for part in parts]
+        return [self.collation(self.split, part) for part in parts]
 
 
 class _EpochSampler(torch.utils.data.Sampler):
@@ -94,7 +190,7 @@ class _EpochSampler(torch.utils.data.Sampler):
         return len(self.batches)
 
 
-def _as_is(item: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
+def _as_is(item: list[Batch]) -> list[Batch]:
     return item
 
 
@@ -102,31 +198,33 @@ class TrainBatches:
     """Each epoch's batches (see :func:`train_batches`), collated in process or by DataLoader workers.
 
     The batch order is always drawn in this process from the run's generator, so it does not
-    depend on ``num_workers``; workers only pad and chunk (in order). One DataLoader serves
-    the whole run, so ``persistent_workers`` keeps its workers across epochs.
+    depend on ``num_workers``; workers only pad and chunk (in order), and the DataLoader pins
+    in this process when ``collation.pin``. One DataLoader serves the whole run, so
+    ``persistent_workers`` keeps its workers across epochs.
     """
 
     def __init__(
-        self, split: TokenizedSplit, batch_size: int, pad_id: int, *, length_grouping: bool, chunk_by_length: bool,
-        num_workers: int = 0, pin_memory: bool = False, persistent_workers: bool = False, prefetch_factor: int | None = None,
+        self, split: TokenizedSplit, batch_size: int, collation: Collation, *, length_grouping: bool, chunk_by_length: bool,
+        num_workers: int = 0, persistent_workers: bool = False, prefetch_factor: int | None = None,
     ) -> None:
-        self.split, self.batch_size, self.pad_id = split, batch_size, pad_id
+        self.split, self.batch_size, self.collation = split, batch_size, collation
         self.length_grouping, self.chunk_by_length = length_grouping, chunk_by_length
         self.loader: torch.utils.data.DataLoader | None = None
         if num_workers > 0:
             self.sampler = _EpochSampler()
+            in_worker = dataclasses.replace(collation, pin=False)
             self.loader = torch.utils.data.DataLoader(
-                _BatchDataset(split, pad_id, chunk_by_length), batch_size=None, sampler=self.sampler, collate_fn=_as_is,
-                num_workers=num_workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
+                _BatchDataset(split, in_worker, chunk_by_length), batch_size=None, sampler=self.sampler, collate_fn=_as_is,
+                num_workers=num_workers, pin_memory=collation.pin, persistent_workers=persistent_workers,
                 prefetch_factor=prefetch_factor,
                 # Its own generator: iterating must not draw from torch's global RNG (dropout's).
                 generator=torch.Generator().manual_seed(0),
             )
 
-    def epoch(self, generator: torch.Generator, start: int = 0) -> Iterator[list[dict[str, torch.Tensor]]]:
+    def epoch(self, generator: torch.Generator, start: int = 0) -> Iterator[list[Batch]]:
         if self.loader is None:
             yield from train_batches(
-                self.split, self.batch_size, self.pad_id, generator,
+                self.split, self.batch_size, self.collation, generator,
                 length_grouping=self.length_grouping, chunk_by_length=self.chunk_by_length, start=start,
             )
             return
@@ -164,25 +262,19 @@ def length_chunks(split: TokenizedSplit, indices: Sequence[int], min_rows: int =
     return chunks[::-1]
 
 
-def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+def to_device(inputs: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """Copy a batch's tensors to ``device``: asynchronous from pinned memory, a no-op on the CPU."""
+    return {k: v.to(device, non_blocking=True) for k, v in inputs.items()}
 
 
-def token_counts(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
-    """Real (non-padding) and processed (padded) tokens of one batch, read on the host."""
-    mask = batch["attention_mask"]
-    return int(mask.sum()), mask.numel()
-
-
-def padding_efficiency(batch: dict[str, torch.Tensor]) -> float:
+def padding_efficiency(batch: Batch) -> float:
     """Real tokens / processed tokens of one batch (the loop sums both over an epoch)."""
-    real, processed = token_counts(batch)
-    return real / processed
+    return batch.real_tokens / batch.padded_tokens
 
 
-def eval_batches(split: TokenizedSplit, batch_size: int, pad_id: int) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+def eval_batches(split: TokenizedSplit, batch_size: int, collation: Collation) -> Iterator[tuple[list[int], Batch]]:
     """Batches of similar length (less padding); yields the original indices to restore order."""
     order = sorted(range(len(split)), key=lambda i: len(split.input_ids[i]))
     for start in range(0, len(order), batch_size):
         indices = order[start : start + batch_size]
-        yield indices, collate(split, indices, pad_id)
+        yield indices, collation(split, indices)

@@ -35,6 +35,11 @@ class TrainConfig:
     ``packed_forward`` computes BERT classifiers on real tokens only (the same function; see
     :mod:`trial_executor._packed`; other architectures run their own forward); ``cache_dir`` holds
     tokenized data shared across trials and processes (``None``: no disk cache).
+    ``buckets`` pads each batch up to one of a few widths (static shapes for compiled or captured
+    steps); ``varlen_attention`` runs the packed forward's attention through FlashAttention's varlen
+    kernel (CUDA fp16/bf16; no attention-probability dropout). ``None`` for ``chunk_by_length``,
+    ``packed_forward``, ``buckets``, ``torch_compile`` and ``varlen_attention`` takes the device's
+    default (:mod:`trial_executor._defaults`, the one place that decides them).
     ``max_skipped_steps``: fp16 trials stop as non-finite once GradScaler skips more optimizer
     steps than this in a row.
 
@@ -69,8 +74,10 @@ class TrainConfig:
     cudnn_benchmark: bool = False
     length_grouping: bool = False
     chunk_by_length: bool | None = None
-    torch_compile: bool = False
-    packed_forward: bool = True
+    torch_compile: bool | None = None
+    packed_forward: bool | None = None
+    buckets: bool | None = None
+    varlen_attention: bool | None = None
     max_skipped_steps: int = 20
     cache_dir: str | None = None
     finetune: str = "full"

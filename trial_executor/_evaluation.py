@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from trial_executor._batching import TokenizedSplit, eval_batches, to_device
+from trial_executor._batching import Collation, TokenizedSplit, eval_batches, to_device
 from trial_executor._config import TrainConfig
 from trial_executor._metrics import classification_metrics
 from trial_executor._precision import PrecisionPolicy
@@ -17,15 +17,15 @@ from trial_executor._precision import PrecisionPolicy
 @torch.inference_mode()
 def evaluate(
     model: torch.nn.Module, forward: Callable[..., Any], split: TokenizedSplit, policy: PrecisionPolicy,
-    config: TrainConfig, pad_id: int, num_labels: int, device: torch.device,
+    config: TrainConfig, collation: Collation, num_labels: int, device: torch.device,
 ) -> dict[str, float]:
     """Metrics on ``split`` through ``forward`` (``model`` or its packed forward), under the trial's autocast."""
     model.eval()
     logits_by_index: dict[int, torch.Tensor] = {}
-    for indices, batch in eval_batches(split, config.eval_batch_size, pad_id):
-        batch = to_device(batch, device)
+    for indices, batch in eval_batches(split, config.eval_batch_size, collation):
+        inputs = to_device({k: v for k, v in batch.inputs.items() if k != "labels"}, device)
         with policy.autocast():
-            logits = forward(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            logits = forward(**inputs).logits
         for i, row in zip(indices, logits.float().cpu(), strict=True):
             logits_by_index[i] = row
     model.train()

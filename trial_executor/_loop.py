@@ -1,9 +1,11 @@
 """The training loop: one config and one dataset in, one :class:`TrialResult` out.
 
 Reads top to bottom: resolve precision, build the model (LoRA adapters, gradient
-checkpointing), tokenize, train with accumulation and clipping, evaluate every ``eval_every``
-optimizer steps and at the end, report each evaluation to the caller, who may stop the run
-(pruning), and stop by itself once the evaluation metric stops improving (early stopping).
+checkpointing), tokenize, then per accumulation window one :class:`~trial_executor._step.TrainStep`
+(forward, backward, clipping, optimizer step; it never waits for the device), a read of the
+loss on the host every few steps (the only sync: failure checks and progress), evaluation every
+``eval_every`` optimizer steps and at the end, reported to the caller, who may stop the run
+(pruning); the run stops by itself once the evaluation metric stops improving (early stopping).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import dataclasses
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from trial_executor._batching import TrainBatches, to_device, token_counts
+from trial_executor._batching import Batch
+from trial_executor._build import TrialParts, build_trial
 from trial_executor._checkpoint import (
     Checkpointing,
     TrialInterrupted,
@@ -29,18 +32,15 @@ from trial_executor._checkpoint import (
     rng_states,
     save_checkpoint,
 )
-from trial_executor._config import CHUNKING_MIN_PARAMS, TrainConfig
+from trial_executor._config import TrainConfig
 from trial_executor._data import TextClassificationData
 from trial_executor._evaluation import evaluate
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
 from trial_executor._hardware import peak_memory_mb, release_memory, reset_peak_memory, resolve_device
-from trial_executor._lora import apply_lora, load_trainable_state_dict, parameter_counts, trainable_state_dict
-from trial_executor._models import load_model
-from trial_executor._optimizer import lr_lambda, make_optimizer
-from trial_executor._packed import PackedBertClassifier, supports_packed_forward
+from trial_executor._lora import load_trainable_state_dict, trainable_state_dict
 from trial_executor._precision import PrecisionPolicy
 from trial_executor._result import TrialResult
-from trial_executor._tokenization import tokenize_data
+from trial_executor._throughput import HOST_LIMITED_BELOW, DeviceLag, TrainClock
 
 ReportFn = Callable[[int, dict[str, float]], bool]
 """``report(step, metrics)`` is called after each evaluation and returns True to stop the run."""
@@ -58,10 +58,8 @@ class StepProgress:
 
 ProgressFn = Callable[[StepProgress], None]
 
-# Reading the loss on the host syncs a GPU; there it is checked every few optimizer steps.
-_FINITE_CHECK_EVERY = {"cpu": 1, "cuda": 8}
 STOPPED_PRUNED, STOPPED_EARLY_STOPPING = "pruned", "early_stopping"
-# Reading the loss for a progress update syncs a GPU too: at most this often, and at the last step.
+# Progress updates come with the host reads of the loss, at most this often, and at the last step.
 _PROGRESS_EVERY_S = 0.5
 
 
@@ -69,11 +67,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -158,200 +151,229 @@ def _train(
     checkpointing: Checkpointing | None, stop_requested: Callable[[], bool] | None, progress: ProgressFn | None,
 ) -> TrialResult:
     seed_everything(config.seed)
-    model, tokenizer = load_model(config.model, data.label_names, data.train_texts)
-    if config.finetune == "lora":
-        model = apply_lora(model, config)  # adapters injected in place; the model keeps its class
-    trainable_params, total_params = parameter_counts(model)
-    model.to(device).train()
-    packed = config.packed_forward and supports_packed_forward(model)
-    if config.gradient_checkpointing and not packed:
-        model.activation_checkpointing_enable({"use_reentrant": False})
-    forward: Callable[..., Any] = (
-        PackedBertClassifier(model, gradient_checkpointing=config.gradient_checkpointing) if packed else model
-    )
-    if config.torch_compile:
-        forward = torch.compile(forward, dynamic=True)
-    chunk_by_length = config.chunk_by_length
-    if chunk_by_length is None:
-        # Packed, only the attention product is padded: chunks would save little and cost calls.
-        chunk_by_length = not packed and total_params >= CHUNKING_MIN_PARAMS
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    max_positions = min(getattr(model.config, "max_position_embeddings", 512), tokenizer.model_max_length)
-    tokens = tokenize_data(
-        tokenizer, data, config.max_length, percentile=config.max_length_percentile,
-        max_positions=max_positions, cache_dir=config.cache_dir,
-    )
-    train_split, valid_split = tokens.train, tokens.valid
-
-    micro_per_epoch = math.ceil(len(train_split) / config.batch_size)
-    total_steps = config.epochs * math.ceil(micro_per_epoch / config.grad_accum_steps)
-    if config.max_steps is not None:
-        total_steps = min(total_steps, config.max_steps)
-    optimizer = make_optimizer(model, config, device)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(config.lr_schedule, round(config.warmup_ratio * total_steps), total_steps)
-    )
-    scaler = policy.grad_scaler()
-    check_every = _FINITE_CHECK_EVERY.get(device.type, 1)
-    generator = torch.Generator().manual_seed(config.seed)
-    batches = TrainBatches(
-        train_split, config.batch_size, pad_id, length_grouping=config.length_grouping, chunk_by_length=chunk_by_length,
-        num_workers=config.num_workers, pin_memory=config.pin_memory, persistent_workers=config.persistent_workers,
-        prefetch_factor=config.prefetch_factor,
-    )
-    # Early stopping: higher is better once the metric is signed (loss is minimised).
-    stop_metric = config.early_stopping_metric or "accuracy"
-    stop_sign = -1.0 if stop_metric == "loss" else 1.0
-    run = _Progress()
-
-    def checkpoint() -> Path | None:
-        if checkpointing is None:
-            return None
-        state = {
-            "config": config.to_dict(), "data_fingerprint": data.fingerprint, "step": run.step,
-            "progress": dataclasses.asdict(run), "rng": rng_states(),
-            # LoRA: the frozen weights are rebuilt from the model's source; only what trains is saved.
-            "model": trainable_state_dict(model) if config.finetune == "lora" else model.state_dict(),
-            "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "scaler": scaler.state_dict() if scaler else None,
-        }
-        return save_checkpoint(state, checkpointing)
-
-    resumed_at: int | None = None
+    parts = build_trial(config, data, device, policy)
+    run, resumed_at = _Progress(), None
     if checkpointing is not None and checkpointing.resume_from is not None:
-        state = load_checkpoint(checkpointing.resume_from, config.to_dict(), data.fingerprint)
-        if config.finetune == "lora":
-            load_trainable_state_dict(model, state["model"])
-        else:
-            model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        if scaler:
-            scaler.load_state_dict(state["scaler"])
-        run = _Progress(**state["progress"])
-        restore_rng_states(state["rng"])
+        run = _restore(parts, config, data, checkpointing.resume_from)
         resumed_at = run.step
+    loop = _Loop(config, data, device, parts, run, report, checkpointing, stop_requested, progress)
+    loop.train()
+    return _result(parts, run, loop.clock, loop.lag, loop.stopped, policy, device, resumed_at)
 
-    train_loss = torch.full((), run.window_loss, device=device)
-    stopped: str | None = None  # STOPPED_PRUNED or STOPPED_EARLY_STOPPING
-    reset_peak_memory(device)
-    tick = shown = time.perf_counter()
-    while run.step < total_steps and not stopped:
-        if run.epoch_rng is None:
-            run.epoch_rng = generator.get_state()
-        generator.set_state(run.epoch_rng)
-        for i, chunks in enumerate(batches.epoch(generator, start=run.next_batch), start=run.next_batch):
-            # The loss is a mean over the accumulation window's batches, and over each batch's
-            # rows: a chunk's mean loss counts by its share of the batch.
-            window_start = i - i % config.grad_accum_steps
-            window = min(config.grad_accum_steps, micro_per_epoch - window_start)
-            rows = sum(chunk["labels"].numel() for chunk in chunks)
-            for chunk in chunks:
-                # Counted on the host: reading a device tensor here would sync every micro-step.
-                n = chunk["labels"].numel()
-                real, processed = token_counts(chunk)
-                run.samples, run.tokens, run.padded_tokens = run.samples + n, run.tokens + real, run.padded_tokens + processed
-                chunk = to_device(chunk, device)
-                with policy.autocast():
-                    loss = forward(**chunk).loss
-                weight = n / rows / window
-                (scaler.scale(loss * weight) if scaler else loss * weight).backward()
-                train_loss += loss.detach() * (n / rows)
-            run.loss_count += 1
-            if i + 1 < window_start + window:
-                continue
 
-            if scaler:
-                scale = scaler.get_scale()
-                scaler.unscale_(optimizer)
-            if config.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            if scaler:
-                scaler.step(optimizer)
-                scaler.update()
-                # The scale drops only when inf/NaN gradients made GradScaler skip the step.
-                run.skipped_in_a_row = run.skipped_in_a_row + 1 if scaler.get_scale() < scale else 0
-                if run.skipped_in_a_row > config.max_skipped_steps:
-                    raise NonFiniteLossError(
-                        run.step,
-                        f"fp16 gradients were inf/NaN for {run.skipped_in_a_row} optimizer steps in a row (GradScaler skipped them)",
-                    )
+def _checkpoint_state(parts: TrialParts, config: TrainConfig, data: TextClassificationData, run: _Progress) -> dict[str, Any]:
+    return {
+        "config": config.to_dict(), "data_fingerprint": data.fingerprint, "step": run.step,
+        "progress": dataclasses.asdict(run), "rng": rng_states(),
+        # LoRA: the frozen weights are rebuilt from the model's source; only what trains is saved.
+        "model": trainable_state_dict(parts.model) if config.finetune == "lora" else parts.model.state_dict(),
+        "optimizer": parts.optimizer.state_dict(), "scheduler": parts.scheduler.state_dict(),
+        "scaler": parts.scaler.state_dict() if parts.scaler else None,
+    }
+
+
+def _restore(parts: TrialParts, config: TrainConfig, data: TextClassificationData, path: Path) -> _Progress:
+    state = load_checkpoint(path, config.to_dict(), data.fingerprint)
+    if config.finetune == "lora":
+        load_trainable_state_dict(parts.model, state["model"])
+    else:
+        parts.model.load_state_dict(state["model"])
+    parts.optimizer.load_state_dict(state["optimizer"])
+    parts.scheduler.load_state_dict(state["scheduler"])
+    if parts.scaler:
+        parts.scaler.load_state_dict(state["scaler"])
+    run = _Progress(**state["progress"])
+    restore_rng_states(state["rng"])
+    parts.step.loss_sum.fill_(run.window_loss)
+    return run
+
+
+def _windows(
+    batches: Iterator[list[Batch]], first: int, accum: int, per_epoch: int
+) -> Iterator[tuple[int, list[list[Batch]]]]:
+    """Group an epoch's micro-batches (from index ``first``) into accumulation windows; yields (next index, window)."""
+    window: list[list[Batch]] = []
+    for i, chunks in enumerate(batches, start=first):
+        window.append(chunks)
+        window_start = i - i % accum
+        if i + 1 == min(window_start + accum, per_epoch):
+            yield i + 1, window
+            window = []
+
+
+class _Loop:
+    """The training loop's state between steps; :meth:`train` reads top to bottom."""
+
+    def __init__(
+        self, config: TrainConfig, data: TextClassificationData, device: torch.device, parts: TrialParts, run: _Progress,
+        report: ReportFn | None, checkpointing: Checkpointing | None, stop_requested: Callable[[], bool] | None,
+        progress: ProgressFn | None,
+    ) -> None:
+        self.config, self.data, self.device, self.parts, self.run = config, data, device, parts, run
+        self.report, self.checkpointing, self.stop_requested, self.progress = report, checkpointing, stop_requested, progress
+        self.clock = TrainClock(device, track_setup=device.type == "cuda" or parts.knobs.torch_compile)
+        self.lag = DeviceLag(device)
+        self.stopped: str | None = None  # STOPPED_PRUNED or STOPPED_EARLY_STOPPING
+        self.shown = 0.0
+        # Early stopping: higher is better once the metric is signed (loss is minimised).
+        self.stop_metric = config.early_stopping_metric or "accuracy"
+        self.stop_sign = -1.0 if self.stop_metric == "loss" else 1.0
+
+    def train(self) -> None:
+        config, parts, run = self.config, self.parts, self.run
+        generator = torch.Generator().manual_seed(config.seed)
+        reset_peak_memory(self.device)
+        self.clock.start()
+        self.lag.anchor()
+        while run.step < parts.total_steps and not self.stopped:
+            if run.epoch_rng is None:
+                run.epoch_rng = generator.get_state()
+            generator.set_state(run.epoch_rng)
+            epoch = parts.batches.epoch(generator, start=run.next_batch)
+            for next_batch, window in _windows(epoch, run.next_batch, config.grad_accum_steps, parts.micro_per_epoch):
+                self._step(window)
+                run.next_batch = next_batch
+                last = run.step >= parts.total_steps
+                evaluate_now = last or bool(config.eval_every and run.step % config.eval_every == 0)
+                interrupted = not last and self.stop_requested is not None and self.stop_requested()
+                if evaluate_now or interrupted or self._read_due(last):
+                    self._host_read(last)
+                if evaluate_now or interrupted:
+                    self._pause_clock()
+                if evaluate_now:
+                    self._evaluate(last, interrupted)
+                if interrupted:
+                    run.window_loss = parts.step.read().loss_sum
+                    raise TrialInterrupted(run.step, self._checkpoint())
+                if evaluate_now:
+                    self.clock.start()
+                    self.lag.anchor()
+                if last or self.stopped:
+                    break
             else:
-                optimizer.step()
-                if (run.step + 1) % check_every == 0 and not torch.isfinite(train_loss):
-                    raise NonFiniteLossError(
-                        run.step, f"{policy.name} training loss is {train_loss.item()} by optimizer step {run.step + 1}"
-                    )
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            run.step += 1
-            run.next_batch = i + 1
+                run.epoch, run.next_batch, run.epoch_rng = run.epoch + 1, 0, None
 
-            last = run.step >= total_steps
-            now = time.perf_counter()
-            if progress is not None and (last or run.step == 1 or now - shown >= _PROGRESS_EVERY_S):
-                shown = now
-                seconds = run.train_seconds + now - tick
-                loss = (run.loss_sum + train_loss.item()) / max(1, run.loss_count)
-                progress(StepProgress(run.step, total_steps, loss, run.samples / seconds if seconds > 0 else 0.0))
-            evaluate_now = last or (config.eval_every and run.step % config.eval_every == 0)
-            interrupted = not last and stop_requested is not None and stop_requested()
-            if evaluate_now or interrupted:
-                _sync(device)
-                run.train_seconds += time.perf_counter() - tick
-            if interrupted:
-                run.window_loss = train_loss.item()
-            if evaluate_now:
-                run.loss_sum += train_loss.item()
-                train_loss.zero_()
-                tock = time.perf_counter()
-                metrics = evaluate(model, forward, valid_split, policy, config, pad_id, data.num_labels, device)
-                metrics["train_loss"] = run.loss_sum / max(1, run.loss_count)
-                run.loss_sum, run.loss_count = 0.0, 0
-                run.history.append((run.step, dict(metrics)))
-                if report and report(run.step, dict(metrics)):
-                    stopped = STOPPED_PRUNED
-                elif config.early_stopping_patience is not None:
-                    score = stop_sign * metrics[stop_metric]
-                    if run.best_score is None or score > run.best_score:
-                        run.best_score, run.evals_since_best = score, 0
-                    else:
-                        run.evals_since_best += 1
-                    if run.evals_since_best >= config.early_stopping_patience and not last:
-                        stopped = STOPPED_EARLY_STOPPING
-                run.eval_seconds += time.perf_counter() - tock
-                if not (last or stopped or interrupted):
-                    checkpoint()
-            if interrupted:
-                raise TrialInterrupted(run.step, checkpoint())
-            if evaluate_now:
-                tick = time.perf_counter()
-            if last or stopped:
-                break
-        else:
-            run.epoch, run.next_batch, run.epoch_rng = run.epoch + 1, 0, None
+    def _step(self, window: list[list[Batch]]) -> None:
+        """One optimizer step; its first few of a new shape are timed apart as start-up cost."""
+        setup = self.clock.track_setup and self.clock.is_setup(
+            tuple(chunk.inputs["input_ids"].shape for chunks in window for chunk in chunks)
+        )
+        began = self.clock.setup_begin() if setup else time.perf_counter()
+        self.parts.step(window)
+        if setup:  # synced: re-anchor the device clock
+            self.clock.setup_end(began)
+            self.lag.collect()
+            self.lag.anchor()
+        elif self.clock.steady:
+            self.lag.step_done(began)
+        run = self.run
+        for chunks in window:
+            run.loss_count += 1
+            for chunk in chunks:
+                run.samples += chunk.rows
+                run.tokens += chunk.real_tokens
+                run.padded_tokens += chunk.padded_tokens
+        run.step += 1
+        self.clock.stepped(sum(chunk.rows for chunks in window for chunk in chunks), setup)
 
-    history = run.history
+    def _read_due(self, last: bool) -> bool:
+        return last or self.run.step % self.parts.knobs.host_read_every == 0 or (self.progress is not None and self.run.step == 1)
+
+    def _host_read(self, last: bool) -> None:
+        """Read the step's device state (a GPU syncs here): fail on a non-finite loss, send progress."""
+        run, config = self.run, self.config
+        reading = self.parts.step.read()
+        self.lag.collect()
+        self.clock.synced()
+        self.lag.anchor()
+        if reading.skipped_in_a_row > config.max_skipped_steps:
+            raise NonFiniteLossError(
+                run.step - 1,
+                f"fp16 gradients were inf/NaN for {reading.skipped_in_a_row} optimizer steps in a row (GradScaler skipped them)",
+            )
+        if self.parts.scaler is None and not math.isfinite(reading.loss_sum):
+            precision = config.fp_precision
+            raise NonFiniteLossError(run.step - 1, f"{precision} training loss is {reading.loss_sum} by optimizer step {run.step}")
+        now = time.perf_counter()
+        if self.progress is not None and (last or run.step == 1 or now - self.shown >= _PROGRESS_EVERY_S):
+            self.shown = now
+            seconds = run.train_seconds + now - self.clock.segment_started
+            loss = (run.loss_sum + reading.loss_sum) / max(1, run.loss_count)
+            self.progress(StepProgress(run.step, self.parts.total_steps, loss, run.samples / seconds if seconds > 0 else 0.0))
+
+    def _pause_clock(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.lag.collect()
+        self.run.train_seconds += self.clock.stop()
+
+    def _evaluate(self, last: bool, interrupted: bool) -> None:
+        run, parts, config = self.run, self.parts, self.config
+        run.loss_sum += parts.step.read().loss_sum
+        parts.step.loss_sum.zero_()
+        tock = time.perf_counter()
+        metrics = evaluate(
+            parts.model, parts.eval_forward, parts.tokens.valid, parts.step.policy, config, parts.eval_collation,
+            self.data.num_labels, self.device,
+        )
+        metrics["train_loss"] = run.loss_sum / max(1, run.loss_count)
+        run.loss_sum, run.loss_count = 0.0, 0
+        run.history.append((run.step, dict(metrics)))
+        if self.report and self.report(run.step, dict(metrics)):
+            self.stopped = STOPPED_PRUNED
+        elif config.early_stopping_patience is not None:
+            score = self.stop_sign * metrics[self.stop_metric]
+            if run.best_score is None or score > run.best_score:
+                run.best_score, run.evals_since_best = score, 0
+            else:
+                run.evals_since_best += 1
+            if run.evals_since_best >= config.early_stopping_patience and not last:
+                self.stopped = STOPPED_EARLY_STOPPING
+        run.eval_seconds += time.perf_counter() - tock
+        if not (last or self.stopped or interrupted):
+            self._checkpoint()
+
+    def _checkpoint(self) -> Path | None:
+        if self.checkpointing is None:
+            return None
+        return save_checkpoint(_checkpoint_state(self.parts, self.config, self.data, self.run), self.checkpointing)
+
+
+def _result(
+    parts: TrialParts, run: _Progress, clock: TrainClock, lag: DeviceLag, stopped: str | None, policy: PrecisionPolicy,
+    device: torch.device, resumed_at: int | None,
+) -> TrialResult:
+    overall = run.samples / run.train_seconds if run.train_seconds else 0.0
+    steady = clock.steady_samples_per_s()
+    samples_per_s = steady if steady is not None else overall
+    busy = lag.busy_fraction()
     return TrialResult(
-        metrics=history[-1][1],
-        history=history,
+        metrics=run.history[-1][1],
+        history=run.history,
         steps=run.step,
         stopped_early=stopped == STOPPED_PRUNED,
         stopped_reason=stopped,
         precision_effective=policy.name,
-        throughput_samples_per_s=run.samples / run.train_seconds if run.train_seconds else 0.0,
-        throughput_tokens_per_s=run.tokens / run.train_seconds if run.train_seconds else 0.0,
+        throughput_samples_per_s=samples_per_s,
+        throughput_tokens_per_s=samples_per_s * run.tokens / run.samples if run.samples else 0.0,
         peak_memory_mb=peak_memory_mb(device),
         train_seconds=run.train_seconds,
         eval_seconds=run.eval_seconds,
-        used_grad_scaler=scaler is not None,
+        used_grad_scaler=parts.scaler is not None,
         padding_efficiency=run.tokens / run.padded_tokens if run.padded_tokens else 1.0,
-        tokenize_seconds=tokens.seconds,
-        tokenize_cache_hit=tokens.cache_hit,
-        packed_forward=packed,
+        tokenize_seconds=parts.tokens.seconds,
+        tokenize_cache_hit=parts.tokens.cache_hit,
+        packed_forward=parts.knobs.packed_forward,
         resumed_at_step=resumed_at,
-        max_length=tokens.max_length,
-        truncated_fraction=tokens.truncated_fraction,
-        trainable_params=trainable_params,
-        trainable_fraction=trainable_params / total_params,
+        max_length=parts.tokens.max_length,
+        truncated_fraction=parts.tokens.truncated_fraction,
+        trainable_params=parts.trainable_params,
+        trainable_fraction=parts.trainable_params / parts.total_params,
+        throughput_all_samples_per_s=overall,
+        steady_state=steady is not None,
+        compile_seconds=clock.setup_seconds,
+        device_busy_fraction=busy,
+        host_limited=None if busy is None else busy < HOST_LIMITED_BELOW,
+        buckets=parts.knobs.buckets,
+        varlen_attention=parts.knobs.varlen_attention,
     )

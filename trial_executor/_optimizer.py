@@ -26,14 +26,21 @@ def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[i
     return factor
 
 
-def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW, fused where this torch supports it on ``device``; no decay on biases and norms."""
+def make_optimizer(
+    model: torch.nn.Module, config: TrainConfig, device: torch.device, *, capturable: bool = False
+) -> torch.optim.AdamW:
+    """AdamW, fused where this torch supports it on ``device``; no decay on biases and norms.
+
+    ``capturable`` (CUDA): state and step counts stay on the device, so the step can be captured
+    in a CUDA graph and never reads its step count on the host.
+    """
     decay, no_decay = [], []
     for param in model.parameters():
         if param.requires_grad:
             (decay if param.ndim >= 2 else no_decay).append(param)
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     try:
-        return torch.optim.AdamW(groups, lr=config.learning_rate, fused=device.type in ("cuda", "cpu"))
+        fused = device.type in ("cuda", "cpu")
+        return torch.optim.AdamW(groups, lr=config.learning_rate, fused=fused, capturable=capturable and device.type == "cuda")
     except RuntimeError:
         return torch.optim.AdamW(groups, lr=config.learning_rate)

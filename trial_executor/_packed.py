@@ -40,6 +40,13 @@ from torch.utils.checkpoint import checkpoint
 from transformers import BertForSequenceClassification, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
+from trial_executor._batching import packing
+
+try:  # FlashAttention on packed rows (torch >= 2.10); CUDA only
+    from torch.nn.attention.varlen import varlen_attn as _varlen_attn
+except ImportError:
+    _varlen_attn = None
+
 
 def supports_packed_forward(model: PreTrainedModel) -> bool:
     """Whether :class:`PackedBertClassifier` computes exactly what ``model``'s own forward does."""
@@ -124,14 +131,42 @@ def _project(h: torch.Tensor, modules: list[torch.nn.Module]) -> torch.Tensor:
     return torch.cat([m(h) for m in modules], dim=1)
 
 
-class PackedBertClassifier:
-    """Call like the model: ``forward(input_ids=, attention_mask=, labels=None)`` -> loss and logits."""
+def varlen_attention_available() -> bool:
+    """Whether this torch has FlashAttention's varlen entry point (torch >= 2.10) and a CUDA device."""
+    return _varlen_attn is not None and torch.cuda.is_available()
 
-    def __init__(self, model: BertForSequenceClassification, *, gradient_checkpointing: bool = False) -> None:
+
+def _attend_varlen(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor, cu_k: torch.Tensor, max_q: int, max_k: int, scale: float,
+) -> torch.Tensor:
+    # (tokens, heads, head_dim) in, (tokens, heads * head_dim) out; no attention-probability dropout (see the class).
+    assert _varlen_attn is not None
+    return _varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale).flatten(1)
+
+
+class PackedBertClassifier:
+    """Call like the model: ``forward(input_ids=, attention_mask=, labels=None, token_type_ids=None)`` -> loss and logits.
+
+    The packing tensors (``packed_index``, ``cls_index``, ``cu_seqlens``: see
+    :func:`~trial_executor._batching.packing`) come from collate, computed on the host; without
+    them the forward computes them itself from ``attention_mask`` (which syncs a GPU: fine for
+    evaluation and tests, never in the training step).
+
+    ``varlen=True`` (CUDA, fp16/bf16 only) runs attention through FlashAttention's varlen kernel
+    on the packed tokens instead of re-padding each layer into a grid. That kernel takes no
+    dropout argument, so on that path attention probabilities are not dropped out (hidden-state
+    dropout still is): BERT's ``attention_probs_dropout_prob`` (0.1) is then effectively 0. The
+    decision: accept it for the speed where it measures faster, record it per trial
+    (``TrialResult.varlen_attention``), and measure the accuracy effect on a GPU before it
+    becomes a default (pending).
+    """
+
+    def __init__(self, model: BertForSequenceClassification, *, gradient_checkpointing: bool = False, varlen: bool = False) -> None:
         if not supports_packed_forward(model):
             raise ValueError(f"{type(model).__name__} with this config has no packed forward")
         self.model = model
         self.gradient_checkpointing = gradient_checkpointing
+        self.varlen = varlen and _varlen_attn is not None
         self._embedding_grad: dict[str, torch.Tensor] = {}  # the reused word-embedding gradient buffer
 
     def _word_embeddings(self, ids: torch.Tensor) -> torch.Tensor:
@@ -142,22 +177,32 @@ class PackedBertClassifier:
             return embedding(ids)
         return _WordEmbeddingLookup.apply(weight, ids, embedding.padding_idx, self._embedding_grad)
 
+    def _embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, keep: torch.Tensor) -> torch.Tensor:
+        emb = self.model.bert.embeddings
+        positions = keep % input_ids.shape[1]
+        # Same sum order as BertEmbeddings: word + token type + position.
+        words = self._word_embeddings(input_ids.flatten().index_select(0, keep))
+        if token_type_ids is None:
+            h = words + emb.token_type_embeddings.weight[0]
+        else:
+            h = words + emb.token_type_embeddings(token_type_ids.flatten().index_select(0, keep))
+        return _dropout(emb.LayerNorm(h + emb.position_embeddings(positions)), emb.dropout.p, self.model.training)
+
     def __call__(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor | None = None
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None, *, packed_index: torch.Tensor | None = None,
+        cls_index: torch.Tensor | None = None, cu_seqlens: torch.Tensor | None = None,
     ) -> SequenceClassifierOutput:
         model, bert = self.model, self.model.bert
         batch, width = input_ids.shape
-        keep = attention_mask.flatten().nonzero().squeeze(1)  # packed position -> grid position
-        lengths = attention_mask.sum(dim=1)
-        cls = torch.cumsum(lengths, 0) - lengths  # packed position of each row's first token
+        if packed_index is None or cls_index is None or cu_seqlens is None:
+            packed_index, cls_index, cu_seqlens = packing(attention_mask).values()
+        keep, cls = packed_index, cls_index  # packed position -> grid position; each row's [CLS]
         key_mask = attention_mask.bool()[:, None, None, :]
-
-        emb = bert.embeddings
-        positions = torch.arange(width, device=input_ids.device).repeat(batch)[keep]
-        # Same sum order as BertEmbeddings: word + token type (always 0 here) + position.
-        h = self._word_embeddings(input_ids.flatten()[keep]) + emb.token_type_embeddings.weight[0]
         training = model.training
-        h = _dropout(emb.LayerNorm(h + emb.position_embeddings(positions)), emb.dropout.p, training)
+        h = self._embed(input_ids, token_type_ids, keep)
+        varlen = self.varlen and h.is_cuda and torch.is_autocast_enabled("cuda")  # fp16/bf16 autocast
+        one_per_row = torch.arange(batch + 1, dtype=torch.int32, device=h.device) if varlen else None
 
         def grid(x: torch.Tensor, parts: int, heads: int, head_dim: int) -> torch.Tensor:
             # (tokens, parts*hidden) -> (parts, batch, heads, width, head_dim), zeros at padding.
@@ -168,7 +213,15 @@ class PackedBertClassifier:
             sa = layer.attention.self
             heads, head_dim = sa.num_attention_heads, sa.attention_head_size
             dropout = sa.dropout.p if training else 0.0
-            if not last:
+            if varlen and not last:
+                q, k, v = _project(h, [sa.query, sa.key, sa.value]).view(-1, 3, heads, head_dim).unbind(1)
+                out = _attend_varlen(q, k, v, cu_seqlens, cu_seqlens, width, width, sa.scaling)
+            elif varlen:
+                k, v = _project(h, [sa.key, sa.value]).view(-1, 2, heads, head_dim).unbind(1)
+                h = h.index_select(0, cls)
+                q = sa.query(h).view(batch, heads, head_dim)
+                out = _attend_varlen(q, k, v, one_per_row, cu_seqlens, 1, width, sa.scaling)
+            elif not last:
                 q, k, v = grid(_project(h, [sa.query, sa.key, sa.value]), 3, heads, head_dim)
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout, scale=sa.scaling)
                 out = out.transpose(1, 2).reshape(batch * width, -1).index_select(0, keep)

@@ -23,6 +23,16 @@ class TrialResult:
     ``None`` (ran to the end). ``max_length`` is the length texts were cut at (resolved when the
     config said ``auto``), ``truncated_fraction`` the share of training rows cut. ``trainable_params``
     and ``trainable_fraction`` (of all parameters) tell what a LoRA run trained.
+
+    Throughput is steady state when ``steady_state``: after warm-up (the first steps and at
+    least half a second) and without the start-up steps of each new batch shape, whose time is
+    ``compile_seconds`` (compilation, CUDA-graph capture, kernel selection); otherwise, in runs
+    too short to warm up, it is over the whole training loop, as ``throughput_all_samples_per_s``
+    always is. ``device_busy_fraction`` (CUDA only; ``None`` on the CPU) is the share of measured
+    steps in which the device, not the host, set the pace (see :mod:`trial_executor._throughput`);
+    ``host_limited`` is true below one half: the executor's overhead, not the precision, set the
+    speed. ``buckets`` and ``varlen_attention`` tell which of those knobs ran (varlen attention
+    drops no attention probabilities).
     """
 
     metrics: dict[str, float]
@@ -46,6 +56,13 @@ class TrialResult:
     truncated_fraction: float = 0.0
     trainable_params: int = 0
     trainable_fraction: float = 1.0
+    throughput_all_samples_per_s: float = 0.0
+    steady_state: bool = False
+    compile_seconds: float = 0.0
+    device_busy_fraction: float | None = None
+    host_limited: bool | None = None
+    buckets: bool = False
+    varlen_attention: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

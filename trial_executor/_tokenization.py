@@ -43,9 +43,11 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
     return digest.hexdigest()
 
 
-def _cache_key(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], pairs: Sequence[str] | None, max_length: int) -> str:
+def _cache_key(
+    tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], pairs: Sequence[str] | None, max_length: int, types: bool
+) -> str:
     digest = hashlib.sha256(tokenizer_fingerprint(tokenizer).encode())
-    digest.update(f"max_length={max_length};pairs={pairs is not None}".encode())
+    digest.update(f"max_length={max_length};pairs={pairs is not None};types={types}".encode())
     for text in texts:
         digest.update(text.encode())
         digest.update(b"\0")
@@ -55,31 +57,42 @@ def _cache_key(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], pairs: 
     return digest.hexdigest()[:32]
 
 
-def _encode(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], pairs: Sequence[str] | None, max_length: int) -> list[list[int]]:
+def _encode(
+    tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], pairs: Sequence[str] | None, max_length: int, types: bool
+) -> tuple[list[list[int]], list[list[int]] | None]:
+    """Token ids, and with ``types`` (pairs only) token types: 0 for the first text, 1 for the second."""
     if pairs is None:
-        return tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
-    return tokenizer(list(texts), list(pairs), truncation=True, max_length=max_length)["input_ids"]
+        return tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"], None
+    encoded = tokenizer(list(texts), list(pairs), truncation=True, max_length=max_length, return_token_type_ids=types)
+    return encoded["input_ids"], encoded["token_type_ids"] if types else None
 
 
-def _load(path: Path) -> list[list[int]] | None:
-    try:
-        with np.load(path) as stored:
-            ids, offsets = stored["ids"], stored["offsets"]
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return None  # missing or damaged: tokenize again and overwrite
-    flat = ids.tolist()
+def _unflatten(flat: list[int], offsets: np.ndarray) -> list[list[int]]:
     return [flat[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
 
 
-def _store(path: Path, input_ids: list[list[int]]) -> None:
+def _load(path: Path, types: bool) -> tuple[list[list[int]], list[list[int]] | None] | None:
+    try:
+        with np.load(path) as stored:
+            ids, offsets = stored["ids"], stored["offsets"]
+            token_types = stored["types"] if types else None
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None  # missing or damaged: tokenize again and overwrite
+    return _unflatten(ids.tolist(), offsets), None if token_types is None else _unflatten(token_types.tolist(), offsets)
+
+
+def _store(path: Path, input_ids: list[list[int]], token_types: list[list[int]] | None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     offsets = np.zeros(len(input_ids) + 1, dtype=np.int64)
     np.cumsum([len(row) for row in input_ids], out=offsets[1:])
     ids = np.fromiter((t for row in input_ids for t in row), dtype=np.int32, count=int(offsets[-1]))
+    arrays = {"ids": ids, "offsets": offsets}
+    if token_types is not None:
+        arrays["types"] = np.fromiter((t for row in token_types for t in row), dtype=np.int8, count=int(offsets[-1]))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, ids=ids, offsets=offsets)
+            np.savez(handle, **arrays)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -94,20 +107,25 @@ def tokenize(
     *,
     pairs: Sequence[str] | None = None,
     cache_dir: str | Path | None = None,
+    token_types: bool = False,
 ) -> tuple[TokenizedSplit, bool]:
     """Token ids for ``texts`` (and ``pairs``), from the disk cache when present.
 
-    Returns the split and whether it came from the cache. ``cache_dir=None`` disables caching.
+    With ``pairs`` and ``token_types`` (a model that embeds token types), the split carries
+    token type ids too. Returns the split and whether it came from the cache.
+    ``cache_dir=None`` disables caching.
     """
+    types = token_types and pairs is not None
     if cache_dir is None:
-        return TokenizedSplit(_encode(tokenizer, texts, pairs, max_length), list(labels)), False
-    path = Path(cache_dir) / f"{_cache_key(tokenizer, texts, pairs, max_length)}.npz"
-    cached = _load(path)
-    if cached is not None and len(cached) == len(texts):
-        return TokenizedSplit(cached, list(labels)), True
-    input_ids = _encode(tokenizer, texts, pairs, max_length)
-    _store(path, input_ids)
-    return TokenizedSplit(input_ids, list(labels)), False
+        input_ids, type_ids = _encode(tokenizer, texts, pairs, max_length, types)
+        return TokenizedSplit(input_ids, list(labels), type_ids), False
+    path = Path(cache_dir) / f"{_cache_key(tokenizer, texts, pairs, max_length, types)}.npz"
+    cached = _load(path, types)
+    if cached is not None and len(cached[0]) == len(texts):
+        return TokenizedSplit(cached[0], list(labels), cached[1]), True
+    input_ids, type_ids = _encode(tokenizer, texts, pairs, max_length, types)
+    _store(path, input_ids, type_ids)
+    return TokenizedSplit(input_ids, list(labels), type_ids), False
 
 
 def auto_max_length(lengths: Sequence[int], percentile: float, cap: int, multiple: int = 8) -> int:
@@ -138,7 +156,7 @@ class TokenizedData:
 
 def tokenize_data(
     tokenizer: PreTrainedTokenizerBase, data: TextClassificationData, max_length: int | str, *,
-    percentile: float, max_positions: int, cache_dir: str | Path | None,
+    percentile: float, max_positions: int, cache_dir: str | Path | None, token_types: bool = False,
 ) -> TokenizedData:
     """Tokenize train and validation texts; ``max_length="auto"`` first measures the training lengths.
 
@@ -149,15 +167,18 @@ def tokenize_data(
     tick = time.perf_counter()
     hits = []
     if max_length == "auto":
-        full, hit = tokenize(tokenizer, data.train_texts, data.train_labels, max_positions, pairs=data.train_pairs, cache_dir=cache_dir)
+        full, hit = tokenize(
+            tokenizer, data.train_texts, data.train_labels, max_positions, pairs=data.train_pairs, cache_dir=cache_dir,
+            token_types=token_types,
+        )
         hits.append(hit)
         lengths = [len(row) for row in full.input_ids]
         length = auto_max_length(lengths, percentile, max_positions)
     else:
         length, lengths = int(max_length), None
-    train, hit = tokenize(tokenizer, data.train_texts, data.train_labels, length, pairs=data.train_pairs, cache_dir=cache_dir)
+    train, hit = tokenize(tokenizer, data.train_texts, data.train_labels, length, pairs=data.train_pairs, cache_dir=cache_dir, token_types=token_types)
     hits.append(hit)
-    valid, hit = tokenize(tokenizer, data.valid_texts, data.valid_labels, length, pairs=data.valid_pairs, cache_dir=cache_dir)
+    valid, hit = tokenize(tokenizer, data.valid_texts, data.valid_labels, length, pairs=data.valid_pairs, cache_dir=cache_dir, token_types=token_types)
     hits.append(hit)
     # A fixed max_length: rows cut come out exactly max_length long (an upper bound: an uncut row may too).
     truncated = sum(len(row) >= length for row in train.input_ids) if lengths is None else sum(n > length for n in lengths)

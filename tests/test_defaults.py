@@ -1,0 +1,61 @@
+"""Per-device speed knobs: decided in one place, the CPU keeps its measured defaults, the user's value wins."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from trial_executor import TrainConfig
+from trial_executor._defaults import DEVICE_DEFAULTS, PENDING_GPU, DeviceDefaults, resolve_knobs
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")  # resolve_knobs reads the device type only
+BIG = 22_000_000  # minilm-l6's size: above the CPU's chunking threshold
+
+
+def test_cpu_keeps_its_measured_defaults() -> None:
+    packed = resolve_knobs(TrainConfig(), CPU, packed_supported=True, total_params=BIG)
+    assert (packed.packed_forward, packed.chunk_by_length, packed.buckets, packed.torch_compile) == (True, False, False, False)
+    assert packed.host_read_every == 1 and not packed.varlen_attention
+    hf_big = resolve_knobs(TrainConfig(), CPU, packed_supported=False, total_params=BIG)
+    hf_tiny = resolve_knobs(TrainConfig(), CPU, packed_supported=False, total_params=300_000)
+    assert hf_big.chunk_by_length and not hf_tiny.chunk_by_length
+
+
+def test_cuda_defaults_follow_the_gpu_figures() -> None:
+    hf_big = resolve_knobs(TrainConfig(fp_precision="bf16"), CUDA, packed_supported=False, total_params=BIG)
+    assert not hf_big.chunk_by_length  # H100: chunking made bf16 3.6x slower than fp32
+    knobs = resolve_knobs(TrainConfig(fp_precision="bf16"), CUDA, packed_supported=True, total_params=BIG)
+    assert knobs.packed_forward and knobs.buckets and knobs.host_read_every > 1 and not knobs.varlen_attention
+    for name in ("buckets", "torch_compile", "varlen_attention"):
+        assert PENDING_GPU in DEVICE_DEFAULTS["cuda"].evidence[name]
+    fields = {f.name for f in dataclasses.fields(DeviceDefaults)} - {"evidence"}
+    assert all(set(d.evidence) == fields for d in DEVICE_DEFAULTS.values())
+
+
+@pytest.mark.parametrize(
+    ("config", "packed_supported", "expected"),
+    [
+        (TrainConfig(torch_compile=True, packed_forward=False), True, ("reduce-overhead", False)),
+        (TrainConfig(torch_compile=True), True, (None, True)),  # packed: the token count varies
+        (TrainConfig(torch_compile=True, buckets=False, packed_forward=False), True, (None, True)),
+    ],
+)
+def test_cuda_graphs_only_for_static_shapes(config: TrainConfig, packed_supported: bool, expected: tuple[str | None, bool]) -> None:
+    knobs = resolve_knobs(config, CUDA, packed_supported=packed_supported, total_params=BIG)
+    assert (knobs.compile_mode, knobs.compile_dynamic) == expected
+    assert resolve_knobs(config, CPU, packed_supported=packed_supported, total_params=BIG).compile_mode is None
+
+
+def test_the_users_values_win() -> None:
+    config = TrainConfig(
+        fp_precision="bf16", chunk_by_length=True, packed_forward=False, buckets=False, torch_compile=True, varlen_attention=True,
+    )
+    knobs = resolve_knobs(config, CUDA, packed_supported=True, total_params=BIG)
+    assert (knobs.chunk_by_length, knobs.packed_forward, knobs.buckets, knobs.torch_compile) == (True, False, False, True)
+    assert not knobs.varlen_attention  # varlen needs the packed forward
+    varlen = resolve_knobs(TrainConfig(fp_precision="bf16", varlen_attention=True), CUDA, packed_supported=True, total_params=BIG)
+    assert varlen.varlen_attention
+    fp32 = resolve_knobs(TrainConfig(varlen_attention=True), CUDA, packed_supported=True, total_params=BIG)
+    assert not fp32.varlen_attention  # FlashAttention needs fp16/bf16

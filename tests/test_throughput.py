@@ -1,0 +1,55 @@
+"""Honest throughput on the CPU: steady state after warm-up, start-up steps apart; CUDA-only paths inert."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from trial_executor import TrainConfig, demo_dataset, run_trial
+from trial_executor._batching import Collation, TokenizedSplit
+from trial_executor._models import load_model
+from trial_executor._packed import PackedBertClassifier
+from trial_executor._throughput import SETUP_OCCURRENCES, WARMUP_STEPS, DeviceLag, TrainClock
+
+
+def test_a_long_enough_trial_reports_steady_state_throughput() -> None:
+    data = demo_dataset(n_train=640, n_valid=32, seed=5)
+    result = run_trial(TrainConfig(batch_size=16, max_steps=40, eval_every=0, device="cpu"), data)
+    assert result.steady_state and result.throughput_samples_per_s > 0 and result.throughput_all_samples_per_s > 0
+    assert result.compile_seconds == 0.0  # nothing compiled, and the CPU has no per-shape setup to time
+    assert result.device_busy_fraction is None and result.host_limited is None  # CUDA events only
+    short = run_trial(TrainConfig(batch_size=16, max_steps=3, eval_every=0, device="cpu"), data)
+    assert not short.steady_state and short.throughput_samples_per_s == short.throughput_all_samples_per_s
+
+
+def test_the_clock_leaves_warm_up_and_setup_steps_out() -> None:
+    clock = TrainClock(torch.device("cpu"), track_setup=True)
+    clock.start()
+    assert [clock.is_setup((32, 24)) for _ in range(SETUP_OCCURRENCES + 1)] == [True] * SETUP_OCCURRENCES + [False]
+    for _ in range(WARMUP_STEPS):
+        clock.stepped(32, setup=False)
+    time.sleep(0.5)
+    clock.synced()  # warm-up over: steady state starts here
+    began = clock.setup_begin()
+    time.sleep(0.05)
+    clock.setup_end(began)
+    clock.stepped(32, setup=True)  # a new shape's first step: neither its samples nor its time count
+    time.sleep(0.02)
+    clock.stepped(32, setup=False)
+    seconds = clock.stop()
+    assert clock.steady and clock.steady_samples == 32 and clock.setup_seconds >= 0.05
+    assert 0.02 <= clock.steady_seconds < 0.05 and seconds > 0.5
+    assert DeviceLag(torch.device("cpu")).busy_fraction() is None
+
+
+def test_varlen_attention_is_inert_on_the_cpu() -> None:
+    torch.manual_seed(0)
+    model, _ = load_model("tiny-bert", ["a", "b"], ["words for a vocabulary"] * 3)
+    model.eval()
+    split = TokenizedSplit([[2, 5, 6, 7, 3], [2, 8, 3], [2, 9, 9, 9, 9, 9, 3]], [0, 1, 0])
+    inputs = Collation(0, packed=True)(split, range(3)).inputs
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        plain = PackedBertClassifier(model)(**inputs).logits
+        varlen = PackedBertClassifier(model, varlen=True)(**inputs).logits
+    assert torch.equal(plain, varlen)

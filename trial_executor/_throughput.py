@@ -1,0 +1,148 @@
+"""Honest training throughput: steady state after warm-up, start-up cost apart, and who set the pace.
+
+A trial's first steps pay for things a long run pays once: kernel selection, allocator growth,
+compilation and CUDA-graph capture (per bucket width on a GPU). :class:`TrainClock` counts
+samples and seconds over the whole training loop and, separately, in steady state: from the
+first host read (a sync point on a GPU, so the time is the device's too) after at least
+``WARMUP_STEPS`` steps and ``WARMUP_SECONDS``. On CUDA, and on the CPU when compiling, the
+first ``SETUP_OCCURRENCES`` steps of each new batch shape are timed apart (synced before and
+after) as ``compile_seconds`` and left out of the steady figures.
+
+:class:`DeviceLag` (CUDA only) tells whether the host or the device set the pace. Right after a
+sync the device is idle, so an event recorded then is an anchor between the two clocks; an
+event recorded after each following step completes on the device at a time comparable with
+the host's time of recording it. The device lagging the host by more than
+``BUSY_LAG_SHARE`` of a step means it still had queued work when the host finished issuing
+that step: the device was busy and set the pace. A device that kept up was waiting for the
+host. ``device_busy_fraction`` is the share of measured steps where the device set the pace;
+below one half, the trial is host-limited (the executor's overhead, not the precision, set its
+speed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable
+
+import torch
+
+WARMUP_STEPS = 10
+WARMUP_SECONDS = 0.5
+SETUP_OCCURRENCES = 3  # eager warm-up, CUDA-graph recording, first replay
+BUSY_LAG_SHARE = 0.1
+HOST_LIMITED_BELOW = 0.5
+
+
+class TrainClock:
+    """Steady-state samples and seconds of the training loop, and its start-up (setup) steps apart."""
+
+    def __init__(self, device: torch.device, *, track_setup: bool) -> None:
+        self.device = device
+        self.track_setup = track_setup
+        self.steady_seconds = self.setup_seconds = 0.0
+        self.steady_samples = self.steps = 0
+        self._seen: dict[Hashable, int] = {}
+        self._first_tick: float | None = None
+        self._tick = self._steady_tick = 0.0
+        self._steady = False
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def start(self) -> None:
+        """A training segment starts (the device is idle: just synced or nothing queued)."""
+        self._tick = self._steady_tick = time.perf_counter()
+        if self._first_tick is None:
+            self._first_tick = self._tick
+
+    @property
+    def steady(self) -> bool:
+        return self._steady
+
+    @property
+    def segment_started(self) -> float:
+        return self._tick
+
+    def stop(self) -> float:
+        """A training segment ends (the caller synced, so the time covers the device's work): its seconds."""
+        now = time.perf_counter()
+        if self._steady:
+            self.steady_seconds += now - self._steady_tick
+        return now - self._tick
+
+    def is_setup(self, shape: Hashable) -> bool:
+        """Whether a step of ``shape`` is one of that shape's first few (start-up cost, timed apart)."""
+        if not self.track_setup:
+            return False
+        seen = self._seen.get(shape, 0)
+        self._seen[shape] = seen + 1
+        return seen < SETUP_OCCURRENCES
+
+    def setup_begin(self) -> float:
+        self._sync()
+        return time.perf_counter()
+
+    def setup_end(self, began: float) -> None:
+        self._sync()
+        elapsed = time.perf_counter() - began
+        self.setup_seconds += elapsed
+        if self._steady:
+            self._steady_tick += elapsed  # not steady time
+
+    def stepped(self, samples: int, setup: bool) -> None:
+        self.steps += 1
+        if self._steady and not setup:
+            self.steady_samples += samples
+
+    def synced(self) -> None:
+        """At a host read (a sync point): steady state begins here once warm-up has passed."""
+        now = time.perf_counter()
+        warm = self._first_tick is not None and self.steps >= WARMUP_STEPS and now - self._first_tick >= WARMUP_SECONDS
+        if warm and not self._steady:
+            self._steady, self._steady_tick = True, now
+
+    def steady_samples_per_s(self) -> float | None:
+        """Steady-state samples/s, or ``None`` when the run never got past warm-up."""
+        if self.steady_seconds > 0 and self.steady_samples:
+            return self.steady_samples / self.steady_seconds
+        return None
+
+
+class DeviceLag:
+    """CUDA events against host time: per step, did the device still have queued work (see the module)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.enabled = device.type == "cuda"
+        self._anchor: tuple[float, torch.cuda.Event] | None = None
+        self._pending: list[tuple[float, float, torch.cuda.Event]] = []  # (step start, host time, event)
+        self.busy_steps = self.measured_steps = 0
+
+    def _event(self) -> torch.cuda.Event:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def anchor(self) -> None:
+        """Call right after a sync: the device is idle, its clock and the host's meet here."""
+        if self.enabled:
+            self._anchor, self._pending = (time.perf_counter(), self._event()), []
+
+    def step_done(self, started: float) -> None:
+        if self.enabled and self._anchor is not None:
+            self._pending.append((started, time.perf_counter(), self._event()))
+
+    def collect(self) -> None:
+        """Call after a sync (all pending events complete), before :meth:`anchor`."""
+        if not (self.enabled and self._anchor):
+            return
+        host_anchor, event_anchor = self._anchor
+        for started, issued, event in self._pending:
+            done_on_device = host_anchor + event_anchor.elapsed_time(event) / 1000
+            lag, host_step = done_on_device - issued, max(issued - started, 1e-9)
+            self.measured_steps += 1
+            self.busy_steps += lag > BUSY_LAG_SHARE * host_step
+        self._anchor, self._pending = None, []
+
+    def busy_fraction(self) -> float | None:
+        return self.busy_steps / self.measured_steps if self.measured_steps else None
