@@ -14,9 +14,39 @@ How a trial ends:
   checkpoint and is re-queued, so the next run resumes it (see :mod:`hpo._checkpoints`).
 """
 
+import logging
+import re
+
 SKIP_UNSUPPORTED = "unsupported_precision"
 SKIP_NON_FINITE = "non_finite_loss"
 SKIP_OOM = "oom"
 SKIP_REASONS: tuple[str, ...] = (SKIP_UNSUPPORTED, SKIP_NON_FINITE, SKIP_OOM)
 BASELINE_ATTR = "fp32_baseline"
 INTERRUPTED = "interrupted"
+
+
+class TrialFailedError(RuntimeError):
+    """Raised to Optuna for a FAILed trial; its ``fail_reason`` says why (and an unexpected error's traceback is in the log)."""
+
+
+class QuietTrialFailures(logging.Filter):
+    """Drops Optuna's per-trial failure warnings (with a traceback) that repeat a recorded outcome.
+
+    A trial ending in :class:`TrialFailedError` has its ``fail_reason`` printed on its own line,
+    and one interrupted by a second Ctrl-C (``KeyboardInterrupt``) ends the run with one line.
+    """
+
+    _VALUE_NONE = re.compile(r"Trial \d+ failed with value None\.$")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, (TrialFailedError, KeyboardInterrupt)):
+            return False
+        return not self._VALUE_NONE.match(record.getMessage())
+
+
+def quiet_trial_failures() -> None:
+    """Install :class:`QuietTrialFailures` on the logger Optuna reports trial failures with (once)."""
+    logger = logging.getLogger("optuna.study._optimize")
+    if not any(isinstance(f, QuietTrialFailures) for f in logger.filters):
+        logger.addFilter(QuietTrialFailures())

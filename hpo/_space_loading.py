@@ -30,6 +30,7 @@ from hpo._space import (
 )
 from trial_executor import METRICS, PRECISIONS, TrainConfig
 
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a key given twice in one mapping (plain YAML keeps the last silently)."""
 
@@ -213,7 +214,7 @@ def load_search_space(path: str | Path = DEFAULT_SPACE) -> SearchSpace:
     if not path.is_file():
         raise SearchSpaceError(f"search space {path} not found; pass an existing YAML file with --space")
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except SearchSpaceError as err:
         raise SearchSpaceError(f"search space {path} {err}") from None
     except yaml.YAMLError as err:

@@ -14,6 +14,7 @@ import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._errors import UserError
+from hpo._liveness import fail_dead_local_trials
 from hpo._outcomes import BASELINE_ATTR, INTERRUPTED, SKIP_UNSUPPORTED
 from hpo._space import SearchSpace
 from hpo._storage import sqlite_file_lock
@@ -165,11 +166,14 @@ def run_to_budget(
         if stop_requested is not None and stop_requested():
             study.stop()
 
+    # A worker of this machine killed mid-trial (SIGKILL, OOM killer) is found at once, not after the grace period.
+    fail_dead_local_trials(study, max_retry)
     if finished_count(study) >= n_trials:
         return
     study.optimize(objective, timeout=timeout, callbacks=[after_trial], catch=(Exception,))
     # Optuna sweeps dead workers' trials when a trial starts; sweep once more on the way out.
     optuna.storages.fail_stale_trials(study)
+    fail_dead_local_trials(study, max_retry)
     if failures >= MAX_CONSECUTIVE_FAILURES:
         last = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))[-1]
         reason = str(last.user_attrs.get("fail_reason", "unknown error")).strip().splitlines()[0]
