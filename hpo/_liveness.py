@@ -40,8 +40,11 @@ def _process_key(pid: int) -> str | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    # Field 22 (start time, in clock ticks since boot), counted after the ")" that ends the command name.
-    started = stat.rsplit(")", 1)[1].split()[19]
+    # Fields 3 (state) and 22 (start time, in clock ticks since boot), counted after the ")" that ends the command name.
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):  # exited, not yet reaped by its parent
+        return None
+    started = fields[19]
     return f"{boot}/{namespace}/{pid}/{started}" if boot else None
 
 
@@ -53,7 +56,7 @@ def worker_identity() -> dict[str, Any]:
     }
 
 
-def _is_gone(worker: Any) -> bool:
+def worker_is_gone(worker: Any) -> bool:
     """Whether ``worker`` (a trial's ``worker`` attr) ran on this machine, in this pid namespace, and has exited."""
     if not isinstance(worker, dict) or not isinstance(worker.get("process"), str) or not isinstance(worker.get("pid"), int):
         return False
@@ -72,7 +75,7 @@ def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[i
     storage = study._storage
     failed = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if not _is_gone(trial.user_attrs.get(WORKER_ATTR)):
+        if not worker_is_gone(trial.user_attrs.get(WORKER_ATTR)):
             continue
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # another worker swept it first
             storage.set_trial_user_attr(trial._trial_id, "fail_reason", f"{WORKER_DIED}: its worker process exited mid-trial")
