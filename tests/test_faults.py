@@ -19,7 +19,7 @@ from conftest import ROOT, cli_args, run_cli
 from optuna.trial import FrozenTrial, TrialState
 from test_workers import LONG_TRIALS, _assert_resumed, _running_with_checkpoint, _space, _trials, _wait_for
 
-ONE_TRIAL = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 2}}
+ONE_TRIAL = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 1}}  # checkpoints at steps 10, 20, 30, 40
 
 
 def _start(args: list[str], cwd: Path, **popen: object) -> subprocess.Popen[str]:
@@ -127,4 +127,4 @@ def test_a_full_disk_costs_the_checkpoints_not_the_trial(pg_database: str, small
     (trial,) = _trials(pg_database, "full")
     assert trial.state == TrialState.COMPLETE and not trial.user_attrs.get("checkpoint")
     warnings = [line for line in err.splitlines() if "not saved" in line]
-    assert len(warnings) == 1 and "File too large" in warnings[0] and "the run goes on without it" in warnings[0], err
+    assert len(warnings) == 1 and "the run goes on without it" in warnings[0], err

@@ -84,7 +84,7 @@ def save_checkpoint(state: dict[str, Any], checkpointing: Checkpointing) -> Path
         os.close(fd)
         torch.save(state, tmp)
         os.replace(tmp, path)
-    except OSError as err:
+    except (OSError, RuntimeError) as err:  # torch.save reports a full disk as RuntimeError from its zip writer
         if checkpointing.directory not in _UNWRITABLE:
             _UNWRITABLE.add(checkpointing.directory)
             _logger.warning("checkpoint at step %s not saved (%s); the run goes on without it", state["step"], err)
