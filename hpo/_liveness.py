@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 WORKER_ATTR = "worker"
 WORKER_DIED = "worker_died"
@@ -48,17 +48,21 @@ def _process_key(pid: int) -> str | None:
     return f"{boot}/{namespace}/{pid}/{started}" if boot else None
 
 
-def worker_identity() -> dict[str, Any]:
-    """What a trial records about the process that runs it (user attr ``worker``)."""
+def worker_identity(trial_number: int) -> dict[str, Any]:
+    """What trial ``trial_number`` records about the process that runs it (user attr ``worker``)."""
     return {
         "host": socket.gethostname(), "pid": os.getpid(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "process": _process_key(os.getpid()),
+        "process": _process_key(os.getpid()), "trial": trial_number,
     }
 
 
-def worker_is_gone(worker: Any) -> bool:
-    """Whether ``worker`` (a trial's ``worker`` attr) ran on this machine, in this pid namespace, and has exited."""
-    if not isinstance(worker, dict) or not isinstance(worker.get("process"), str) or not isinstance(worker.get("pid"), int):
+def worker_is_gone(trial: FrozenTrial) -> bool:
+    """Whether ``trial``'s worker ran on this machine, in this pid namespace, and has exited."""
+    worker = trial.user_attrs.get(WORKER_ATTR)
+    # A retry starts with a copy of its predecessor's attrs, dead worker included, until its own worker writes its own.
+    if not isinstance(worker, dict) or worker.get("trial") != trial.number:
+        return False
+    if not isinstance(worker.get("process"), str) or not isinstance(worker.get("pid"), int):
         return False
     mine = _process_key(os.getpid())
     if mine is None or worker["process"].rsplit("/", 2)[0] != mine.rsplit("/", 2)[0]:
@@ -75,7 +79,7 @@ def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[i
     storage = study._storage
     failed = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if not worker_is_gone(trial.user_attrs.get(WORKER_ATTR)):
+        if not worker_is_gone(trial):
             continue
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # another worker swept it first
             storage.set_trial_user_attr(trial._trial_id, "fail_reason", f"{WORKER_DIED}: its worker process exited mid-trial")

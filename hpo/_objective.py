@@ -215,7 +215,7 @@ class Objective:
             for key in _OUTCOME_ATTRS:
                 if key in trial.user_attrs:
                     trial.set_user_attr(key, None)
-        trial.set_user_attr("worker", worker_identity())
+        trial.set_user_attr("worker", worker_identity(trial.number))
         check_enqueued(self.space, system_attrs.get("fixed_params") or {})
         params = self.space.suggest(trial)
         seed = (self.base_seed + (trial.number if original is None else original)) % _SEED_MODULUS

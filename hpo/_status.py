@@ -11,7 +11,7 @@ import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._inspect import objective_names
-from hpo._liveness import WORKER_ATTR, worker_is_gone
+from hpo._liveness import worker_is_gone
 from hpo._outcomes import SKIP_UNSUPPORTED
 
 # Optuna's RDB storage keeps one row per running trial here while heartbeats are on.
@@ -85,8 +85,7 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     now = datetime.datetime.now()
     for trial in running:
         started = now - trial.datetime_start if trial.datetime_start else None
-        gone = worker_is_gone(trial.user_attrs.get(WORKER_ATTR))
-        status.running.append(RunningTrial(trial.number, _worker(trial), started, ages.get(trial._trial_id), gone))
+        status.running.append(RunningTrial(trial.number, _worker(trial), started, ages.get(trial._trial_id), worker_is_gone(trial)))
     return status
 
 

@@ -26,7 +26,8 @@ from conftest import SMALL_SPACE
 from optuna.trial import TrialState
 from test_errors import _hpo, assert_one_clean_line
 
-from hpo import create_storage, make_objective, open_study, parse_search_space, run_to_budget
+from hpo import create_storage, make_objective, mask_url, open_study, parse_search_space, run_to_budget
+from hpo._storage import mask_secrets
 from hpo.run import trial_line
 from trial_executor import demo_dataset
 
@@ -155,3 +156,16 @@ def test_enqueued_trials_outside_the_space_fail_with_a_reason_and_the_worker_goe
     assert all(not t.params and t.user_attrs["hardware"]["device_type"] == "cpu" for t in failed)
     assert "(InvalidTrialError: enqueued batch_size=100000" in trial_line(failed[0], ["accuracy"])
 
+
+
+@pytest.mark.parametrize(("url", "password"), [
+    ("postgresql://u:pw@tail-of-the-pw@db:5432/hpo", "pw@tail-of-the-pw"),  # a raw @: a parser takes "tail-of-the-pw@db" for the host
+    ("postgresql://u:pw/tail-of-the-pw@db/hpo", "pw/tail-of-the-pw"),  # a raw /: a parser ends the host there
+    ("postgresql://u:pw@tail-of-the-pw@db:notaport/hpo", "pw@tail-of-the-pw"),  # and malformed besides
+    ("postgresql+psycopg2://u:pw%40tail-of-the-pw@db/hpo", "pw@tail-of-the-pw"),  # percent-encoded, as it should be
+])
+def test_passwords_are_masked_however_the_url_splits(url: str, password: str) -> None:
+    shown = mask_url(url)
+    assert shown == url.split("//")[0] + "//u:***@" + url.rsplit("@", 1)[1], shown
+    text = mask_secrets(f"could not connect to {url}: password {password} rejected", url)
+    assert "tail-of-the-pw" not in text, text
