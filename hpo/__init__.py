@@ -25,7 +25,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "SpeedRow": ("hpo._check", "SpeedRow"),
     "StorageError": ("hpo._storage", "StorageError"),
     "StudyReport": ("hpo._report", "StudyReport"),
-    "TrialFailedError": ("hpo._objective", "TrialFailedError"),
+    "TrialFailedError": ("hpo._outcomes", "TrialFailedError"),
     "UserError": ("hpo._errors", "UserError"),
     "build_report": ("hpo._report", "build_report"),
     "counts_toward_budget": ("hpo._study", "counts_toward_budget"),

@@ -14,6 +14,7 @@ optuna-dashboard (Optuna can't remove a trial's system attr).
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 import tempfile
 import uuid
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 DEFAULT_ARTIFACT_DIR = "hpo-artifacts"
 CHECKPOINT_ATTR = "checkpoint"
+_logger = logging.getLogger(__name__)
 
 
 def artifact_store(path: str | None) -> FileSystemArtifactStore:
@@ -52,6 +54,7 @@ class TrialCheckpoints:
         # A retry starts with its predecessor's user attrs, the checkpoint pointer among them.
         self.inherited: dict[str, Any] | None = trial.user_attrs.get(CHECKPOINT_ATTR)
         self.latest = self.inherited
+        self.upload_failed = False
 
     def checkpointing(self) -> Checkpointing:
         # Imported here: the dashboard reads this module's store and must not pay for torch.
@@ -71,8 +74,19 @@ class TrialCheckpoints:
 
     def _saved(self, path: Path, step: int) -> None:
         artifact_id = str(uuid.uuid4())
-        with path.open("rb") as checkpoint:
-            self.store.write(artifact_id, checkpoint)
+        try:
+            with path.open("rb") as checkpoint:
+                self.store.write(artifact_id, checkpoint)
+        except Exception as err:  # a read-only or full store costs this checkpoint, not the trial
+            self._remove({"artifact_id": artifact_id})  # what a full disk left half-written
+            if not self.upload_failed:
+                kept = f"step {self.latest['step']}" if self.latest else "none"
+                _logger.warning(
+                    "trial %d: checkpoint at step %d not saved to the artifact store (%s); the trial goes on, "
+                    "a retry would resume from the last saved one (%s)", self.trial.number, step, err, kept,
+                )
+            self.upload_failed = True
+            return
         previous, self.latest = self.latest, {"artifact_id": artifact_id, "step": step, "trial": self.trial.number}
         self.trial.set_user_attr(CHECKPOINT_ATTR, self.latest)
         if previous is not None:

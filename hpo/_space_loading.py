@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,21 @@ from hpo._space import (
     same_choice,
 )
 from trial_executor import METRICS, PRECISIONS, TrainConfig
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (plain YAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise SearchSpaceError(f"line {line}: duplicate key {key!r} (first on line {seen[key]}); keep one of them")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
 
 _TAGS = {"categorical", "float", "int", "none", "median", "hyperband", "successive_halving"}
 
@@ -104,8 +120,26 @@ def _check_objectives(space: SearchSpace) -> str | None:
     return None
 
 
+def _check_limits(space: SearchSpace) -> str | None:
+    """Bounds that the types alone do not say: the pruner's resources, worker processes per trial."""
+    pruner = space.pruner
+    if isinstance(pruner, HyperbandPrunerSpec) and pruner.max_resource != "auto" and pruner.min_resource > pruner.max_resource:
+        return f"pruner: min_resource ({pruner.min_resource}) must be <= max_resource ({pruner.max_resource}); lower min_resource or raise max_resource"
+    searched = space.params.get("num_workers")
+    if isinstance(searched, CategoricalParam):
+        values = [v for v in searched.choices if isinstance(v, int)]
+    else:
+        values = [searched.high] if isinstance(searched, IntParam) else [space.fixed.get("num_workers", 0)]
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    top = max(values, default=0)
+    if isinstance(top, int) and not isinstance(top, bool) and top > cpus:
+        where = "params.num_workers" if searched is not None else "fixed.num_workers"
+        return f"{where}: {top} DataLoader worker processes per trial exceeds this machine's {cpus} CPUs; use at most {cpus}"
+    return None
+
+
 def _check_semantics(space: SearchSpace) -> str | None:
-    problem = _check_objectives(space)
+    problem = _check_objectives(space) or _check_limits(space)
     if problem:
         return problem
     fields = [f for f in TrainConfig.field_names() if f not in RESERVED_KEYS]
@@ -180,7 +214,9 @@ def load_search_space(path: str | Path = DEFAULT_SPACE) -> SearchSpace:
     if not path.is_file():
         raise SearchSpaceError(f"search space {path} not found; pass an existing YAML file with --space")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except SearchSpaceError as err:
+        raise SearchSpaceError(f"search space {path} {err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

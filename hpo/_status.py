@@ -11,6 +11,7 @@ import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._inspect import objective_names
+from hpo._liveness import worker_is_gone
 from hpo._outcomes import SKIP_UNSUPPORTED
 
 # Optuna's RDB storage keeps one row per running trial here while heartbeats are on.
@@ -25,6 +26,7 @@ class RunningTrial:
     worker: str
     running_for: datetime.timedelta | None
     since_heartbeat: datetime.timedelta | None  # None: no heartbeat recorded (heartbeats off)
+    worker_gone: bool = False  # its worker ran on this machine and has exited
 
 
 @dataclass
@@ -85,7 +87,7 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     now = datetime.datetime.now()
     for trial in running:
         started = now - trial.datetime_start if trial.datetime_start else None
-        status.running.append(RunningTrial(trial.number, _worker(trial), started, ages.get(trial._trial_id)))
+        status.running.append(RunningTrial(trial.number, _worker(trial), started, ages.get(trial._trial_id), worker_is_gone(trial)))
     return status
 
 
@@ -127,5 +129,6 @@ def status_lines(status: StudyStatus) -> list[str]:
         lines.append(f"  host-limited: trials {shown_trials} (the device waited for the executor; speed not the precision's)")
     for run in status.running:
         beat = "no heartbeat" if run.since_heartbeat is None else f"last heartbeat {_ago(run.since_heartbeat)} ago"
-        lines.append(f"  running: trial {run.number} on {run.worker}, for {_ago(run.running_for)}, {beat}")
+        dead = "; its worker process is gone: the next run on this machine fails and re-queues it" if run.worker_gone else ""
+        lines.append(f"  running: trial {run.number} on {run.worker}, for {_ago(run.running_for)}, {beat}{dead}")
     return lines

@@ -14,9 +14,11 @@ import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._errors import UserError
+from hpo._liveness import fail_dead_local_trials
 from hpo._outcomes import BASELINE_ATTR, INTERRUPTED, SKIP_UNSUPPORTED
 from hpo._space import SearchSpace
 from hpo._storage import sqlite_file_lock
+from hpo._trial_values import InvalidTrialError
 from trial_executor import TextClassificationData
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -159,17 +161,22 @@ def run_to_budget(
         interrupted = trial.state == TrialState.FAIL and trial.user_attrs.get("fail_reason") == INTERRUPTED
         if interrupted:
             optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, trial)
-        failures = failures + 1 if trial.state == TrialState.FAIL and not interrupted else 0
+        # Bad enqueued values say nothing about the environment: they do not count as failures in a row.
+        invalid = str(trial.user_attrs.get("fail_reason", "")).startswith(f"{InvalidTrialError.__name__}:")
+        failures = failures + 1 if trial.state == TrialState.FAIL and not (interrupted or invalid) else 0
         if failures >= MAX_CONSECUTIVE_FAILURES or finished >= n_trials:
             study.stop()
         if stop_requested is not None and stop_requested():
             study.stop()
 
+    # A worker of this machine killed mid-trial (SIGKILL, OOM killer) is found at once, not after the grace period.
+    fail_dead_local_trials(study, max_retry)
     if finished_count(study) >= n_trials:
         return
     study.optimize(objective, timeout=timeout, callbacks=[after_trial], catch=(Exception,))
     # Optuna sweeps dead workers' trials when a trial starts; sweep once more on the way out.
     optuna.storages.fail_stale_trials(study)
+    fail_dead_local_trials(study, max_retry)
     if failures >= MAX_CONSECUTIVE_FAILURES:
         last = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))[-1]
         reason = str(last.user_attrs.get("fail_reason", "unknown error")).strip().splitlines()[0]

@@ -31,10 +31,12 @@ class StopSignal:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is not None:
-            # A second signal means "now": skip the checkpoint.
-            raise SystemExit(128 + signum)
+            # A second signal means "now": skip the checkpoint. KeyboardInterrupt, which Optuna
+            # catches to mark the running trial FAIL (SystemExit would leave it RUNNING).
+            raise KeyboardInterrupt
         self.signum = signum
-        print(f"received {signal.Signals(signum).name}: checkpointing the running trial, then stopping", file=sys.stderr, flush=True)
+        if sys.stderr.isatty():  # feedback for a person at the terminal; logs get the one closing line
+            print(f"received {signal.Signals(signum).name}: checkpointing the running trial, then stopping", file=sys.stderr, flush=True)
 
     def requested(self) -> bool:
         return self.signum is not None

@@ -23,8 +23,9 @@ from hpo._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
 from hpo._cli import Parser, at_least, between, command_prog, run_guarded
 from hpo._errors import UserError
 from hpo._measures import measured_value
-from hpo._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED
+from hpo._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, quiet_trial_failures
 from hpo._progress import StudyProgress, best_so_far
+from hpo._run_checks import check_run_options
 from hpo._space import DEFAULT_SPACE, SearchSpace
 from hpo._space_loading import load_search_space
 from hpo._storage import GRPC_SCHEME, STORAGE_ENV, Heartbeat, create_storage, mask_url, resolve_storage_url
@@ -228,6 +229,7 @@ def _quiet_libraries() -> None:
     logging.getLogger("transformers").setLevel(logging.ERROR)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    quiet_trial_failures()
 
 
 def _without_workers_flag(argv: Sequence[str]) -> list[str]:
@@ -271,6 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         # Everything that can be wrong with the input is checked before anything is written.
+        cache_dir = str(Path(args.cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser())
+        check_run_options(
+            seed=args.seed, device=args.device, study_name=args.study_name, artifact_store=args.artifact_store, cache_dir=cache_dir
+        )
         space = load_search_space(Path(args.space))
         fix = args.fix + ([f"fp_precision={MIXED_PRECISION[args.mixed_precision]}"] if args.mixed_precision else [])
         space = space.with_fixes(space.parse_fixes(fix))
@@ -298,7 +304,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         from hpo._objective import make_objective
 
-        cache_dir = str(Path(args.cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser())
         # Workers of --workers N share one terminal: bars from several processes would tear each other.
         bars = StudyProgress.wants_bars(sys.stdout, args.quiet) and WORKER_INDEX_ENV not in os.environ
         progress = StudyProgress(args.n_trials, finished_count(study), bars=bars, quiet=args.quiet)
@@ -325,9 +330,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return run_guarded(PROG, url, body, user_errors=(UserError, DataError), failures=(TooManyFailuresError,))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, the running trial marked FAIL by Optuna
         print(f"{PROG}: interrupted; rerun the same command to resume the study", file=sys.stderr)
-        return 130
+        return stop.exit_code or 130
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ run continues exactly where its predecessor saved.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 import random
 import tempfile
@@ -23,6 +25,9 @@ import torch
 from trial_executor._config import TrainConfig
 
 CHECKPOINT_FILE = "checkpoint.pt"
+_logger = logging.getLogger(__name__)
+# Directories whose checkpoint write failed once: warned about, not again.
+_UNWRITABLE: set[Path] = set()
 
 
 class TrialInterrupted(RuntimeError):
@@ -65,18 +70,29 @@ def restore_rng_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def save_checkpoint(state: dict[str, Any], checkpointing: Checkpointing) -> Path:
-    """Write ``state`` atomically (a reader never sees half a file) and notify ``on_saved``."""
-    checkpointing.directory.mkdir(parents=True, exist_ok=True)
+def save_checkpoint(state: dict[str, Any], checkpointing: Checkpointing) -> Path | None:
+    """Write ``state`` atomically (a reader never sees half a file) and notify ``on_saved``.
+
+    A write that fails (a full or read-only disk) costs the checkpoint, not the run: one
+    warning per directory, and ``None``; the previous checkpoint, if any, stays in place.
+    """
     path = checkpointing.directory / CHECKPOINT_FILE
-    fd, tmp = tempfile.mkstemp(dir=checkpointing.directory, suffix=".tmp")
-    os.close(fd)
+    tmp = None
     try:
+        checkpointing.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=checkpointing.directory, suffix=".tmp")
+        os.close(fd)
         torch.save(state, tmp)
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:  # torch.save reports a full disk as RuntimeError from its zip writer
+        if checkpointing.directory not in _UNWRITABLE:
+            _UNWRITABLE.add(checkpointing.directory)
+            _logger.warning("checkpoint at step %s not saved (%s); the run goes on without it", state["step"], err)
+        return None
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        if tmp is not None and os.path.exists(tmp):
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
     if checkpointing.on_saved is not None:
         checkpointing.on_saved(path, state["step"])
     return path

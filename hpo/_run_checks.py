@@ -1,0 +1,69 @@
+"""A run's options checked before storage is touched: each bad value is one :class:`UserError` naming the fix.
+
+Plain functions of plain values, so the command line and a Python caller check the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hpo._errors import UserError
+
+SEED_RANGE = (0, 2**32 - 1)  # what numpy's and Optuna's samplers' seeds accept
+# Optuna's studies.study_name column is String(512) (MAX_INDEXED_STRING_LENGTH); PostgreSQL
+# refuses a longer name, so refuse it here first, on every database alike.
+MAX_STUDY_NAME_LENGTH = 512
+
+
+def check_seed(seed: int) -> None:
+    low, high = SEED_RANGE
+    if not low <= seed <= high:
+        raise UserError(f"--seed {seed} is outside {low}..{high} (2^32 - 1); pass a seed in that range")
+
+
+def check_device(device: str) -> None:
+    """``cuda`` needs a CUDA device that torch can see."""
+    if device != "cuda":
+        return
+    import torch  # here: only --device cuda pays for importing torch before the run starts
+
+    if not torch.cuda.is_available():
+        build = "built without CUDA" if torch.version.cuda is None else "sees no CUDA device"
+        raise UserError(f"--device cuda: torch {torch.__version__} {build} on this machine; use --device cpu (or auto)")
+
+
+def check_study_name(name: str) -> None:
+    if not name.strip():
+        raise UserError("--study-name is empty; pass a name such as sst2-precision")
+    if len(name) > MAX_STUDY_NAME_LENGTH:
+        raise UserError(
+            f"--study-name is {len(name)} characters long; the study table holds at most {MAX_STUDY_NAME_LENGTH}: pass a shorter name"
+        )
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_writable_directory(path: str | Path, flag: str) -> None:
+    """``path`` is a writable directory, or can be created as one (its nearest existing parent is writable)."""
+    directory = Path(path).expanduser()
+    existing = _nearest_existing(directory)
+    if existing.exists() and not existing.is_dir():
+        what = "is" if existing == directory else f"is under {existing}, which is"
+        raise UserError(f"{flag} {directory} {what} a file, not a directory; pass a directory path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == directory else f" (nor can it be created in {existing})"
+        raise UserError(f"{flag} {directory} is not writable{where}; pass a writable directory")
+
+
+def check_run_options(*, seed: int, device: str, study_name: str, artifact_store: str | Path, cache_dir: str | Path) -> None:
+    """Every check above; the first problem raises :class:`UserError`."""
+    check_study_name(study_name)
+    check_seed(seed)
+    check_writable_directory(artifact_store, "--artifact-store")
+    check_writable_directory(cache_dir, "--cache-dir")
+    check_device(device)

@@ -1,0 +1,171 @@
+"""Bad input of issue 13 in a real process: one line naming problem and fix, exit 2, no traceback, nothing written.
+
+CLI flags checked before storage is touched, search-space files, a password with a raw ``@``,
+a study name longer than the study table holds (on PostgreSQL, which refuses it); and, in
+process, enqueued trials the space cannot sample, which FAIL with a ``fail_reason`` while the
+worker goes on.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import sqlalchemy
+import torch
+import yaml
+from _read_only import read_only_directory
+from conftest import SMALL_SPACE
+from optuna.trial import TrialState
+from test_errors import _hpo, assert_one_clean_line
+
+from hpo import create_storage, make_objective, mask_url, open_study, parse_search_space, run_to_budget
+from hpo._storage import mask_secrets
+from hpo.run import trial_line
+from trial_executor import demo_dataset
+
+SECRET_TAIL = "tail-of-the-pw"
+CPUS = len(os.sched_getaffinity(0))
+
+
+def _space(case: Path, **changes: Any) -> str:
+    space = copy.deepcopy(SMALL_SPACE)
+    for section, value in changes.items():
+        space[section] = {**space.get(section, {}), **value}
+    path = case.parent / f"{case.name}-space.yaml"  # beside the case directory, which must stay empty
+    path.write_text(yaml.safe_dump(space))
+    return str(path)
+
+
+def _duplicate_key(case: Path) -> str:
+    path = case.parent / f"{case.name}-dup.yaml"
+    path.write_text("params:\n  learning_rate: {type: float, low: 1.0e-4, high: 1.0e-3}\n  learning_rate: {type: float, low: 1.0e-5, high: 1.0e-2}\n")
+    return str(path)
+
+
+def _a_file(case: Path) -> str:
+    path = case.parent / f"{case.name}-a-file"
+    path.write_text("not a directory")
+    return str(path)
+
+
+# name -> (flags after `run --storage sqlite:///CASE/studies.db`, expected text of the one line)
+CASES: dict[str, tuple[Any, str]] = {
+    "seed above 2^32-1": (lambda c: ["--seed", str(2**32)], "--seed 4294967296 is outside 0..4294967295 (2^32 - 1); pass a seed in that range"),
+    "negative seed": (lambda c: ["--seed", "-1"], "--seed -1 is outside 0..4294967295"),
+    "artifact store is a file": (lambda c: ["--artifact-store", _a_file(c)], "a-file is a file, not a directory; pass a directory path"),
+    "duplicate YAML key": (
+        lambda c: ["--space", _duplicate_key(c)], "line 3: duplicate key 'learning_rate' (first on line 2); keep one of them"),
+    "hyperband min_resource above max_resource": (
+        lambda c: ["--space", _space(c, pruner={"type": "hyperband", "min_resource": 10, "max_resource": 3})],
+        "pruner: min_resource (10) must be <= max_resource (3); lower min_resource or raise max_resource"),
+    "num_workers above the CPU count": (
+        lambda c: ["--space", _space(c, fixed={"num_workers": 10000})],
+        f"fixed.num_workers: 10000 DataLoader worker processes per trial exceeds this machine's {CPUS} CPUs; use at most {CPUS}"),
+    "password with a raw @": (
+        lambda c: ["--storage", f"postgresql://u:pw@{SECRET_TAIL}@127.0.0.1:1/db"],
+        "the password contains a character that URLs reserve (@ / ? #); percent-encode it (@ as %40"),
+}
+if not torch.cuda.is_available():
+    CASES["--device cuda without CUDA"] = (lambda c: ["--device", "cuda"], "--device cuda: torch ")
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.CompletedProcess[str], Path]]:
+    dirs = {name: tmp_path_factory.mktemp("case") for name in CASES}
+
+    def run(name: str) -> subprocess.CompletedProcess[str]:
+        flags = CASES[name][0](dirs[name])
+        return _hpo(["run", "--storage", f"sqlite:///{dirs[name] / 'studies.db'}", "--device", "cpu", *flags], dirs[name])
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return {name: (proc, dirs[name]) for name, proc in zip(CASES, pool.map(run, CASES), strict=True)}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_is_one_line_and_writes_nothing(name: str, outcomes: dict[str, tuple[subprocess.CompletedProcess[str], Path]]) -> None:
+    proc, case_dir = outcomes[name]
+    assert_one_clean_line(proc, CASES[name][1], secret=SECRET_TAIL)
+    assert proc.returncode == 2
+    assert list(case_dir.iterdir()) == [], "the failed command wrote files"
+
+
+def test_read_only_cache_dir_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    case = tmp_path / "case"
+    case.mkdir()
+    with read_only_directory(tmp_path / "ro") as read_only:
+        proc = _hpo(["run", "--storage", f"sqlite:///{case / 'studies.db'}", "--device", "cpu", "--cache-dir", str(read_only / "tokens")], case)
+    assert_one_clean_line(proc, f"--cache-dir {read_only / 'tokens'} is not writable (nor can it be created in {read_only}); pass a writable directory")
+    assert list(case.iterdir()) == []
+
+
+@pytest.mark.postgres
+def test_a_study_name_longer_than_the_table_holds_is_refused_on_postgres(pg_database: str, tmp_path: Path) -> None:
+    proc = _hpo(["run", "--storage", pg_database, "--device", "cpu", "--study-name", "x" * 10_000], tmp_path)
+    assert_one_clean_line(proc, "--study-name is 10000 characters long; the study table holds at most 512: pass a shorter name")
+    engine = sqlalchemy.create_engine(pg_database)
+    try:
+        assert sqlalchemy.inspect(engine).get_table_names() == [], "the storage was touched"
+    finally:
+        engine.dispose()
+    # The longest name the check lets through is one PostgreSQL stores.
+    study = optuna.create_study(study_name="x" * 512, storage=pg_database)
+    assert optuna.load_study(study_name="x" * 512, storage=pg_database).study_name == study.study_name
+
+
+def test_enqueued_trials_outside_the_space_fail_with_a_reason_and_the_worker_goes_on(tmp_path: Path) -> None:
+    data = demo_dataset(n_train=96, n_valid=24, seed=1)
+    space = parse_search_space({
+        "params": {
+            "batch_size": {"type": "int", "low": 8, "high": 64, "step": 8},
+            "learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
+            "fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]},
+            "model": {"type": "categorical", "choices": ["tiny-bert"]},
+        },
+        "fixed": {"eval_batch_size": 8, "max_steps": 2, "eval_every": 0, "max_length": 32},
+    })
+    study = open_study(create_storage(f"sqlite:///{tmp_path / 'q.db'}"), "q", space, data, seed=0)
+    good = {"batch_size": 16, "learning_rate": 1e-3, "fp_precision": "fp32", "model": "tiny-bert"}
+    bad = [{"batch_size": 100000}, {"learning_rate": math.nan}, {"fp_precision": "fp8"}, {"model": "/no/such/model"},
+           {"warmup_ratio": 0.5}]
+    for params in bad:
+        study.enqueue_trial({**good, **params})
+    objective = make_objective(space, data, base_seed=0, device="cpu")
+    # The fp32 baseline, five bad trials (more than the failures-in-a-row limit), then sampled ones.
+    run_to_budget(study, objective, 3)
+
+    trials = study.get_trials()
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert [t.number for t in failed] == [1, 2, 3, 4, 5] and sum(t.state == TrialState.COMPLETE for t in trials) == 3
+    reasons = [t.user_attrs["fail_reason"] for t in failed]
+    assert reasons == [
+        "InvalidTrialError: enqueued batch_size=100000 is outside the space's range [8, 64]; enqueue values the space can sample, or widen the space",
+        "InvalidTrialError: enqueued learning_rate=nan is not a finite number; enqueue values the space can sample, or widen the space",
+        "InvalidTrialError: enqueued fp_precision='fp8' is not one of the choices ['fp32', 'bf16']; enqueue values the space can sample, or widen the space",
+        "InvalidTrialError: enqueued model='/no/such/model' is not one of the choices ['tiny-bert']; enqueue values the space can sample, or widen the space",
+        "InvalidTrialError: enqueued parameter 'warmup_ratio' is not searched by the space (it searches batch_size, learning_rate, fp_precision, model); "
+        "enqueue values the space can sample, or widen the space",
+    ]
+    assert all(not t.params and t.user_attrs["hardware"]["device_type"] == "cpu" for t in failed)
+    assert "(InvalidTrialError: enqueued batch_size=100000" in trial_line(failed[0], ["accuracy"])
+
+
+
+@pytest.mark.parametrize(("url", "password"), [
+    ("postgresql://u:pw@tail-of-the-pw@db:5432/hpo", "pw@tail-of-the-pw"),  # a raw @: a parser takes "tail-of-the-pw@db" for the host
+    ("postgresql://u:pw/tail-of-the-pw@db/hpo", "pw/tail-of-the-pw"),  # a raw /: a parser ends the host there
+    ("postgresql://u:pw@tail-of-the-pw@db:notaport/hpo", "pw@tail-of-the-pw"),  # and malformed besides
+    ("postgresql+psycopg2://u:pw%40tail-of-the-pw@db/hpo", "pw@tail-of-the-pw"),  # percent-encoded, as it should be
+])
+def test_passwords_are_masked_however_the_url_splits(url: str, password: str) -> None:
+    shown = mask_url(url)
+    assert shown == url.split("//")[0] + "//u:***@" + url.rsplit("@", 1)[1], shown
+    text = mask_secrets(f"could not connect to {url}: password {password} rejected", url)
+    assert "tail-of-the-pw" not in text, text

@@ -1,0 +1,130 @@
+"""Faults of issue 13 in real processes: a SIGKILLed worker rerun at once, Ctrl-C, checkpoints that cannot be written.
+
+Each leaves no trial RUNNING once the next worker finishes and loses no work beyond the last
+checkpoint: a checkpoint that cannot be written costs the checkpoint, never the trial.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _read_only import ReadOnlyDirectory
+from conftest import ROOT, cli_args, run_cli
+from optuna.trial import FrozenTrial, TrialState
+from test_workers import LONG_TRIALS, _assert_resumed, _running_with_checkpoint, _space, _trials, _wait_for
+
+ONE_TRIAL = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 1}}  # checkpoints at steps 10, 20, 30, 40
+
+
+def _start(args: list[str], cwd: Path, **popen: object) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "hpo.run", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
+    )
+
+
+def _status(url: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    status = subprocess.run([sys.executable, "-m", "hpo.status", "--storage", url], capture_output=True, text=True, env=env, timeout=120)
+    assert status.returncode == 0, status.stderr
+    return status.stdout
+
+
+def _not_running(trials: list[FrozenTrial]) -> None:
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING]
+
+
+@pytest.mark.postgres
+def test_a_sigkilled_worker_rerun_at_once_with_default_settings_recovers_its_trial(
+    pg_database: str, small_data: Path, tmp_path: Path
+) -> None:
+    # Default heartbeat settings: a beat every 30 s, stale after 120 s; the rerun takes far less.
+    args = cli_args(pg_database, _space(tmp_path, ONE_TRIAL), small_data, "--study-name", "killed", "--n-trials", "2",
+                    "--artifact-store", str(tmp_path / "artifacts"))
+    worker = _start(args, tmp_path)
+    try:
+        victim = _wait_for(pg_database, "killed", _running_with_checkpoint)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+    finally:
+        worker.kill()
+    before = _status(pg_database)
+    assert f"running: trial {victim.number} on " in before and "its worker process is gone" in before, before
+    rerun = run_cli(args, tmp_path)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    trials = _trials(pg_database, "killed")
+    _not_running(trials)
+    dead = next(t for t in trials if t.number == victim.number)
+    assert dead.state == TrialState.FAIL and dead.user_attrs["fail_reason"].startswith("worker_died")
+    _assert_resumed(next(t for t in trials if t.system_attrs.get("failed_trial") == victim.number), victim)
+    after = _status(pg_database)
+    assert "running:" not in after and "running 0" in after, after
+
+
+def test_ctrl_c_ends_the_run_with_one_line_and_requeues_the_trial(small_data: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    args = cli_args(url, _space(tmp_path, ONE_TRIAL), small_data, "--study-name", "ctrl-c", "--n-trials", "2",
+                    "--artifact-store", str(tmp_path / "artifacts"))
+    worker = _start(args, tmp_path, start_new_session=True)
+    try:
+        _wait_for(url, "ctrl-c", _running_with_checkpoint)
+        os.killpg(worker.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
+        out, err = worker.communicate(timeout=120)
+    finally:
+        worker.kill()
+    assert worker.returncode == 130, err
+    assert "Traceback" not in out + err
+    assert err.strip().splitlines() == [
+        "python -m hpo.run: stopped by a signal; the interrupted trial was checkpointed and re-queued: rerun the same command to resume the study"
+    ]
+    trials = _trials(url, "ctrl-c")
+    _not_running(trials)
+    interrupted = next(t for t in trials if t.state == TrialState.FAIL)
+    assert interrupted.user_attrs["fail_reason"] == "interrupted"
+    assert [t.state for t in trials if t.system_attrs.get("failed_trial") == interrupted.number] == [TrialState.WAITING]
+
+
+def test_an_artifact_store_turning_read_only_mid_run_costs_checkpoints_not_the_trial(small_data: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    with ReadOnlyDirectory(tmp_path / "artifacts") as store:
+        args = cli_args(url, _space(tmp_path, ONE_TRIAL), small_data, "--study-name", "ro", "--n-trials", "2", "--artifact-store", str(store.path))
+        worker = _start(args, tmp_path)
+        try:
+            first = _wait_for(url, "ro", _running_with_checkpoint)
+            store.freeze()
+            out, err = worker.communicate(timeout=300)
+        finally:
+            worker.kill()
+    assert worker.returncode == 0, err[-3000:]
+    assert "Traceback" not in out + err
+    trials = _trials(url, "ro")
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.COMPLETE]
+    warnings = [line for line in err.splitlines() if "not saved to the artifact store" in line]
+    assert warnings and warnings[0].startswith(f"trial {first.number}: checkpoint at step "), err
+    # One warning per trial at most; the second trial could not even store its config.
+    assert len([w for w in warnings if w.startswith(f"trial {first.number}:")]) == 1
+    assert any("runs without checkpoints: the artifact store cannot be written" in line for line in err.splitlines()), err
+
+
+@pytest.mark.postgres
+def test_a_full_disk_costs_the_checkpoints_not_the_trial(pg_database: str, small_data: Path, tmp_path: Path) -> None:
+    # Files of at most 1 MB: the tokenized data fits, a checkpoint (model and Adam state) does not.
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
+
+    args = cli_args(pg_database, _space(tmp_path, ONE_TRIAL), small_data, "--study-name", "full", "--n-trials", "1",
+                    "--artifact-store", str(tmp_path / "artifacts"))
+    worker = _start(args, tmp_path, preexec_fn=small_files)
+    out, err = worker.communicate(timeout=300)
+    assert worker.returncode == 0, err[-3000:]
+    assert "Traceback" not in out + err
+    (trial,) = _trials(pg_database, "full")
+    assert trial.state == TrialState.COMPLETE and not trial.user_attrs.get("checkpoint")
+    warnings = [line for line in err.splitlines() if "not saved" in line]
+    assert len(warnings) == 1 and "the run goes on without it" in warnings[0], err
