@@ -89,6 +89,7 @@ def _record(trial: optuna.Trial, result: TrialResult) -> None:
     trial.set_user_attr("max_length_effective", result.max_length)
     trial.set_user_attr("truncated_fraction", result.truncated_fraction)
     trial.set_user_attr("stopped_reason", result.stopped_reason)
+    trial.set_user_attr("checkpoint_dtype", result.checkpoint_dtype)
 
 
 def _upload_config(trial: optuna.Trial, store: FileSystemArtifactStore, config: TrainConfig) -> None:

@@ -35,7 +35,7 @@ from trial_executor._evaluation import evaluate
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
 from trial_executor._hardware import peak_memory_mb, release_memory, reset_peak_memory, resolve_device
 from trial_executor._lora import apply_lora, load_trainable_state_dict, parameter_counts, trainable_state_dict
-from trial_executor._models import load_model
+from trial_executor._models import check_max_length, checkpoint_dtype, load_model
 from trial_executor._optimizer import lr_lambda, make_optimizer
 from trial_executor._packed import PackedBertClassifier, supports_packed_forward
 from trial_executor._precision import PrecisionPolicy
@@ -105,6 +105,7 @@ def run_trial(
     are raised after the trial's memory is released, so the next trial starts clean.
     """
     device = resolve_device(config.device)
+    check_max_length(config.model, config.max_length)  # before any work, not as a crash mid-trial
     policy = PrecisionPolicy.resolve(config.fp_precision, device)
     policy.apply_global_state(cudnn_benchmark=config.cudnn_benchmark)
     failure: Exception | None = None
@@ -354,4 +355,5 @@ def _train(
         truncated_fraction=tokens.truncated_fraction,
         trainable_params=trainable_params,
         trainable_fraction=trainable_params / total_params,
+        checkpoint_dtype=checkpoint_dtype(config.model),
     )

@@ -22,7 +22,8 @@ class TrialResult:
     ``"early_stopping"`` (the metric stopped improving; ``metrics`` is the last evaluation), or
     ``None`` (ran to the end). ``max_length`` is the length texts were cut at (resolved when the
     config said ``auto``), ``truncated_fraction`` the share of training rows cut. ``trainable_params``
-    and ``trainable_fraction`` (of all parameters) tell what a LoRA run trained.
+    and ``trainable_fraction`` (of all parameters) tell what a LoRA run trained. ``checkpoint_dtype``
+    is the dtype the model's weights were stored in; training always used float32 master weights.
     """
 
     metrics: dict[str, float]
@@ -46,6 +47,7 @@ class TrialResult:
     truncated_fraction: float = 0.0
     trainable_params: int = 0
     trainable_fraction: float = 1.0
+    checkpoint_dtype: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
