@@ -33,7 +33,7 @@ from trial_executor._config import CHUNKING_MIN_PARAMS, TrainConfig
 from trial_executor._data import TextClassificationData
 from trial_executor._evaluation import evaluate
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
-from trial_executor._hardware import peak_memory_mb, release_memory, reset_peak_memory, resolve_device
+from trial_executor._hardware import MemoryWindow, bound_native_caches, release_memory, resolve_device
 from trial_executor._lora import apply_lora, load_trainable_state_dict, parameter_counts, trainable_state_dict
 from trial_executor._models import check_max_length, checkpoint_dtype, load_model
 from trial_executor._optimizer import lr_lambda, make_optimizer
@@ -106,6 +106,7 @@ def run_trial(
     """
     device = resolve_device(config.device)
     check_max_length(config.model, config.max_length)  # before any work, not as a crash mid-trial
+    bound_native_caches()
     policy = PrecisionPolicy.resolve(config.fp_precision, device)
     policy.apply_global_state(cudnn_benchmark=config.cudnn_benchmark)
     failure: Exception | None = None
@@ -159,6 +160,7 @@ def _train(
     checkpointing: Checkpointing | None, stop_requested: Callable[[], bool] | None, progress: ProgressFn | None,
 ) -> TrialResult:
     seed_everything(config.seed)
+    memory = MemoryWindow.open(device)  # the trial's own peak: model, optimizer, activations, tokens
     model, tokenizer = load_model(config.model, data.label_names, data.train_texts)
     if config.finetune == "lora":
         model = apply_lora(model, config)  # adapters injected in place; the model keeps its class
@@ -235,7 +237,6 @@ def _train(
 
     train_loss = torch.full((), run.window_loss, device=device)
     stopped: str | None = None  # STOPPED_PRUNED or STOPPED_EARLY_STOPPING
-    reset_peak_memory(device)
     tick = shown = time.perf_counter()
     while run.step < total_steps and not stopped:
         if run.epoch_rng is None:
@@ -342,7 +343,7 @@ def _train(
         precision_effective=policy.name,
         throughput_samples_per_s=run.samples / run.train_seconds if run.train_seconds else 0.0,
         throughput_tokens_per_s=run.tokens / run.train_seconds if run.train_seconds else 0.0,
-        peak_memory_mb=peak_memory_mb(device),
+        peak_memory_mb=memory.peak_increase_mb(),
         train_seconds=run.train_seconds,
         eval_seconds=run.eval_seconds,
         used_grad_scaler=scaler is not None,
