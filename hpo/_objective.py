@@ -99,6 +99,7 @@ def _record(trial: optuna.Trial, result: TrialResult) -> None:
     trial.set_user_attr("compile_seconds", result.compile_seconds)
     trial.set_user_attr("device_busy_fraction", result.device_busy_fraction)
     trial.set_user_attr("host_limited", result.host_limited)
+    trial.set_user_attr("checkpoint_dtype", result.checkpoint_dtype)
 
 
 def _upload_config(trial: optuna.Trial, store: FileSystemArtifactStore, config: TrainConfig) -> None:

@@ -151,14 +151,19 @@ def _load_data(args: argparse.Namespace) -> TextClassificationData:
 def _check_models(space: SearchSpace) -> None:
     # Imported here, as make_objective is: transformers takes seconds to import, which a
     # mistyped flag, space or data file should not wait for.
-    from trial_executor import ModelNotFoundError, check_model_name
+    from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_max_length, check_model_name
 
     model = space.params.get("model")
-    names = getattr(model, "choices", None) or [space.fixed.get("model", "tiny-bert")]
+    names = getattr(model, "choices", None) or [space.fixed.get("model", TrainConfig.model)]
+    # The longest max_length a trial can get: a model must take it (auto adapts by itself).
+    length = space.params.get("max_length")
+    lengths = getattr(length, "choices", None) or [getattr(length, "high", space.fixed.get("max_length", TrainConfig.max_length))]
+    longest = max((int(x) for x in lengths if x != "auto"), default="auto")
     for name in names:
         try:
             check_model_name(str(name))
-        except ModelNotFoundError as err:
+            check_max_length(str(name), longest)
+        except (ModelNotFoundError, ModelLimitError) as err:
             raise UserError(str(err)) from None
 
 

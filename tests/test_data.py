@@ -41,7 +41,7 @@ def test_same_data_same_fingerprint(tmp_path: Path) -> None:
     [
         (None, "not found"),
         (b"", "has no rows"),
-        (b"sentence\tgold\nx\t1\ny\t0\n", "has no column 'label' (found: sentence, gold); set --label-column"),
+        (b"sentence\tgold\nx\t1\ny\t0\n", "has no column 'label' (found: 'sentence', 'gold'); set --label-column"),
         (b"sentence\tlabel\nx\t1\ny\t1\nz\t1\n", "single class"),
         (b"sentence\tlabel\nok\t1\nbad \xff\xfe\t0\n", "not UTF-8 (bad bytes on line 3)"),
     ],
@@ -71,7 +71,7 @@ def test_text_pairs_and_empty_text_policy(tmp_path: Path) -> None:
     assert data.dropped_empty == 2
     assert sorted(data.train_texts + data.valid_texts) == ["a cat", "sun", "the sky"]
     assert data.train_pairs is not None and len(data.train_pairs) == len(data.train_texts)
-    with pytest.raises(DataError, match=r"2 rows with empty text \(first: row 3\)"):
+    with pytest.raises(DataError, match=r"2 rows with empty text \(first: line 3\)"):
         load_text_classification(path, text_column="premise", text_pair_column="hypothesis", empty_text="fail")
 
 
@@ -94,5 +94,5 @@ def test_bad_data_on_the_command_line_is_one_line_and_writes_nothing(tmp_path: P
     db = tmp_path / "s.db"
     assert main(["--data", str(path), "--storage", f"sqlite:///{db}"]) == 2
     err = capsys.readouterr().err
-    assert "has no column 'label' (found: text, gold); set --label-column" in err
+    assert "has no column 'label' (found: 'text', 'gold'); set --label-column" in err
     assert len(err.strip().splitlines()) == 1 and not db.exists()

@@ -26,7 +26,7 @@ def test_learns_well_above_chance(data: TextClassificationData, precision: str) 
     assert result.used_grad_scaler is (precision == "fp16")
     assert result.history[-1][1]["loss"] < result.history[0][1]["loss"]
     assert result.throughput_samples_per_s > 0 and result.throughput_tokens_per_s > result.throughput_samples_per_s
-    assert result.peak_memory_mb > 50
+    assert result.peak_memory_mb > 0  # the trial's own increase over what the process held before it
     assert result.train_seconds > 0 and result.eval_seconds > 0
 
 

@@ -1,18 +1,22 @@
-"""Text-classification data: loading CSV, TSV and JSONL files into one in-memory form."""
+"""Text-classification data: loading CSV, TSV and JSON(L) files into one in-memory form.
+
+How files are read is :mod:`trial_executor._files`; what a text or a label may be is
+:mod:`trial_executor._values`. Texts reach the tokenizer exactly as they are in the file.
+"""
 
 from __future__ import annotations
 
-import csv
 import functools
 import hashlib
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from trial_executor._files import DataError, Records, has_validation_split, read_records
+from trial_executor._values import Label, check_one_kind, label_kind, label_names, label_value, text_value
 
-class DataError(ValueError):
-    """A data file cannot be used; the message names the problem and the fix."""
+__all__ = ["DataError", "TextClassificationData", "load_text_classification"]
 
 
 @dataclass(frozen=True)
@@ -42,115 +46,53 @@ class TextClassificationData:
         return digest.hexdigest()[:16]
 
 
-def _read_dataset_dir(path: Path, split: str | None) -> list[dict[str, object]]:
-    try:
-        import datasets
-    except ImportError:
-        raise DataError(
-            f"{path} is a directory; reading a saved `datasets` dataset needs pip install 'precision-hpo[datasets]'"
-        ) from None
-    try:
-        loaded = datasets.load_from_disk(str(path))
-    except (FileNotFoundError, ValueError) as err:
-        raise DataError(f"{path} is not a dataset saved with save_to_disk ({err}); pass a file or such a directory") from None
-    if isinstance(loaded, datasets.DatasetDict):
-        wanted = split or "train"
-        if wanted not in loaded:
-            raise DataError(f"dataset {path} has no split {wanted!r} (found: {', '.join(loaded)}); pass a single split")
-        loaded = loaded[wanted]
-    rows = loaded.to_list()
-    # ClassLabel columns store ids; their names are the labels users know.
-    for column, feature in loaded.features.items():
-        if isinstance(feature, datasets.ClassLabel):
-            for row in rows:
-                row[column] = feature.int2str(row[column])
-    return rows
-
-
-def _read_rows(path: Path, split: str | None = None) -> list[dict[str, object]]:
-    if path.is_dir():
-        return _read_dataset_dir(path, split)
-    if not path.is_file():
-        raise DataError(f"data file {path} not found; pass an existing CSV, TSV or JSONL file or a saved dataset directory")
-    suffix = path.suffix.lower()
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = path.read_bytes()[: err.start].count(b"\n") + 1
-        raise DataError(f"data file {path} is not UTF-8 (bad bytes on line {line}); re-save it as UTF-8") from None
-    if suffix in (".jsonl", ".json"):
-        rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"data file {path} line {number} is not valid JSON ({err.msg}); fix that line") from None
-            if not isinstance(row, dict):
-                raise DataError(f"data file {path} line {number} is not a JSON object; write one object per line")
-            rows.append(row)
-        return rows
-    if suffix in (".csv", ".tsv"):
-        if suffix == ".tsv":
-            reader = csv.DictReader(text.splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE)
-        else:
-            reader = csv.DictReader(text.splitlines())
-        return list(reader)
-    raise DataError(f"data file {path} has an unknown extension {suffix!r}; use .csv, .tsv or .jsonl")
-
-
 @dataclass
 class _Rows:
     texts: list[str]
     pairs: list[str] | None
-    labels: list[str]
+    labels: list[Label]
     dropped_empty: int
+    examples: dict[str, tuple[Label, str]] = field(default_factory=dict)  # label kind -> a label and where it is
 
     def take(self, indices: list[int], dropped_empty: int) -> _Rows:
         pairs = None if self.pairs is None else [self.pairs[i] for i in indices]
-        return _Rows([self.texts[i] for i in indices], pairs, [self.labels[i] for i in indices], dropped_empty)
+        labels = [self.labels[i] for i in indices]
+        return _Rows([self.texts[i] for i in indices], pairs, labels, dropped_empty, self.examples)
 
 
 def _columns(
-    path: Path, rows: list[dict[str, object]], text_column: str, label_column: str, pair_column: str | None, empty_text: str
+    path: Path, records: Records, text_column: str, label_column: str, pair_column: str | None, empty_text: str
 ) -> _Rows:
-    if not rows:
+    if not records.rows:
         raise DataError(f"data file {path} has no rows; give a file with a header and at least two classes")
-    found = list(rows[0].keys())
+    found = list(records.rows[0].keys())
     for column, flag in ((text_column, "--text-column"), (label_column, "--label-column"), (pair_column, "--text-pair-column")):
         if column is not None and column not in found:
-            raise DataError(f"data file {path} has no column {column!r} (found: {', '.join(map(str, found))}); set {flag}")
-    texts: list[str] = []
-    pairs: list[str] | None = [] if pair_column else None
-    labels: list[str] = []
+            names = ", ".join(map(repr, found))
+            raise DataError(f"data file {path} has no column {column!r} (found: {names}); set {flag}")
+    rows = _Rows([], [] if pair_column else None, [], 0)
     empty: list[int] = []
-    for number, row in enumerate(rows, start=2):
-        label = row.get(label_column)
-        if label is None or str(label).strip() == "":
-            raise DataError(f"data file {path} row {number} has no label; fill it in or remove the row")
-        text = str(row.get(text_column) or "").strip()
-        pair = str(row.get(pair_column) or "").strip() if pair_column else None
-        if not text or (pair_column and not pair):
+    for number, row in zip(records.numbers, records.rows, strict=True):
+        where = f"data file {path} {records.unit} {number}"
+        label = label_value(row.get(label_column), where)
+        # Texts go on exactly as given; only the test for an empty text ignores whitespace.
+        text = text_value(row, text_column, where)
+        pair = text_value(row, pair_column, where) if pair_column else None
+        if not text.strip() or (pair is not None and not pair.strip()):
             empty.append(number)
             continue
-        texts.append(text)
-        labels.append(str(label).strip())
-        if pairs is not None and pair is not None:
-            pairs.append(pair)
+        rows.texts.append(text)
+        rows.labels.append(label)
+        rows.examples.setdefault(label_kind(label), (label, where))
+        if rows.pairs is not None and pair is not None:
+            rows.pairs.append(pair)
     if empty and empty_text == "fail":
         raise DataError(
-            f"data file {path} has {len(empty)} rows with empty text (first: row {empty[0]}); "
+            f"data file {path} has {len(empty)} rows with empty text (first: {records.unit} {empty[0]}); "
             "remove them or pass --empty-text drop"
         )
-    return _Rows(texts, pairs, labels, len(empty))
-
-
-def _label_names(labels: list[str]) -> list[str]:
-    unique = set(labels)
-    if all(label.lstrip("-").isdigit() for label in unique):
-        return sorted(unique, key=int)
-    return sorted(unique)
+    rows.dropped_empty = len(empty)
+    return rows
 
 
 def load_text_classification(
@@ -167,22 +109,23 @@ def load_text_classification(
     """Load labelled texts: a CSV, TSV or JSONL file, or a directory saved with ``datasets``.
 
     Validation comes from ``valid_path`` (or, for a saved ``DatasetDict``, its ``validation``
-    split) or else a seeded hold-out of ``valid_fraction``. Labels may be integers or strings;
-    ids follow numeric order for integer labels and alphabetical order otherwise. Rows with
+    split) or else a seeded hold-out of ``valid_fraction``. Labels are all integers or all
+    strings (see :mod:`trial_executor._values`); ids follow numeric order for integer labels
+    and alphabetical order otherwise. A JSON file may be JSON Lines or one array of objects. Rows with
     empty text are dropped and counted (``empty_text="drop"``) or refused (``"fail"``).
     Raises :class:`DataError` with a one-line explanation.
     """
     if empty_text not in ("drop", "fail"):
         raise DataError(f"--empty-text must be drop or fail, got {empty_text!r}")
     path = Path(path)
-    train = _columns(path, _read_rows(path), text_column, label_column, text_pair_column, empty_text)
-    if valid_path is None and path.is_dir() and _has_validation_split(path):
+    train = _columns(path, read_records(path), text_column, label_column, text_pair_column, empty_text)
+    if valid_path is None and path.is_dir() and has_validation_split(path):
         valid_path, valid_split = path, "validation"
     else:
         valid_split = None
     if valid_path is not None:
         valid_path = Path(valid_path)
-        valid = _columns(valid_path, _read_rows(valid_path, valid_split), text_column, label_column, text_pair_column, empty_text)
+        valid = _columns(valid_path, read_records(valid_path, valid_split), text_column, label_column, text_pair_column, empty_text)
     else:
         if not 0 < valid_fraction < 1:
             raise DataError(f"--valid-fraction must be between 0 and 1, got {valid_fraction}")
@@ -193,19 +136,12 @@ def load_text_classification(
             raise DataError(f"data file {path} has {len(order)} usable rows, too few to hold out validation; add rows")
         valid = train.take(order[:n_valid], 0)
         train = train.take(sorted(order[n_valid:]), train.dropped_empty)
-    names = _label_names(train.labels)
-    if len(names) < 2:
-        single = repr(names[0]) if names else "none"
-        raise DataError(f"data file {path} has a single class ({single}) in training; a classifier needs at least two")
-    unseen = sorted(set(valid.labels) - set(names))
-    if unseen:
-        raise DataError(f"validation labels {unseen} never occur in training; add them to the training data")
-    index = {name: i for i, name in enumerate(names)}
+    names, train_ids, valid_ids = _label_ids(path, train, valid)
     return TextClassificationData(
         train_texts=train.texts,
-        train_labels=[index[x] for x in train.labels],
+        train_labels=train_ids,
         valid_texts=valid.texts,
-        valid_labels=[index[x] for x in valid.labels],
+        valid_labels=valid_ids,
         label_names=names,
         train_pairs=train.pairs,
         valid_pairs=valid.pairs,
@@ -213,5 +149,16 @@ def load_text_classification(
     )
 
 
-def _has_validation_split(path: Path) -> bool:
-    return (path / "dataset_dict.json").is_file() and "validation" in json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
+def _label_ids(path: Path, train: _Rows, valid: _Rows) -> tuple[list[str], list[int], list[int]]:
+    """The class names, and each split's labels as ids: one label kind across both splits."""
+    check_one_kind({**valid.examples, **train.examples})
+    classes = set(train.labels)
+    names = label_names(classes)
+    if len(names) < 2:
+        single = repr(names[0]) if names else "none"
+        raise DataError(f"data file {path} has a single class ({single}) in training; a classifier needs at least two")
+    unseen = label_names(set(valid.labels) - classes)
+    if unseen:
+        raise DataError(f"validation labels {unseen} never occur in training; add them to the training data")
+    index = {label: i for i, label in enumerate(sorted(classes))}  # type: ignore[type-var]  # one kind
+    return names, [index[x] for x in train.labels], [index[x] for x in valid.labels]

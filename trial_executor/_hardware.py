@@ -6,11 +6,13 @@ import contextlib
 import ctypes
 import gc
 import importlib.metadata
+import os
 import platform
 import resource
 import shutil
 import socket
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -114,10 +116,55 @@ def peak_memory_mb(device: torch.device) -> float:
     """CUDA max allocated, or the CPU process's peak RSS, since :func:`reset_peak_memory`."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
+    return _proc_status_mb("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _proc_status_mb(key: str) -> float | None:
+    # ru_maxrss (the fallback) is the whole process's peak (KiB on Linux), a safe upper bound elsewhere.
     status = Path("/proc/self/status")
     if status.is_file():
         for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{key}:"):
                 return int(line.split()[1]) / 1024
-    # ru_maxrss is the whole process's peak (KiB on Linux), a safe upper bound elsewhere.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return None
+
+
+def _current_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device) / 2**20
+    return _proc_status_mb("VmRSS") or 0.0
+
+
+@dataclass(frozen=True)
+class MemoryWindow:
+    """One trial's memory: its peak over what the process held when the trial began.
+
+    A worker's earlier trials, libraries and caches are not the trial's: the recorded peak is
+    the trial's own increase (CUDA max allocated, or peak RSS on the CPU, minus the start).
+    """
+
+    device: torch.device
+    start_mb: float
+
+    @classmethod
+    def open(cls, device: torch.device) -> MemoryWindow:
+        release_memory(device)
+        reset_peak_memory(device)
+        return cls(device, _current_memory_mb(device))
+
+    def peak_increase_mb(self) -> float:
+        return max(0.0, peak_memory_mb(self.device) - self.start_mb)
+
+
+# oneDNN (CPU bf16/fp16 matmuls) caches a primitive per tensor shape, and PyTorch's ideep layer
+# keeps its own per-shape cache (LRU_CACHE_CAPACITY); both default to 1024 entries of up to a
+# few MB. Dynamic padding gives nearly every batch a new shape, so a worker's RSS grew by ~50 MB
+# per bf16 trial (benchmarks/memory.py). 128 entries still serve the shapes a step repeats
+# (every layer of a batch) and fill within the first trial.
+NATIVE_CACHE_CAPACITY = "128"
+
+
+def bound_native_caches() -> None:
+    """Cap the CPU kernel caches before their first use; a capacity the user set is kept."""
+    for variable in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+        os.environ.setdefault(variable, NATIVE_CACHE_CAPACITY)

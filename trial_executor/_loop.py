@@ -36,8 +36,9 @@ from trial_executor._config import TrainConfig
 from trial_executor._data import TextClassificationData
 from trial_executor._evaluation import evaluate
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
-from trial_executor._hardware import peak_memory_mb, release_memory, reset_peak_memory, resolve_device
+from trial_executor._hardware import MemoryWindow, bound_native_caches, release_memory, resolve_device
 from trial_executor._lora import load_trainable_state_dict, trainable_state_dict
+from trial_executor._models import check_max_length, checkpoint_dtype
 from trial_executor._precision import PrecisionPolicy
 from trial_executor._result import TrialResult
 from trial_executor._throughput import HOST_LIMITED_BELOW, DeviceLag, TrainClock
@@ -98,6 +99,8 @@ def run_trial(
     are raised after the trial's memory is released, so the next trial starts clean.
     """
     device = resolve_device(config.device)
+    check_max_length(config.model, config.max_length)  # before any work, not as a crash mid-trial
+    bound_native_caches()
     policy = PrecisionPolicy.resolve(config.fp_precision, device)
     policy.apply_global_state(cudnn_benchmark=config.cudnn_benchmark)
     failure: Exception | None = None
@@ -151,6 +154,7 @@ def _train(
     checkpointing: Checkpointing | None, stop_requested: Callable[[], bool] | None, progress: ProgressFn | None,
 ) -> TrialResult:
     seed_everything(config.seed)
+    memory = MemoryWindow.open(device)  # the trial's own peak: model, optimizer, activations, tokens
     parts = build_trial(config, data, device, policy)
     run, resumed_at = _Progress(), None
     if checkpointing is not None and checkpointing.resume_from is not None:
@@ -158,7 +162,8 @@ def _train(
         resumed_at = run.step
     loop = _Loop(config, data, device, parts, run, report, checkpointing, stop_requested, progress)
     loop.train()
-    return _result(parts, run, loop.clock, loop.lag, loop.stopped, policy, device, resumed_at)
+    result = _result(parts, run, loop.clock, loop.lag, loop.stopped, policy, resumed_at)
+    return dataclasses.replace(result, peak_memory_mb=memory.peak_increase_mb(), checkpoint_dtype=checkpoint_dtype(config.model))
 
 
 def _checkpoint_state(parts: TrialParts, config: TrainConfig, data: TextClassificationData, run: _Progress) -> dict[str, Any]:
@@ -222,7 +227,6 @@ class _Loop:
     def train(self) -> None:
         config, parts, run = self.config, self.parts, self.run
         generator = torch.Generator().manual_seed(config.seed)
-        reset_peak_memory(self.device)
         self.clock.start()
         self.lag.anchor()
         while run.step < parts.total_steps and not self.stopped:
@@ -341,7 +345,7 @@ class _Loop:
 
 def _result(
     parts: TrialParts, run: _Progress, clock: TrainClock, lag: DeviceLag, stopped: str | None, policy: PrecisionPolicy,
-    device: torch.device, resumed_at: int | None,
+    resumed_at: int | None,
 ) -> TrialResult:
     overall = run.samples / run.train_seconds if run.train_seconds else 0.0
     steady = clock.steady_samples_per_s()
@@ -356,7 +360,7 @@ def _result(
         precision_effective=policy.name,
         throughput_samples_per_s=samples_per_s,
         throughput_tokens_per_s=samples_per_s * run.tokens / run.samples if run.samples else 0.0,
-        peak_memory_mb=peak_memory_mb(device),
+        peak_memory_mb=0.0,  # the caller's memory window fills it in
         train_seconds=run.train_seconds,
         eval_seconds=run.eval_seconds,
         used_grad_scaler=parts.scaler is not None,

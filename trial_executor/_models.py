@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import os
 import socket
+import struct
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
+import torch
 from transformers import (
     AutoConfig,
     AutoModelForSequenceClassification,
@@ -31,6 +34,10 @@ from transformers import (
 
 class ModelNotFoundError(ValueError):
     """A model name is neither a preset, a local directory, nor a loadable hub id."""
+
+
+class ModelLimitError(ValueError):
+    """A setting asks more of a model than it can do (``max_length`` beyond its positions)."""
 
 
 _SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -162,10 +169,58 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
     return True
 
 
+def max_positions(name: str) -> int | None:
+    """The model's ``max_position_embeddings`` (``None``: it has no such limit); reads the config only."""
+    if name in PRESETS:
+        return _TINY_MAX_POSITIONS
+    check_model_name(name)
+    return getattr(AutoConfig.from_pretrained(resolve_model_name(name)), "max_position_embeddings", None)
+
+
+def check_max_length(name: str, max_length: int | str) -> None:
+    """Raise :class:`ModelLimitError` when a fixed ``max_length`` is beyond what ``name`` can take."""
+    limit = max_positions(name) if max_length != "auto" else None
+    if limit is not None and int(max_length) > limit:
+        raise ModelLimitError(
+            f"max_length {max_length} is more than model {name!r} takes (max_position_embeddings {limit}); "
+            f"set max_length to {limit} or less, or to auto"
+        )
+
+
+_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+
+
+def checkpoint_dtype(name: str) -> str | None:
+    """The floating dtype the weights of ``name`` are stored in, as the checkpoint says.
+
+    Read from the safetensors header of a local directory (``"mixed"`` when tensors differ),
+    else from the config's ``dtype``; presets are built in float32. Training always runs on
+    float32 master weights whatever this says (see :func:`load_model`).
+    """
+    if name in PRESETS:
+        return "float32"
+    source = Path(resolve_model_name(name))
+    found: set[str] = set()
+    for file in sorted(source.glob("*.safetensors")) if source.is_dir() else []:
+        with file.open("rb") as handle:
+            (size,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(size))
+        found |= {_SAFETENSORS_DTYPES[t["dtype"]] for t in header.values() if t.get("dtype") in _SAFETENSORS_DTYPES}
+    if found:
+        return found.pop() if len(found) == 1 else "mixed"
+    dtype = getattr(AutoConfig.from_pretrained(str(source)), "dtype", None)
+    return str(dtype).removeprefix("torch.") if dtype is not None else None
+
+
 def load_model(
     name: str, label_names: Sequence[str], train_texts: Sequence[str]
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The classification model and tokenizer for ``name``, with a head of ``len(label_names)``."""
+    """The classification model and tokenizer for ``name``, with a head of ``len(label_names)``.
+
+    Weights are always float32 master weights, whatever dtype the checkpoint was saved in
+    (transformers would otherwise load a float16 or bfloat16 checkpoint as it is): autocast
+    decides the compute precision, never the file.
+    """
     id2label = dict(enumerate(label_names))
     label2id = {label: i for i, label in id2label.items()}
     if name in PRESETS:
@@ -177,7 +232,10 @@ def load_model(
     check_model_name(name)
     source = resolve_model_name(name)
     tokenizer = AutoTokenizer.from_pretrained(source)
-    kwargs = {"num_labels": len(label_names), "id2label": id2label, "label2id": label2id, "ignore_mismatched_sizes": True}
+    kwargs = {
+        "num_labels": len(label_names), "id2label": id2label, "label2id": label2id, "ignore_mismatched_sizes": True,
+        "dtype": torch.float32,
+    }
     try:
         model = AutoModelForSequenceClassification.from_pretrained(source, attn_implementation="sdpa", **kwargs)
     except (ValueError, ImportError):

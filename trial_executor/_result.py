@@ -32,7 +32,8 @@ class TrialResult:
     steps in which the device, not the host, set the pace (see :mod:`trial_executor._throughput`);
     ``host_limited`` is true below one half: the executor's overhead, not the precision, set the
     speed. ``buckets`` and ``varlen_attention`` tell which of those knobs ran (varlen attention
-    drops no attention probabilities).
+    drops no attention probabilities). ``checkpoint_dtype`` is the dtype the model's weights were
+    stored in; training always used float32 master weights.
     """
 
     metrics: dict[str, float]
@@ -63,6 +64,7 @@ class TrialResult:
     host_limited: bool | None = None
     buckets: bool = False
     varlen_attention: bool = False
+    checkpoint_dtype: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -1,0 +1,177 @@
+"""Reading a data file's records as they are: CSV, TSV, JSON Lines, a JSON array, a saved dataset.
+
+Files are parsed by the ``csv`` and ``json`` modules on the file stream itself (opened with
+``newline=""`` and ``utf-8-sig``): nothing splits the text into lines first, so a quoted CSV
+field keeps its line breaks, and form feeds or U+2028 inside a text stay where they are. A
+UTF-8 byte-order mark is not part of the first column's name.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+
+class DataError(ValueError):
+    """A data file cannot be used; the message names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class Records:
+    """A file's rows as column -> value, and where each row starts (``unit`` ``numbers[i]``)."""
+
+    rows: list[dict[str, Any]]
+    numbers: list[int]
+    unit: str  # "line" for text files, "item" for a JSON array, "row" for a saved dataset
+
+
+_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json")
+_NOT_REGULAR = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+)
+
+
+def read_records(path: Path, split: str | None = None) -> Records:
+    """The records of a CSV, TSV, JSONL or JSON file, or of a directory saved with ``datasets``."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise DataError(f"data file {path} not found; pass an existing CSV, TSV or JSONL file or a saved dataset directory") from None
+    except OSError as err:
+        raise DataError(f"data file {path} cannot be read ({err.strerror}); check the path and its permissions") from None
+    if stat.S_ISDIR(mode):
+        return _read_dataset_dir(path, split)
+    for is_kind, what in _NOT_REGULAR:
+        if is_kind(mode):
+            raise DataError(f"data file {path} is {what}, not a regular file; save the data to a CSV, TSV or JSONL file and pass that")
+    suffix = path.suffix.lower()
+    if suffix not in _SUFFIXES:
+        raise DataError(f"data file {path} has an unknown extension {suffix!r}; use .csv, .tsv, .jsonl or .json")
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            return _read_json(path, handle) if suffix in (".jsonl", ".json") else _read_delimited(path, handle, suffix == ".tsv")
+    except UnicodeDecodeError:
+        raise DataError(f"data file {path} is not UTF-8 (bad bytes on line {_bad_byte_line(path)}); re-save it as UTF-8") from None
+    except OSError as err:
+        raise DataError(f"data file {path} cannot be read ({err.strerror}); check the path and its permissions") from None
+
+
+def _bad_byte_line(path: Path) -> int:
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        return raw[: err.start].count(b"\n") + 1
+    return 0
+
+
+def _read_delimited(path: Path, handle: IO[str], tsv: bool) -> Records:
+    # TSV has no quoting: a tab or line break cannot be part of a field, a quote is plain text.
+    reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if tsv else csv.reader(handle)
+    kind, fix = ("TSV", "a text cannot hold a tab or a line break in TSV") if tsv else (
+        "CSV", "quote fields that hold a comma, a quote or a line break")
+    rows: list[dict[str, Any]] = []
+    numbers: list[int] = []
+    try:
+        header = next(reader, None)
+        if header is None:
+            return Records([], [], "line")
+        twice = sorted({name for name in header if header.count(name) > 1})
+        if twice:
+            raise DataError(f"data file {path} has more than one column named {twice[0]!r}; give each column its own name")
+        start = reader.line_num + 1
+        for fields in reader:
+            if fields and len(fields) != len(header):
+                raise DataError(
+                    f"data file {path} line {start} has {len(fields)} {kind} fields but the header has {len(header)}; {fix}"
+                )
+            if fields:  # a blank line is no record
+                rows.append(dict(zip(header, fields, strict=True)))
+                numbers.append(start)
+            start = reader.line_num + 1
+    except csv.Error as err:
+        raise DataError(f"data file {path} line {reader.line_num} is not valid {kind} ({err}); {fix}") from None
+    return Records(rows, numbers, "line")
+
+
+def _read_json(path: Path, handle: IO[str]) -> Records:
+    """JSON Lines (one object per line), or a file holding one JSON array of objects."""
+    head = handle.read(4096).lstrip()
+    handle.seek(0)
+    if head.startswith("["):
+        try:
+            items = json.load(handle)
+        except json.JSONDecodeError as err:
+            raise DataError(f"data file {path} is not valid JSON ({err.msg} on line {err.lineno}); fix it") from None
+        for number, item in enumerate(items, start=1):
+            if not isinstance(item, dict):
+                raise DataError(f"data file {path} item {number} of its JSON array is not an object; make every item an object")
+        return Records(items, list(range(1, len(items) + 1)), "item")
+    rows: list[dict[str, Any]] = []
+    numbers: list[int] = []
+    for number, line in enumerate(handle, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(_bad_json_line(path, handle, number, err)) from None
+        if not isinstance(row, dict):
+            raise DataError(f"data file {path} line {number} is not a JSON object; write one object per line")
+        rows.append(row)
+        numbers.append(number)
+    return Records(rows, numbers, "line")
+
+
+def _bad_json_line(path: Path, handle: IO[str], number: int, err: json.JSONDecodeError) -> str:
+    if number == 1:
+        # A pretty-printed JSON document is not JSON Lines: say what the file holds.
+        handle.seek(0)
+        try:
+            whole = json.load(handle)
+        except json.JSONDecodeError:
+            whole = None
+        if isinstance(whole, dict):
+            return (f"data file {path} holds one JSON object, not one record per line; "
+                    "write JSON Lines (one object per line) or a JSON array of objects")
+    return f"data file {path} line {number} is not valid JSON ({err.msg}); fix that line"
+
+
+def _read_dataset_dir(path: Path, split: str | None) -> Records:
+    if not any((path / name).is_file() for name in ("dataset_dict.json", "state.json")):
+        raise DataError(
+            f"data file {path} is a directory but not a dataset saved with save_to_disk; pass a CSV, TSV or JSONL file or such a directory"
+        )
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(
+            f"{path} is a directory; reading a saved `datasets` dataset needs pip install 'precision-hpo[datasets]'"
+        ) from None
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as err:
+        raise DataError(f"{path} is not a dataset saved with save_to_disk ({err}); pass a file or such a directory") from None
+    if isinstance(loaded, datasets.DatasetDict):
+        wanted = split or "train"
+        if wanted not in loaded:
+            raise DataError(f"dataset {path} has no split {wanted!r} (found: {', '.join(loaded)}); pass a single split")
+        loaded = loaded[wanted]
+    rows = loaded.to_list()
+    # ClassLabel columns store ids; their names are the labels users know.
+    for column, feature in loaded.features.items():
+        if isinstance(feature, datasets.ClassLabel):
+            for row in rows:
+                row[column] = feature.int2str(row[column])
+    return Records(rows, list(range(1, len(rows) + 1)), "row")
+
+
+def has_validation_split(path: Path) -> bool:
+    """Whether ``path`` is a saved ``DatasetDict`` with a ``validation`` split."""
+    index = path / "dataset_dict.json"
+    return index.is_file() and "validation" in json.loads(index.read_text(encoding="utf-8")).get("splits", [])
