@@ -18,6 +18,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from hpo._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
+from hpo._dashboard_view import name_objectives, note_skipped
 from hpo._errors import UserError
 from hpo._inspect import load_existing_study, open_existing_storage
 from hpo._space import DEFAULT_SPACE, SearchSpace, SearchSpaceError
@@ -118,6 +119,7 @@ def prepare_study(
         heartbeat = None
     # create_storage checks the URL and the connection before creating tables.
     study = open_study(create_storage(url, heartbeat=heartbeat), study_name, space, data, seed)
+    name_objectives(study, space.objective_names)
     if space.fixes:
         # Pinned for this run only; still recorded as each trial's params.
         study.sampler = optuna.samplers.PartialFixedSampler(space.fixes, study.sampler)
@@ -158,8 +160,15 @@ def run_study(
         checkpoints=artifact_store(artifacts) if artifacts else None, keep_checkpoints=keep_checkpoints,
         stop_requested=hooks.stop_requested, progress=hooks.progress,
     )
+    study = prepared.study
+
+    def finished(trial: FrozenTrial, count: int) -> None:
+        note_skipped(study, trial)
+        if hooks.on_trial_finished is not None:
+            hooks.on_trial_finished(trial, count)
+
     run_to_budget(
-        prepared.study, objective, n_trials, timeout=timeout, on_trial_finished=hooks.on_trial_finished,
+        study, objective, n_trials, timeout=timeout, on_trial_finished=finished,
         stop_requested=hooks.stop_requested, max_retry=max_retry,
     )
 

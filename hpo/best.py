@@ -12,8 +12,8 @@ import json
 import sys
 from collections.abc import Sequence
 
-from hpo._cli import Parser, add_storage_argument, command_prog, run_storage_command
-from hpo._export import best_document, best_yaml
+from hpo._cli import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
+from hpo._export import best_document, best_space, best_space_yaml, best_yaml
 from hpo._inspect import load_existing_study, open_existing_storage
 
 PROG = command_prog("best")
@@ -25,12 +25,16 @@ def build_parser() -> Parser:
         epilog=(
             "examples:\n"
             f"  {PROG} --study-name precision-demo                  # YAML, fixed: block ready to paste\n"
+            f"  {PROG} --study-name precision-demo --format space > best.yaml   # then: python -m hpo run --space best.yaml\n"
             f"  {PROG} --study-name sst2 --format json --storage postgresql://user:pass@db:5432/hpo"
         ),
     )
     parser.add_argument("--study-name", required=True, help="the study to read")
     add_storage_argument(parser)
-    parser.add_argument("--format", choices=("yaml", "json"), default="yaml", help="output format (default: %(default)s)")
+    parser.add_argument(
+        "--format", choices=("yaml", "json", "space"), default="yaml",
+        help="output format; space: a search space that retrains the best trial (python -m hpo run --space) (default: %(default)s)",
+    )
     return parser
 
 
@@ -39,6 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body(args: argparse.Namespace, url: str) -> int:
         study = load_existing_study(open_existing_storage(url), url, args.study_name)
+        if args.format == "space":
+            print(best_space_yaml(study, best_space(study)), end="")
+            return 0
         document = best_document(study)
         print(best_yaml(document) if args.format == "yaml" else json.dumps(document, indent=2), end="" if args.format == "yaml" else "\n")
         return 0
@@ -47,4 +54,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code_of(main))
