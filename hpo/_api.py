@@ -7,6 +7,7 @@ and worker processes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -17,6 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from hpo._best_model import keep_if_best, keeping_best_model
 from hpo._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
 from hpo._dashboard_view import name_objectives, note_skipped
 from hpo._errors import UserError
@@ -155,22 +157,25 @@ def run_study(
     hooks = hooks or RunHooks()
     quiet_transformers()
     cache = str(Path(cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser())
+    store = artifact_store(artifacts) if artifacts else None
     objective = make_objective(
         prepared.space, prepared.data, base_seed=seed, device=device, cache_dir=cache,
-        checkpoints=artifact_store(artifacts) if artifacts else None, keep_checkpoints=keep_checkpoints,
-        stop_requested=hooks.stop_requested, progress=hooks.progress,
+        checkpoints=store, keep_checkpoints=keep_checkpoints, stop_requested=hooks.stop_requested, progress=hooks.progress,
     )
     study = prepared.study
 
     def finished(trial: FrozenTrial, count: int) -> None:
+        if store is not None:
+            keep_if_best(study, trial, store)
         note_skipped(study, trial)
         if hooks.on_trial_finished is not None:
             hooks.on_trial_finished(trial, count)
 
-    run_to_budget(
-        study, objective, n_trials, timeout=timeout, on_trial_finished=finished,
-        stop_requested=hooks.stop_requested, max_retry=max_retry,
-    )
+    with keeping_best_model(study) if store is not None else contextlib.nullcontext():
+        run_to_budget(
+            study, objective, n_trials, timeout=timeout, on_trial_finished=finished,
+            stop_requested=hooks.stop_requested, max_retry=max_retry,
+        )
 
 
 def optimize(

@@ -36,7 +36,7 @@ def reusable_config(trial: FrozenTrial) -> dict[str, Any]:
     return {key: value for key, value in config.items() if key not in RESERVED_KEYS}
 
 
-def _entry(trial: FrozenTrial, names: list[str]) -> dict[str, Any]:
+def trial_entry(trial: FrozenTrial, names: list[str]) -> dict[str, Any]:
     config = trial.user_attrs.get("config") or {}
     return {
         "trial": trial.number,
@@ -53,8 +53,8 @@ def best_document(study: optuna.Study) -> dict[str, Any]:
     names = objective_names(study)
     best = best_document_trials(study)
     if len(names) == 1:
-        return {"study": study.study_name, **_entry(best[0], names)}
-    return {"study": study.study_name, "objectives": names, "pareto_front": [_entry(t, names) for t in best]}
+        return {"study": study.study_name, **trial_entry(best[0], names)}
+    return {"study": study.study_name, "objectives": names, "pareto_front": [trial_entry(t, names) for t in best]}
 
 
 def best_yaml(document: dict[str, Any]) -> str:

@@ -11,12 +11,20 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+import optuna
+
+from hpo._best_model import export_best_model
+from hpo._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo._cli import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
-from hpo._export import best_document, best_space, best_space_yaml, best_yaml
-from hpo._inspect import load_existing_study, open_existing_storage
+from hpo._dashboard import existing_artifact_store
+from hpo._export import best_document, best_space, best_space_yaml, best_yaml, trial_entry
+from hpo._inspect import load_existing_study, objective_names, open_existing_storage
 
 PROG = command_prog("best")
+# Beside the saved model: the trial's values, params and fixed config, as `best` prints them.
+BEST_CONFIG_FILE = "hpo-best.yaml"
 
 
 def build_parser() -> Parser:
@@ -35,7 +43,25 @@ def build_parser() -> Parser:
         "--format", choices=("yaml", "json", "space"), default="yaml",
         help="output format; space: a search space that retrains the best trial (python -m hpo run --space) (default: %(default)s)",
     )
+    parser.add_argument(
+        "--save-model", default=None, metavar="DIR",
+        help="write the best trial's kept model and tokenizer (save_pretrained format; LoRA merged) and its config to DIR",
+    )
+    parser.add_argument(
+        "--artifact-store", default=DEFAULT_ARTIFACT_DIR,
+        help="the artifact directory the study ran with, for --save-model (default: %(default)s)",
+    )
     return parser
+
+
+def _save_model(study: optuna.Study, args: argparse.Namespace) -> int:
+    directory = Path(args.save_model)
+    kept = export_best_model(study, existing_artifact_store(args.artifact_store), directory)
+    trial = study.trials[kept["trial"]]
+    document = {"study": study.study_name, **trial_entry(trial, objective_names(study))}
+    (directory / BEST_CONFIG_FILE).write_text(best_yaml(document), encoding="utf-8")
+    print(f"Wrote the model of trial {kept['trial']} ({kept['model']}) and {BEST_CONFIG_FILE} to {directory}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body(args: argparse.Namespace, url: str) -> int:
         study = load_existing_study(open_existing_storage(url), url, args.study_name)
+        if args.save_model is not None:
+            return _save_model(study, args)
         if args.format == "space":
             print(best_space_yaml(study, best_space(study)), end="")
             return 0

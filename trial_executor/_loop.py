@@ -40,6 +40,7 @@ from trial_executor._optimizer import lr_lambda, make_optimizer
 from trial_executor._packed import PackedBertClassifier, supports_packed_forward
 from trial_executor._precision import PrecisionPolicy
 from trial_executor._result import TrialResult
+from trial_executor._saving import save_final_model
 from trial_executor._tokenization import tokenize_data
 
 ReportFn = Callable[[int, dict[str, float]], bool]
@@ -331,6 +332,8 @@ def _train(
         else:
             run.epoch, run.next_batch, run.epoch_rng = run.epoch + 1, 0, None
 
+    if checkpointing is not None and checkpointing.final_model is not None and stopped != STOPPED_PRUNED:
+        save_final_model(model, tokenizer, checkpointing.final_model, lora=config.finetune == "lora")
     history = run.history
     return TrialResult(
         metrics=history[-1][1],
