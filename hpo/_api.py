@@ -27,6 +27,7 @@ from hpo._space import DEFAULT_SPACE, SearchSpace, SearchSpaceError
 from hpo._space_loading import load_search_space, parse_search_space
 from hpo._storage import GRPC_SCHEME, Heartbeat, create_storage, resolve_storage_url
 from hpo._study import open_study, run_to_budget
+from hpo._tracking import Tracker, Tracking, make_trackers
 from trial_executor import StepProgress, TextClassificationData, demo_dataset, load_text_classification
 
 DEFAULT_STUDY_NAME = "precision-demo"
@@ -150,21 +151,38 @@ def run_study(
     prepared: PreparedStudy, *, n_trials: int = DEFAULT_N_TRIALS, timeout: float | None = None, seed: int = 0,
     device: str = "auto", cache_dir: str | None = None, artifacts: str | None = DEFAULT_ARTIFACT_DIR,
     keep_checkpoints: bool = False, max_retry: int | None = Heartbeat.max_retry, hooks: RunHooks | None = None,
+    trackers: Sequence[Tracker] = (),
 ) -> None:
-    """Run ``prepared`` until the study has ``n_trials`` finished trials (see :func:`hpo.run_to_budget`)."""
+    """Run ``prepared`` until the study has ``n_trials`` finished trials (see :func:`hpo.run_to_budget`).
+
+    ``trackers`` (from :func:`hpo._tracking.make_trackers`) get one run per trial.
+    """
     from hpo._objective import make_objective
 
     hooks = hooks or RunHooks()
     quiet_transformers()
     cache = str(Path(cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser())
     store = artifact_store(artifacts) if artifacts else None
+    tracking = Tracking(trackers)
+
+    def progress(number: int, update: StepProgress) -> None:
+        tracking.step(number, update)
+        if hooks.progress is not None:
+            hooks.progress(number, update)
+
     objective = make_objective(
         prepared.space, prepared.data, base_seed=seed, device=device, cache_dir=cache,
-        checkpoints=store, keep_checkpoints=keep_checkpoints, stop_requested=hooks.stop_requested, progress=hooks.progress,
+        checkpoints=store, keep_checkpoints=keep_checkpoints, stop_requested=hooks.stop_requested, progress=progress,
+        on_evaluation=tracking.evaluation,
     )
     study = prepared.study
 
+    def tracked(trial: optuna.Trial) -> float | tuple[float, ...]:
+        tracking.start(trial)
+        return objective(trial)
+
     def finished(trial: FrozenTrial, count: int) -> None:
+        tracking.finish(trial)
         if store is not None:
             keep_if_best(study, trial, store)
         note_skipped(study, trial)
@@ -173,7 +191,7 @@ def run_study(
 
     with keeping_best_model(study) if store is not None else contextlib.nullcontext():
         run_to_budget(
-            study, objective, n_trials, timeout=timeout, on_trial_finished=finished,
+            study, tracked if trackers else objective, n_trials, timeout=timeout, on_trial_finished=finished,
             stop_requested=hooks.stop_requested, max_retry=max_retry,
         )
 
@@ -200,6 +218,7 @@ def optimize(
     artifact_store: str | None = DEFAULT_ARTIFACT_DIR,
     keep_checkpoints: bool = False,
     max_retry: int = Heartbeat.max_retry,
+    track: Sequence[str | Sequence[str]] = (),
     on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
 ) -> optuna.Study:
     """Run (or resume, or extend) a precision-search study to ``n_trials`` finished trials; return it.
@@ -210,7 +229,9 @@ def optimize(
     :class:`trial_executor.TextClassificationData`, or ``None`` for the synthetic demo reviews.
     ``storage``: a database URL (default ``$HPO_STORAGE``, else ``sqlite:///hpo-studies.db``).
     ``model`` fixes the model in place of the space's; ``fix`` pins searched params
-    (``["batch_size=16"]``). ``on_trial_finished(trial, finished)`` gets each ended trial.
+    (``["batch_size=16"]``). ``track``: experiment trackers, e.g. ``["mlflow"]`` or
+    ``[("tensorboard", "runs")]`` (one run per trial; the optional ``tracking`` extra).
+    ``on_trial_finished(trial, finished)`` gets each ended trial.
     Bad input raises :class:`hpo.UserError` (or :class:`trial_executor.DataError`) before
     anything is written. Rerunning the same call resumes the study.
     """
@@ -219,10 +240,11 @@ def optimize(
         data, seed=seed, text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
         valid_data=valid_data, valid_fraction=valid_fraction, empty_text=empty_text,
     )
+    trackers = make_trackers(track, study_name)
     prepared = prepare_study(resolved, loaded, storage=storage, study_name=study_name, seed=seed, heartbeat=Heartbeat())
     run_study(
         prepared, n_trials=n_trials, timeout=timeout, seed=seed, device=device, cache_dir=cache_dir, artifacts=artifact_store,
-        keep_checkpoints=keep_checkpoints, max_retry=max_retry, hooks=RunHooks(on_trial_finished=on_trial_finished),
+        keep_checkpoints=keep_checkpoints, max_retry=max_retry, hooks=RunHooks(on_trial_finished=on_trial_finished), trackers=trackers,
     )
     return prepared.study
 

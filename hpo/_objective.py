@@ -138,6 +138,7 @@ def make_objective(
     keep_checkpoints: bool = False,
     stop_requested: Callable[[], bool] | None = None,
     progress: Callable[[int, StepProgress], None] | None = None,
+    on_evaluation: Callable[[optuna.Trial, int, dict[str, float]], None] | None = None,
 ) -> Callable[[optuna.Trial], float | tuple[float, ...]]:
     """An Optuna objective that trains one config per trial and records what it measured.
 
@@ -147,13 +148,16 @@ def make_objective(
     recorded whatever happens. With ``checkpoints`` (an artifact store), trials checkpoint at
     each evaluation and a retried trial resumes from its predecessor's latest checkpoint.
     ``stop_requested`` is polled during training (SIGINT/SIGTERM); ``progress(trial_number,
-    update)`` receives the executor's progress updates.
+    update)`` receives the executor's progress updates, ``on_evaluation(trial, step, metrics)``
+    every evaluation's metrics.
     """
     names = space.objective_names
     metric = names[0]
 
     def report(trial: optuna.Trial) -> Callable[[int, dict[str, float]], bool]:
         def callback(step: int, metrics: dict[str, float]) -> bool:
+            if on_evaluation is not None:  # experiment tracking sees every evaluation's metrics
+                on_evaluation(trial, step, metrics)
             if not space.reports_intermediate_values:
                 return False
             if math.isfinite(metrics[metric]):

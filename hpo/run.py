@@ -39,6 +39,7 @@ from hpo._progress import StudyProgress, best_so_far
 from hpo._space import DEFAULT_SPACE
 from hpo._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
 from hpo._study import TooManyFailuresError, finished_count
+from hpo._tracking import make_trackers
 from hpo._workers import WORKER_INDEX_ENV, StopSignal, run_workers
 from trial_executor import DataError
 
@@ -99,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--mixed-precision", choices=tuple(MIXED_PRECISION), default=None,
         help="accelerate's spelling of --fix fp_precision=fp32|fp16|bf16",
+    )
+    parser.add_argument(
+        "--track", nargs="+", action="append", default=[], metavar="KIND",
+        help="log each trial as a run: `--track mlflow` ($MLFLOW_TRACKING_URI, else ./mlflow.db) or `--track tensorboard DIR` "
+             "(repeatable; needs pip install 'precision-hpo[tracking]')",
     )
     workers = parser.add_argument_group("workers and failures")
     workers.add_argument(
@@ -260,6 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             text_pair_column=args.text_pair_column, valid_data=args.valid_data, valid_fraction=args.valid_fraction,
             empty_text=args.empty_text,
         )
+        trackers = make_trackers(args.track, args.study_name)
         heartbeat = Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
         prepared = prepare_study(space, data, storage=url, study_name=args.study_name, seed=args.seed, heartbeat=heartbeat)
         study, names = prepared.study, space.objective_names
@@ -286,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cache_dir=args.cache_dir, artifacts=args.artifact_store, keep_checkpoints=args.keep_checkpoints,
                 max_retry=args.max_retry,
                 hooks=RunHooks(on_trial_finished=finished, progress=progress.trial_step, stop_requested=stop.requested),
+                trackers=trackers,
             )
         if stop.requested():
             print(f"{PROG}: stopped by a signal; the interrupted trial was checkpointed and re-queued: "
