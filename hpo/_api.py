@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,7 +190,9 @@ def run_study(
         if hooks.on_trial_finished is not None:
             hooks.on_trial_finished(trial, count)
 
-    with keeping_best_model(study) if store is not None else contextlib.nullcontext():
+    with keeping_best_model(study) if store is not None else contextlib.nullcontext(), warnings.catch_warnings():
+        # Optuna's heartbeat sweep is "experimental" since 2.9: not the user's concern in a notebook.
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         run_to_budget(
             study, tracked if trackers else objective, n_trials, timeout=timeout, on_trial_finished=finished,
             stop_requested=hooks.stop_requested, max_retry=max_retry,

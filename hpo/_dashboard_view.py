@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,9 @@ SKIP_HEADINGS = {
 def name_objectives(study: optuna.Study, names: Sequence[str]) -> None:
     """Label the study's objectives with ``names`` (once; rewriting on every run would be a write per worker)."""
     if list(study.metric_names or []) != list(names):
-        study.set_metric_names(list(names))
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, and the dashboard's way to name objectives
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(list(names))
 
 
 def note_skipped(study: optuna.Study, trial: FrozenTrial) -> None:
