@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from optuna.artifacts import FileSystemArtifactStore
 
 BEST_MODEL_ATTR = "best_model"
-# Studies whose trials save their final model, in this process.
-_KEEPING: set[int] = set()
+# Studies (storage object, study id) whose trials save their final model, in this process.
+_KEEPING: set[tuple[int, int]] = set()
 # Trial id -> the directory its run saves the final model to, until the trial has finished.
 _FINAL_MODELS: dict[int, Path] = {}
 
@@ -40,16 +40,17 @@ _FINAL_MODELS: dict[int, Path] = {}
 @contextlib.contextmanager
 def keeping_best_model(study: optuna.Study) -> Iterator[None]:
     """Within this block, trials of ``study`` run in this process save their final model for :func:`keep_if_best`."""
-    _KEEPING.add(study._study_id)
+    key = (id(study._storage), study._study_id)
+    _KEEPING.add(key)
     try:
         yield
     finally:
-        _KEEPING.discard(study._study_id)
+        _KEEPING.discard(key)
 
 
 def final_model_dir(trial: optuna.Trial) -> Path | None:
     """Where ``trial``'s run should save its final model; ``None`` when its study keeps none."""
-    if trial.study._study_id not in _KEEPING:
+    if (id(trial.study._storage), trial.study._study_id) not in _KEEPING:
         return None
     directory = Path(tempfile.mkdtemp(prefix=f"hpo-trial-{trial.number}-model-")) / "model"
     _FINAL_MODELS[trial._trial_id] = directory

@@ -60,6 +60,18 @@ def _gpu_list(text: str) -> list[str]:
     return gpus
 
 
+def _add_model_and_tracking(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", default=None,
+        help="train this model in every trial, in place of the space's model (a preset, a local save_pretrained directory)",
+    )
+    parser.add_argument(
+        "--track", nargs="+", action="append", default=[], metavar="KIND",
+        help="log each trial as a run: `--track mlflow` ($MLFLOW_TRACKING_URI, else ./mlflow.db) or `--track tensorboard DIR` "
+             "(repeatable; needs pip install 'precision-hpo[tracking]')",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog=PROG,
@@ -83,10 +95,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="the study's total budget of finished (complete + pruned) trials, across all runs and workers (default: %(default)s)",
     )
     parser.add_argument("--timeout", type=_positive_float, default=None, help="stop starting new trials after this many seconds")
-    parser.add_argument(
-        "--model", default=None,
-        help="train this model in every trial, in place of the space's model (a preset, a local save_pretrained directory)",
-    )
     parser.add_argument("--seed", type=int, default=0, help="seeds the sampler and each trial (trial seed = seed + trial number)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where trials train (default: %(default)s)")
     parser.add_argument(
@@ -101,11 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--mixed-precision", choices=tuple(MIXED_PRECISION), default=None,
         help="accelerate's spelling of --fix fp_precision=fp32|fp16|bf16",
     )
-    parser.add_argument(
-        "--track", nargs="+", action="append", default=[], metavar="KIND",
-        help="log each trial as a run: `--track mlflow` ($MLFLOW_TRACKING_URI, else ./mlflow.db) or `--track tensorboard DIR` "
-             "(repeatable; needs pip install 'precision-hpo[tracking]')",
-    )
+    _add_model_and_tracking(parser)
     workers = parser.add_argument_group("workers and failures")
     workers.add_argument(
         "--workers", type=_positive_int, default=1,
