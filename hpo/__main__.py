@@ -10,6 +10,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from hpo._cli import exit_code_of
 from hpo._errors import did_you_mean
 
 PROG = "python -m hpo"
@@ -60,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: unknown command {command!r}; {hint}choose one of {', '.join(COMMANDS)} (see --help)", file=sys.stderr)
         return 2
     module = importlib.import_module(f"hpo.{command}")
-    return int(module.main(rest))
+    return int(exit_code_of(module.main, rest))
 
 
 if __name__ == "__main__":

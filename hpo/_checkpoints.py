@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, download_artifact
 
+from hpo._best_model import final_model_dir
+
 if TYPE_CHECKING:
     from trial_executor import Checkpointing
 
@@ -70,7 +72,10 @@ class TrialCheckpoints:
             else:
                 self.trial.set_user_attr("resumed_from_trial", self.inherited["trial"])
                 self.trial.set_user_attr("resumed_at_step", self.inherited["step"])
-        return Checkpointing(directory=self.scratch / "latest", resume_from=resume_from, on_saved=self._saved)
+        return Checkpointing(
+            directory=self.scratch / "latest", resume_from=resume_from, on_saved=self._saved,
+            final_model=final_model_dir(self.trial),
+        )
 
     def _saved(self, path: Path, step: int) -> None:
         artifact_id = str(uuid.uuid4())

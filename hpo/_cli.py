@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -115,3 +116,20 @@ def run_storage_command(
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     url = resolve_storage_url(args.storage)
     return run_guarded(prog, url, lambda: body(args, url))
+
+
+# 128 + SIGPIPE: what a shell reports for a command whose reader went away (`yes | head`).
+BROKEN_PIPE_EXIT = 141
+
+
+def exit_code_of(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
+    """``main(argv)``'s exit code; a reader that went away (``| head``) ends the command quietly, no traceback."""
+    try:
+        code = main(argv)
+        sys.stdout.flush()  # here, where a closed pipe can still be caught
+        return code
+    except BrokenPipeError:
+        # Python flushes stdout again on exit: point it at /dev/null so that flush has nowhere to fail.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT

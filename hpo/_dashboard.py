@@ -13,6 +13,7 @@ import optuna
 import optuna_dashboard
 from optuna.artifacts import FileSystemArtifactStore
 
+from hpo._dashboard_view import ReadableStorage
 from hpo._errors import UserError
 
 
@@ -49,7 +50,8 @@ def make_dashboard_server(
     storage: optuna.storages.BaseStorage, host: str, port: int, artifacts: FileSystemArtifactStore | None
 ) -> WSGIServer:
     """A bound (not yet serving) HTTP server running optuna-dashboard's WSGI app; call ``serve_forever``."""
-    app = optuna_dashboard.wsgi(storage, artifact_store=artifacts)
+    # Served through a view of the storage whose nested user attrs read as one row per leaf.
+    app = optuna_dashboard.wsgi(ReadableStorage(storage), artifact_store=artifacts)
     server_class = _ThreadedServer6 if ":" in host else _ThreadedServer
     try:
         return make_server(host.strip("[]"), port, app, server_class=server_class, handler_class=_QuietHandler)

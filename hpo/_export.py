@@ -36,7 +36,7 @@ def reusable_config(trial: FrozenTrial) -> dict[str, Any]:
     return {key: value for key, value in config.items() if key not in RESERVED_KEYS}
 
 
-def _entry(trial: FrozenTrial, names: list[str]) -> dict[str, Any]:
+def trial_entry(trial: FrozenTrial, names: list[str]) -> dict[str, Any]:
     config = trial.user_attrs.get("config") or {}
     return {
         "trial": trial.number,
@@ -51,14 +51,10 @@ def _entry(trial: FrozenTrial, names: list[str]) -> dict[str, Any]:
 def best_document(study: optuna.Study) -> dict[str, Any]:
     """The best trial (one objective) or the Pareto front (several), each with a ready-to-use ``fixed`` config."""
     names = objective_names(study)
-    best = _best_trials(study)
-    if not best:
-        complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-        why = "none meets the space's constraints" if complete else "none has completed yet"
-        raise UserError(f"study {study.study_name!r} has no best trial: {why}; run more trials with `python -m hpo run`")
+    best = best_document_trials(study)
     if len(names) == 1:
-        return {"study": study.study_name, **_entry(best[0], names)}
-    return {"study": study.study_name, "objectives": names, "pareto_front": [_entry(t, names) for t in best]}
+        return {"study": study.study_name, **trial_entry(best[0], names)}
+    return {"study": study.study_name, "objectives": names, "pareto_front": [trial_entry(t, names) for t in best]}
 
 
 def best_yaml(document: dict[str, Any]) -> str:
@@ -67,6 +63,50 @@ def best_yaml(document: dict[str, Any]) -> str:
         "# (and move the keys you still want to search into params:).\n"
     )
     return header + yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+
+
+def best_space(study: optuna.Study) -> dict[str, Any]:
+    """A search space that trains the study's best trial again: its config fixed, its precision the one choice.
+
+    ``python -m hpo run --space`` accepts it as is; the study's objectives and constraints are
+    kept, the pruner is off (one configuration has nothing to compare against).
+    """
+    if len(study.directions) > 1:
+        raise UserError(
+            f"study {study.study_name!r} has several objectives: its best trials are a Pareto front; "
+            "--format space writes one trial: pick one from `--format yaml` and paste its fixed: block"
+        )
+    (trial,) = best_document_trials(study)
+    stored = study.user_attrs.get("search_space") or {}
+    fixed = reusable_config(trial)
+    precision = fixed.pop("fp_precision", "fp32")
+    space: dict[str, Any] = {key: stored[key] for key in ("objective", "objectives", "constraints", "oom_fallback") if key in stored}
+    space["pruner"] = {"type": "none"}
+    space["params"] = {"fp_precision": {"type": "categorical", "choices": [precision]}}
+    space["fixed"] = fixed
+    return space
+
+
+def best_space_yaml(study: optuna.Study, space: dict[str, Any]) -> str:
+    trial = best_document_trials(study)[0]
+    seed = (trial.user_attrs.get("config") or {}).get("seed")
+    header = (
+        f"# Trial {trial.number} of study {study.study_name!r} as a search space: its config fixed, its precision\n"
+        f"# the one choice. Retrain it:  python -m hpo run --space THIS_FILE --study-name NEW --n-trials 1"
+        f"{f' --seed {seed}' if seed is not None else ''}\n"
+        "# (--seed is the trial's own seed; add --data and its columns as in the original run).\n"
+    )
+    return header + yaml.safe_dump(space, sort_keys=False, default_flow_style=False)
+
+
+def best_document_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The best trial, or the Pareto front; a :class:`UserError` when there is none."""
+    best = _best_trials(study)
+    if not best:
+        complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        why = "none meets the space's constraints" if complete else "none has completed yet"
+        raise UserError(f"study {study.study_name!r} has no best trial: {why}; run more trials with `python -m hpo run`")
+    return best
 
 
 def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

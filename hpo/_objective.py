@@ -194,6 +194,7 @@ class Objective:
     keep_checkpoints: bool = False
     stop_requested: Callable[[], bool] | None = None
     progress: Callable[[int, StepProgress], None] | None = None
+    on_evaluation: Callable[[optuna.Trial, int, dict[str, float]], None] | None = None
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]:
         saved: TrialCheckpoints | None = None
@@ -246,6 +247,8 @@ class Objective:
         metric = self.space.objective_names[0]
 
         def callback(step: int, metrics: dict[str, float]) -> bool:
+            if self.on_evaluation is not None:  # experiment tracking sees every evaluation's metrics
+                self.on_evaluation(trial, step, metrics)
             if not self.space.reports_intermediate_values:
                 return False
             if math.isfinite(metrics[metric]):
@@ -301,6 +304,7 @@ def make_objective(
     keep_checkpoints: bool = False,
     stop_requested: Callable[[], bool] | None = None,
     progress: Callable[[int, StepProgress], None] | None = None,
+    on_evaluation: Callable[[optuna.Trial, int, dict[str, float]], None] | None = None,
 ) -> Objective:
     """An Optuna objective that trains one config per trial and records what it measured.
 
@@ -312,9 +316,10 @@ def make_objective(
     trials checkpoint at each evaluation and a retried trial resumes from its predecessor's
     latest checkpoint; a store that cannot be written costs the checkpoints, not the trial.
     ``stop_requested`` is polled during training (SIGINT/SIGTERM); ``progress(trial_number,
-    update)`` receives the executor's progress updates.
+    update)`` receives the executor's progress updates, ``on_evaluation(trial, step, metrics)``
+    every evaluation's metrics.
     """
     return Objective(
         space, data, base_seed, device, cache_dir=cache_dir, checkpoints=checkpoints, keep_checkpoints=keep_checkpoints,
-        stop_requested=stop_requested, progress=progress,
+        stop_requested=stop_requested, progress=progress, on_evaluation=on_evaluation,
     )

@@ -161,8 +161,9 @@ def sqlite_file_lock(database: str | None) -> Iterator[None]:
         yield
         return
     key = hashlib.sha256(str(Path(database).expanduser().resolve()).encode()).hexdigest()[:24]
-    lock_dir = Path(tempfile.gettempdir()) / "precision-hpo-locks"
-    lock_dir.mkdir(exist_ok=True)
+    # Per user: a directory another user created in the shared temp directory is not ours to write.
+    lock_dir = Path(tempfile.gettempdir()) / f"precision-hpo-locks-{os.getuid()}"
+    lock_dir.mkdir(mode=0o700, exist_ok=True)
     with (lock_dir / f"{key}.lock").open("a") as lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         try:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpo._cli import Parser, add_storage_argument, command_prog, run_storage_command
+from hpo._cli import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
 from hpo._errors import UserError
 from hpo._export import export_rows, rows_csv, rows_json
 from hpo._inspect import load_existing_study, open_existing_storage
@@ -58,4 +58,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code_of(main))

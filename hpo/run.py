@@ -19,24 +19,32 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
+from hpo._api import (
+    CACHE_ENV,
+    DEFAULT_CACHE_DIR,
+    DEFAULT_N_TRIALS,
+    DEFAULT_STUDY_NAME,
+    RunHooks,
+    prepare_study,
+    resolve_cache_dir,
+    resolve_data,
+    resolve_space,
+    run_study,
+)
+from hpo._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo._cli import Parser, at_least, between, command_prog, run_guarded
 from hpo._errors import UserError
 from hpo._measures import measured_value
 from hpo._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, quiet_trial_failures
 from hpo._progress import StudyProgress, best_so_far
 from hpo._run_checks import check_run_options
-from hpo._space import DEFAULT_SPACE, SearchSpace
-from hpo._space_loading import load_search_space
-from hpo._storage import GRPC_SCHEME, STORAGE_ENV, Heartbeat, create_storage, mask_url, resolve_storage_url
-from hpo._study import TooManyFailuresError, finished_count, open_study, run_to_budget
+from hpo._space import DEFAULT_SPACE
+from hpo._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
+from hpo._study import TooManyFailuresError, finished_count
+from hpo._tracking import make_trackers
 from hpo._workers import WORKER_INDEX_ENV, StopSignal, run_workers
-from trial_executor import DataError, TextClassificationData, demo_dataset, load_text_classification
+from trial_executor import DataError
 
-DEFAULT_STUDY_NAME = "precision-demo"
-CACHE_ENV = "HPO_CACHE_DIR"
-DEFAULT_CACHE_DIR = "~/.cache/precision-hpo/tokenized"
-DEFAULT_N_TRIALS = 8
 PROG = command_prog("run")
 # --mixed-precision (accelerate's values) -> the fp_precision it fixes.
 MIXED_PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}
@@ -52,6 +60,18 @@ def _gpu_list(text: str) -> list[str]:
     if not all(part.isdigit() for part in gpus):
         raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1,2, got {text!r}")
     return gpus
+
+
+def _add_model_and_tracking(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", default=None,
+        help="train this model in every trial, in place of the space's model (a preset, a local save_pretrained directory)",
+    )
+    parser.add_argument(
+        "--track", nargs="+", action="append", default=[], metavar="KIND",
+        help="log each trial as a run: `--track mlflow` ($MLFLOW_TRACKING_URI, else ./mlflow.db) or `--track tensorboard DIR` "
+             "(repeatable; needs pip install 'precision-hpo[tracking]')",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--mixed-precision", choices=tuple(MIXED_PRECISION), default=None,
         help="accelerate's spelling of --fix fp_precision=fp32|fp16|bf16",
     )
+    _add_model_and_tracking(parser)
     workers = parser.add_argument_group("workers and failures")
     workers.add_argument(
         "--workers", type=_positive_int, default=1,
@@ -132,39 +153,6 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"tokenized-data cache shared by trials and workers on this machine (default: ${CACHE_ENV}, else {DEFAULT_CACHE_DIR})",
     )
     return parser
-
-
-def _load_data(args: argparse.Namespace) -> TextClassificationData:
-    if args.data is None:
-        if args.valid_data is not None:
-            raise UserError("--valid-data needs --data; pass the training file too")
-        return demo_dataset(seed=args.seed)
-    data = load_text_classification(
-        args.data, text_column=args.text_column, label_column=args.label_column, text_pair_column=args.text_pair_column,
-        valid_path=args.valid_data, valid_fraction=args.valid_fraction, seed=args.seed, empty_text=args.empty_text,
-    )
-    if data.dropped_empty:
-        print(f"warning: dropped {data.dropped_empty} rows with empty text (pass --empty-text fail to refuse them)", file=sys.stderr)
-    return data
-
-
-def _check_models(space: SearchSpace) -> None:
-    # Imported here, as make_objective is: transformers takes seconds to import, which a
-    # mistyped flag, space or data file should not wait for.
-    from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_max_length, check_model_name
-
-    model = space.params.get("model")
-    names = getattr(model, "choices", None) or [space.fixed.get("model", TrainConfig.model)]
-    # The longest max_length a trial can get: a model must take it (auto adapts by itself).
-    length = space.params.get("max_length")
-    lengths = getattr(length, "choices", None) or [getattr(length, "high", space.fixed.get("max_length", TrainConfig.max_length))]
-    longest = max((int(x) for x in lengths if x != "auto"), default="auto")
-    for name in names:
-        try:
-            check_model_name(str(name))
-            check_max_length(str(name), longest)
-        except (ModelNotFoundError, ModelLimitError) as err:
-            raise UserError(str(err)) from None
 
 
 def _format_value(value: object) -> str:
@@ -278,25 +266,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         # Everything that can be wrong with the input is checked before anything is written.
-        cache_dir = str(Path(args.cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser())
         check_run_options(
-            seed=args.seed, device=args.device, study_name=args.study_name, artifact_store=args.artifact_store, cache_dir=cache_dir
+            seed=args.seed, device=args.device, study_name=args.study_name, artifact_store=args.artifact_store,
+            cache_dir=resolve_cache_dir(args.cache_dir),
         )
-        space = load_search_space(Path(args.space))
         fix = args.fix + ([f"fp_precision={MIXED_PRECISION[args.mixed_precision]}"] if args.mixed_precision else [])
-        space = space.with_fixes(space.parse_fixes(fix))
-        data = _load_data(args)
-        _check_models(space)
+        space = resolve_space(Path(args.space), fix=fix, model=args.model)
+        data = resolve_data(
+            args.data, seed=args.seed, text_column=args.text_column, label_column=args.label_column,
+            text_pair_column=args.text_pair_column, valid_data=args.valid_data, valid_fraction=args.valid_fraction,
+            empty_text=args.empty_text,
+        )
+        trackers = make_trackers(args.track, args.study_name)
         heartbeat = Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
-        if url.lower().startswith(GRPC_SCHEME):
-            # Heartbeats live in the RDB storage: a worker on the database directly (or the proxy host) sweeps them.
-            heartbeat = None
-        storage = create_storage(url, heartbeat=heartbeat)  # checks the URL and the connection before creating tables
-        study = open_study(storage, args.study_name, space, data, args.seed)
-        if space.fixes:
-            # Pinned for this run only; still recorded as each trial's params.
-            study.sampler = optuna.samplers.PartialFixedSampler(space.fixes, study.sampler)
-        names = space.objective_names
+        prepared = prepare_study(space, data, storage=url, study_name=args.study_name, seed=args.seed, heartbeat=heartbeat)
+        study, names = prepared.study, space.objective_names
         if args.workers > 1:
             print(f"Starting {args.workers} workers on study {args.study_name!r}", flush=True)
             return _run_workers(study, names, argv, args)
@@ -307,24 +291,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"budgeted trials already finished; training on {len(data.train_texts)} rows, validating on {len(data.valid_texts)}.",
             flush=True,
         )
-        from hpo._objective import make_objective
-
         # Workers of --workers N share one terminal: bars from several processes would tear each other.
         bars = StudyProgress.wants_bars(sys.stdout, args.quiet) and WORKER_INDEX_ENV not in os.environ
         progress = StudyProgress(args.n_trials, finished_count(study), bars=bars, quiet=args.quiet)
-        objective = make_objective(
-            space, data, base_seed=args.seed, device=args.device, cache_dir=cache_dir,
-            checkpoints=artifact_store(args.artifact_store), keep_checkpoints=args.keep_checkpoints,
-            stop_requested=stop.requested, progress=progress.trial_step,
-        )
 
         def finished(trial: FrozenTrial, finished: int) -> None:
             progress.trial_finished(trial_line(trial, names), finished, best_so_far(study, names))
 
         with progress.showing():
-            run_to_budget(
-                study, objective, args.n_trials, timeout=args.timeout, on_trial_finished=finished,
-                stop_requested=stop.requested, max_retry=args.max_retry,
+            run_study(
+                prepared, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed, device=args.device,
+                cache_dir=args.cache_dir, artifacts=args.artifact_store, keep_checkpoints=args.keep_checkpoints,
+                max_retry=args.max_retry,
+                hooks=RunHooks(on_trial_finished=finished, progress=progress.trial_step, stop_requested=stop.requested),
+                trackers=trackers,
             )
         if stop.requested():
             print(f"{PROG}: stopped by a signal; the interrupted trial was checkpointed and re-queued: "

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import optuna
 
-from hpo._cli import Parser, add_storage_argument, command_prog, run_storage_command
+from hpo._cli import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
 from hpo._inspect import load_existing_study, open_existing_storage
 from hpo._status import status_lines, study_status
 from hpo._storage import STORAGE_ENV, mask_url
@@ -55,4 +55,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code_of(main))

@@ -67,16 +67,16 @@ def test_service_waits_for_a_healthy_database(name: str) -> None:
 def test_only_the_dashboard_publishes_a_port_and_only_on_localhost() -> None:
     assert SERVICES["dashboard"]["ports"] == ["127.0.0.1:8080:8080"]
     assert [name for name, service in SERVICES.items() if "ports" in service] == ["dashboard"]
-    assert "optuna-dashboard" in " ".join(_command(SERVICES["dashboard"]))
-    worker_storage = _command(SERVICES["worker"])[_command(SERVICES["worker"]).index("--storage") + 1]
+    assert "python -m hpo dashboard" in " ".join(_command(SERVICES["dashboard"]))
+    worker_storage = SERVICES["worker"]["environment"]["HPO_STORAGE"]
     assert SERVICES["dashboard"]["environment"]["HPO_STORAGE"] == worker_storage, "the dashboard must show the workers' database"
 
 
 def test_worker_runs_the_study_and_can_be_scaled() -> None:
     worker = SERVICES["worker"]
     command = _command(worker)
-    assert command[:3] == ["python", "-m", "hpo.run"]
-    storage = command[command.index("--storage") + 1]
+    assert command[:2] == ["sh", "-c"] and command[2].startswith("exec python -m hpo.run ")
+    storage = worker["environment"]["HPO_STORAGE"]
     assert storage.startswith("postgresql://") and "@postgres:5432/" in storage
     assert "container_name" not in worker and "ports" not in worker
     assert "build" in worker
@@ -88,7 +88,7 @@ def test_gpu_workers_are_opt_in_and_reserve_nvidia_devices() -> None:
     for name in gpu:
         service = SERVICES[name]
         assert service.get("profiles"), f"{name} must sit behind a profile, so a plain `up` stays on the CPU"
-        assert _command(service)[:3] == ["python", "-m", "hpo.run"]
+        assert _command(service)[2].startswith("exec python -m hpo.run ")
         devices = service["deploy"]["resources"]["reservations"]["devices"]
         assert [device["driver"] for device in devices] == ["nvidia"] and "gpu" in devices[0]["capabilities"]
 

@@ -126,7 +126,7 @@ def _wait_for_text(driver: webdriver.Chrome, *texts: str, timeout: float = 60) -
     return body
 
 
-def test_dashboard_shows_the_study_its_trials_hardware_and_config_artifact(
+def test_dashboard_shows_the_study_its_objective_name_trials_hardware_and_config_artifact(
     pg_database: str, small_data: Path, tmp_path: Path, browser: webdriver.Chrome
 ) -> None:
     url = pg_database.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@")  # trust auth: any password works
@@ -155,13 +155,19 @@ def test_dashboard_shows_the_study_its_trials_hardware_and_config_artifact(
         _wait_for_text(browser, "dash-study")
         browser.find_element(By.CSS_SELECTOR, f"a[href$='/dashboard/studies/{study._study_id}']").click()
         WebDriverWait(browser, 30).until(lambda d: d.current_url.endswith(f"/dashboard/studies/{study._study_id}"))
+        # The history plot's axis carries the space's objective name (study.set_metric_names), not "Objective 0".
+        overview = _wait_for_text(browser, "History", "y Axis\naccuracy")
+        assert "Objective 0" not in overview
         # The trial list with the first trial's details: params, value, learning curve, user attrs, artifacts.
         browser.get(f"http://127.0.0.1:{port}/dashboard/studies/{study._study_id}/trials")
         page = _wait_for_text(browser, f"{len(trials)} Trials", device_name, "config.json")
         assert f"Trial {first.number} (trial_id={first._trial_id})" in page
         for name, value in first.params.items():
             assert f"{name} {value}" in page
-        assert "Intermediate Values" in page and "throughput_samples_per_s" in page and '"device_name"' in page
+        assert "Intermediate Values" in page and "throughput_samples_per_s" in page
+        # Nested attrs read one leaf per row, not as a JSON line thousands of pixels wide.
+        assert f"hardware.device_name {device_name}" in page and '"device_name"' not in page
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= 1400
         # The artifact behind the name: the trial's resolved config, served from our artifact store.
         metas = [json.loads(v) for k, v in first.system_attrs.items() if k.startswith("artifacts:")]
         config_id = next(m["artifact_id"] for m in metas if m and m["filename"] == "config.json")

@@ -108,7 +108,11 @@ def test_a_killed_worker_trial_is_retried_from_its_checkpoint(pg_database: str, 
     }
     assert all([meta["filename"] for meta in metas] == ["config.json"] for metas in listed.values()), listed
     assert listed[retry.number] == listed[victim.number]
-    assert {p.name for p in (tmp_path / "artifacts").iterdir()} == {m["artifact_id"] for metas in listed.values() for m in metas}
+    # Besides them, the store keeps one file: the study's best model (hpo._best_model).
+    best_model = optuna.load_study(study_name="kill", storage=pg_database).user_attrs["best_model"]
+    assert best_model["trial"] in {t.number for t in trials if t.state == TrialState.COMPLETE}
+    expected = {m["artifact_id"] for metas in listed.values() for m in metas} | {best_model["artifact_id"]}
+    assert {p.name for p in (tmp_path / "artifacts").iterdir()} == expected
 
 
 def test_sigterm_checkpoints_fails_and_requeues_the_trial_then_a_rerun_resumes_it(

@@ -83,6 +83,7 @@ class TrialParts:
     """A built trial: what the loop drives."""
 
     model: PreTrainedModel
+    tokenizer: Any
     forward: Callable[..., Any]
     eval_forward: Callable[..., Any]
     knobs: Knobs
@@ -135,6 +136,6 @@ def build_trial(config: TrainConfig, data: TextClassificationData, device: torch
         model, forward, optimizer, scheduler, scaler, policy, max_grad_norm=config.max_grad_norm, device=device,
     )
     return TrialParts(
-        model, forward, eval_forward, knobs, tokens, batches, Collation(pad_id, packed=knobs.packed_forward),
+        model, tokenizer, forward, eval_forward, knobs, tokens, batches, Collation(pad_id, packed=knobs.packed_forward),
         optimizer, scheduler, scaler, step, micro_per_epoch, total_steps, trainable_params, total_params,
     )

@@ -46,11 +46,14 @@ class Checkpointing:
     ``directory`` receives ``checkpoint.pt`` at each evaluation (and on interruption),
     replaced atomically; ``on_saved(path, step)`` is called after each save, e.g. to upload
     it. ``resume_from`` is a predecessor's checkpoint file, or ``None`` to start at step 0.
+    ``final_model``, when set, receives the trained model and tokenizer (``save_pretrained``
+    format; LoRA merged) once the run ends, unless the caller pruned it.
     """
 
     directory: Path
     resume_from: Path | None = None
     on_saved: Callable[[Path, int], None] | None = None
+    final_model: Path | None = None
 
 
 def rng_states() -> dict[str, Any]:

@@ -41,6 +41,7 @@ from trial_executor._lora import load_trainable_state_dict, trainable_state_dict
 from trial_executor._models import check_max_length, checkpoint_dtype
 from trial_executor._precision import PrecisionPolicy
 from trial_executor._result import TrialResult
+from trial_executor._saving import save_final_model
 from trial_executor._throughput import HOST_LIMITED_BELOW, DeviceLag, TrainClock
 
 ReportFn = Callable[[int, dict[str, float]], bool]
@@ -162,6 +163,8 @@ def _train(
         resumed_at = run.step
     loop = _Loop(config, data, device, parts, run, report, checkpointing, stop_requested, progress)
     loop.train()
+    if checkpointing is not None and checkpointing.final_model is not None and loop.stopped != STOPPED_PRUNED:
+        save_final_model(parts.model, parts.tokenizer, checkpointing.final_model, lora=config.finetune == "lora")
     result = _result(parts, run, loop.clock, loop.lag, loop.stopped, policy, resumed_at)
     return dataclasses.replace(result, peak_memory_mb=memory.peak_increase_mb(), checkpoint_dtype=checkpoint_dtype(config.model))
 

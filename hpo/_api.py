@@ -1,0 +1,272 @@
+"""The Python API: :func:`optimize` runs a study to its budget in one call, :func:`load` opens one.
+
+``python -m hpo run`` is a thin layer over the same steps (:func:`resolve_space`,
+:func:`resolve_data`, :func:`prepare_study`, :func:`run_study`), adding signals, progress bars
+and worker processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from hpo._best_model import keep_if_best, keeping_best_model
+from hpo._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
+from hpo._dashboard_view import name_objectives, note_skipped
+from hpo._errors import UserError
+from hpo._inspect import load_existing_study, open_existing_storage
+from hpo._run_checks import check_run_options
+from hpo._space import DEFAULT_SPACE, SearchSpace, SearchSpaceError
+from hpo._space_loading import load_search_space, parse_search_space
+from hpo._storage import GRPC_SCHEME, Heartbeat, create_storage, resolve_storage_url
+from hpo._study import open_study, run_to_budget
+from hpo._tracking import Tracker, Tracking, make_trackers
+from trial_executor import StepProgress, TextClassificationData, demo_dataset, load_text_classification
+
+DEFAULT_STUDY_NAME = "precision-demo"
+DEFAULT_N_TRIALS = 8
+CACHE_ENV = "HPO_CACHE_DIR"
+DEFAULT_CACHE_DIR = "~/.cache/precision-hpo/tokenized"
+
+SpaceLike = str | Path | Mapping[str, Any] | SearchSpace
+DataLike = str | Path | TextClassificationData | None
+
+
+def with_model(space: SearchSpace, model: str) -> SearchSpace:
+    """``space`` with ``model`` fixed in place of whatever it searched or fixed (``--model NAME``)."""
+    raw = space.stored_form()
+    raw["params"].pop("model", None)
+    raw["fixed"] = {**raw.get("fixed", {}), "model": model}
+    if not raw["params"]:
+        raise SearchSpaceError("--model: the space searches nothing but model; give a space with other params, or --space")
+    fixes = {k: v for k, v in space.fixes.items() if k != "model"}
+    return parse_search_space(raw, source="search space with --model").with_fixes(fixes)
+
+
+def resolve_cache_dir(cache_dir: str | None) -> str:
+    """The tokenized-data cache: ``cache_dir``, else ``$HPO_CACHE_DIR``, else the user's cache folder."""
+    return str(Path(cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser())
+
+
+def resolve_space(space: SpaceLike = DEFAULT_SPACE, *, fix: Sequence[str] = (), model: str | None = None) -> SearchSpace:
+    """A validated search space from a YAML path, a mapping or a :class:`SearchSpace`; ``model`` and ``fix`` applied."""
+    if isinstance(space, SearchSpace):
+        resolved = space
+    elif isinstance(space, Mapping):
+        resolved = parse_search_space(dict(space))
+    else:
+        resolved = load_search_space(Path(space))
+    if model is not None:
+        resolved = with_model(resolved, model)
+    if fix:
+        resolved = resolved.with_fixes({**resolved.fixes, **resolved.parse_fixes(list(fix))})
+    _check_models(resolved)
+    return resolved
+
+
+def _check_models(space: SearchSpace) -> None:
+    # Imported here: transformers takes seconds to import, which a mistyped space should not wait for.
+    from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_max_length, check_model_name
+
+    model = space.params.get("model")
+    names = getattr(model, "choices", None) or [space.fixed.get("model", TrainConfig.model)]
+    # The longest max_length a trial can get: a model must take it (auto adapts by itself).
+    length = space.params.get("max_length")
+    lengths = getattr(length, "choices", None) or [getattr(length, "high", space.fixed.get("max_length", TrainConfig.max_length))]
+    longest = max((int(x) for x in lengths if x != "auto"), default="auto")
+    for name in names:
+        try:
+            check_model_name(str(name))
+            check_max_length(str(name), longest)
+        except (ModelNotFoundError, ModelLimitError) as err:
+            raise UserError(str(err)) from None
+
+
+def resolve_data(
+    data: DataLike = None, *, seed: int = 0, text_column: str = "text", label_column: str = "label",
+    text_pair_column: str | None = None, valid_data: str | Path | None = None, valid_fraction: float = 0.1,
+    empty_text: str = "drop",
+) -> TextClassificationData:
+    """Loaded data: a CSV/TSV/JSONL file or save_to_disk directory, a :class:`TextClassificationData`, or the demo set."""
+    if isinstance(data, TextClassificationData):
+        return data
+    if data is None:
+        if valid_data is not None:
+            raise UserError("--valid-data needs --data; pass the training file too")
+        return demo_dataset(seed=seed)
+    loaded = load_text_classification(
+        str(data), text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
+        valid_path=None if valid_data is None else str(valid_data), valid_fraction=valid_fraction, seed=seed,
+        empty_text=empty_text,
+    )
+    if loaded.dropped_empty:
+        print(f"warning: dropped {loaded.dropped_empty} rows with empty text (pass --empty-text fail to refuse them)", file=sys.stderr)
+    return loaded
+
+
+@dataclass(frozen=True)
+class PreparedStudy:
+    """A study opened on validated inputs, ready to run."""
+
+    study: optuna.Study
+    space: SearchSpace
+    data: TextClassificationData
+    url: str
+
+
+def prepare_study(
+    space: SearchSpace, data: TextClassificationData, *, storage: str | None = None,
+    study_name: str = DEFAULT_STUDY_NAME, seed: int = 0, heartbeat: Heartbeat | None = None,
+) -> PreparedStudy:
+    """Create or resume ``study_name`` in ``storage`` (URL; default ``$HPO_STORAGE``, else the demo SQLite file)."""
+    url = resolve_storage_url(storage)
+    if url.lower().startswith(GRPC_SCHEME):
+        # Heartbeats live in the RDB storage: a worker on the database directly (or the proxy host) sweeps them.
+        heartbeat = None
+    # create_storage checks the URL and the connection before creating tables.
+    study = open_study(create_storage(url, heartbeat=heartbeat), study_name, space, data, seed)
+    name_objectives(study, space.objective_names)
+    if space.fixes:
+        # Pinned for this run only; still recorded as each trial's params.
+        study.sampler = optuna.samplers.PartialFixedSampler(space.fixes, study.sampler)
+    return PreparedStudy(study, space, data, url)
+
+
+def quiet_transformers() -> None:
+    """transformers' own bars ("Loading weights") and info logging would write over the study's bars."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@dataclass
+class RunHooks:
+    """What the caller sees of a running study: each finished trial, progress updates, a stop request."""
+
+    on_trial_finished: Callable[[FrozenTrial, int], None] | None = None
+    progress: Callable[[int, StepProgress], None] | None = None
+    stop_requested: Callable[[], bool] | None = None
+
+
+def run_study(
+    prepared: PreparedStudy, *, n_trials: int = DEFAULT_N_TRIALS, timeout: float | None = None, seed: int = 0,
+    device: str = "auto", cache_dir: str | None = None, artifacts: str | None = DEFAULT_ARTIFACT_DIR,
+    keep_checkpoints: bool = False, max_retry: int | None = Heartbeat.max_retry, hooks: RunHooks | None = None,
+    trackers: Sequence[Tracker] = (),
+) -> None:
+    """Run ``prepared`` until the study has ``n_trials`` finished trials (see :func:`hpo.run_to_budget`).
+
+    ``trackers`` (from :func:`hpo._tracking.make_trackers`) get one run per trial.
+    """
+    from hpo._objective import make_objective
+
+    hooks = hooks or RunHooks()
+    quiet_transformers()
+    cache = resolve_cache_dir(cache_dir)
+    store = artifact_store(artifacts) if artifacts else None
+    tracking = Tracking(trackers)
+
+    def progress(number: int, update: StepProgress) -> None:
+        tracking.step(number, update)
+        if hooks.progress is not None:
+            hooks.progress(number, update)
+
+    objective = make_objective(
+        prepared.space, prepared.data, base_seed=seed, device=device, cache_dir=cache,
+        checkpoints=store, keep_checkpoints=keep_checkpoints, stop_requested=hooks.stop_requested, progress=progress,
+        on_evaluation=tracking.evaluation,
+    )
+    study = prepared.study
+
+    def tracked(trial: optuna.Trial) -> float | tuple[float, ...]:
+        tracking.start(trial)
+        return objective(trial)
+
+    def finished(trial: FrozenTrial, count: int) -> None:
+        tracking.finish(trial)
+        if store is not None:
+            keep_if_best(study, trial, store)
+        note_skipped(study, trial)
+        if hooks.on_trial_finished is not None:
+            hooks.on_trial_finished(trial, count)
+
+    with keeping_best_model(study) if store is not None else contextlib.nullcontext(), warnings.catch_warnings():
+        # Optuna's heartbeat sweep is "experimental" since 2.9: not the user's concern in a notebook.
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        run_to_budget(
+            study, tracked if trackers else objective, n_trials, timeout=timeout, on_trial_finished=finished,
+            stop_requested=hooks.stop_requested, max_retry=max_retry,
+        )
+
+
+def optimize(
+    space: SpaceLike = DEFAULT_SPACE,
+    data: DataLike = None,
+    *,
+    storage: str | None = None,
+    study_name: str = DEFAULT_STUDY_NAME,
+    n_trials: int = DEFAULT_N_TRIALS,
+    timeout: float | None = None,
+    seed: int = 0,
+    device: str = "auto",
+    model: str | None = None,
+    fix: Sequence[str] = (),
+    text_column: str = "text",
+    label_column: str = "label",
+    text_pair_column: str | None = None,
+    valid_data: str | Path | None = None,
+    valid_fraction: float = 0.1,
+    empty_text: str = "drop",
+    cache_dir: str | None = None,
+    artifact_store: str | None = DEFAULT_ARTIFACT_DIR,
+    keep_checkpoints: bool = False,
+    max_retry: int = Heartbeat.max_retry,
+    track: Sequence[str | Sequence[str]] = (),
+    on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
+) -> optuna.Study:
+    """Run (or resume, or extend) a precision-search study to ``n_trials`` finished trials; return it.
+
+    The keyword arguments are ``python -m hpo run``'s flags. ``space``: a YAML path, a mapping
+    (the YAML's content) or a :class:`hpo.SearchSpace`. ``data``: a CSV/TSV/JSONL file or a
+    ``save_to_disk`` directory (read with the column arguments), a
+    :class:`trial_executor.TextClassificationData`, or ``None`` for the synthetic demo reviews.
+    ``storage``: a database URL (default ``$HPO_STORAGE``, else ``sqlite:///hpo-studies.db``).
+    ``model`` fixes the model in place of the space's; ``fix`` pins searched params
+    (``["batch_size=16"]``). ``track``: experiment trackers, e.g. ``["mlflow"]`` or
+    ``[("tensorboard", "runs")]`` (one run per trial; the optional ``tracking`` extra).
+    ``on_trial_finished(trial, finished)`` gets each ended trial.
+    Bad input raises :class:`hpo.UserError` (or :class:`trial_executor.DataError`) before
+    anything is written. Rerunning the same call resumes the study.
+    """
+    check_run_options(
+        seed=seed, device=device, study_name=study_name, artifact_store=artifact_store, cache_dir=resolve_cache_dir(cache_dir)
+    )
+    resolved = resolve_space(space, fix=fix, model=model)
+    loaded = resolve_data(
+        data, seed=seed, text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
+        valid_data=valid_data, valid_fraction=valid_fraction, empty_text=empty_text,
+    )
+    trackers = make_trackers(track, study_name)
+    prepared = prepare_study(resolved, loaded, storage=storage, study_name=study_name, seed=seed, heartbeat=Heartbeat())
+    run_study(
+        prepared, n_trials=n_trials, timeout=timeout, seed=seed, device=device, cache_dir=cache_dir, artifacts=artifact_store,
+        keep_checkpoints=keep_checkpoints, max_retry=max_retry, hooks=RunHooks(on_trial_finished=on_trial_finished), trackers=trackers,
+    )
+    return prepared.study
+
+
+def load(study_name: str = DEFAULT_STUDY_NAME, storage: str | None = None) -> optuna.Study:
+    """An existing study (``storage`` as in :func:`optimize`); a missing study or SQLite file raises :class:`hpo.UserError`."""
+    url = resolve_storage_url(storage)
+    return load_existing_study(open_existing_storage(url), url, study_name)

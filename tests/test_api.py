@@ -1,0 +1,98 @@
+"""The Python API, driven as a notebook would: hpo.optimize and hpo.load, through real Optuna, torch and SQLite."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from conftest import ROOT, cli_args, run_cli
+from optuna.trial import TrialState
+
+import hpo
+from trial_executor import demo_dataset
+
+# A few optimizer steps per trial: seconds, not minutes.
+TINY = {
+    "objective": {"metric": "accuracy", "direction": "maximize"},
+    "pruner": {"type": "none"},
+    "params": {
+        "fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]},
+        "learning_rate": {"type": "float", "low": 5e-4, "high": 2e-3, "log": True},
+        "model": {"type": "categorical", "choices": ["tiny-bert", "tiny-distilbert"]},
+    },
+    "fixed": {"batch_size": 16, "max_steps": 4, "eval_every": 2, "max_length": 32},
+}
+
+
+def test_optimize_runs_a_study_from_a_dict_and_in_memory_data_then_load_reads_it(tmp_path: Path) -> None:
+    os.chdir(tmp_path)  # the artifact store defaults to ./hpo-artifacts, as in a notebook's directory
+    storage = f"sqlite:///{tmp_path / 'nb.db'}"
+    data = demo_dataset(n_train=200, n_valid=64, seed=1)
+    seen: list[int] = []
+    study = hpo.optimize(
+        TINY, data, storage=storage, study_name="nb", n_trials=2, device="cpu", seed=5,
+        on_trial_finished=lambda trial, finished: seen.append(finished),
+    )
+    assert isinstance(study, optuna.Study)
+    assert seen == [1, 2]
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(complete) == 2 and all(0 <= t.value <= 1 for t in complete)
+    # The same call again extends the study to its new budget.
+    again = hpo.optimize(TINY, data, storage=storage, study_name="nb", n_trials=3, device="cpu", seed=5)
+    assert len(again.get_trials(states=(TrialState.COMPLETE,))) == 3
+    loaded = hpo.load("nb", storage=storage)
+    assert loaded.best_trial.number == again.best_trial.number
+    assert (tmp_path / "hpo-artifacts").is_dir()
+
+
+def test_optimize_takes_a_yaml_path_a_data_file_model_and_fix(tmp_path: Path, small_data: Path) -> None:
+    space = tmp_path / "tiny.yaml"
+    space.write_text(yaml.safe_dump(TINY))
+    study = hpo.optimize(
+        space, small_data, text_column="sentence", storage=f"sqlite:///{tmp_path / 'p.db'}", study_name="p",
+        n_trials=1, device="cpu", model="tiny-distilbert", fix=["fp_precision=bf16"], artifact_store=str(tmp_path / "art"),
+    )
+    (trial,) = study.get_trials()
+    assert trial.user_attrs["config"]["model"] == "tiny-distilbert" and "model" not in trial.params
+    assert trial.params["fp_precision"] == "bf16"
+    assert study.user_attrs["label_names"] == ["negative", "positive"]
+
+
+def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "bad.db"
+    with pytest.raises(hpo.UserError, match=r"params\.learning_rat: unknown parameter"):
+        hpo.optimize({**TINY, "params": {"learning_rat": TINY["params"]["learning_rate"]}}, storage=f"sqlite:///{db}")
+    with pytest.raises(hpo.UserError, match="no-such-model"):
+        hpo.optimize(TINY, storage=f"sqlite:///{db}", model="no-such-model")
+    assert not db.exists()
+    with pytest.raises(hpo.UserError, match="no SQLite database"):
+        hpo.load("nb", storage=f"sqlite:///{db}")
+
+
+def test_cli_model_flag_overrides_the_space_and_keeps_transformers_quiet(tmp_path: Path, small_data: Path) -> None:
+    # Real pretrained weights: transformers' "Loading weights" bar must not write over the study's lines.
+    space = tmp_path / "tiny.yaml"
+    space.write_text(yaml.safe_dump({**TINY, "fixed": {**TINY["fixed"], "max_steps": 1, "eval_every": 0}}))
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    proc = run_cli([*cli_args(url, space, small_data, "--n-trials", "1", "--model", "minilm-l6", "--fix", "fp_precision=bf16")], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Loading weights" not in proc.stderr + proc.stdout
+    assert "LOAD REPORT" not in proc.stderr + proc.stdout
+    (trial,) = optuna.load_study(study_name="precision-demo", storage=url).get_trials()
+    assert trial.user_attrs["config"]["model"] == "minilm-l6"
+    assert trial.state == TrialState.COMPLETE
+
+
+def test_cli_unknown_model_is_one_line(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpo", "run", "--model", "no-such-model", "--storage", f"sqlite:///{tmp_path / 'x.db'}"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "no-such-model" in proc.stderr, proc.stderr
+    assert not (tmp_path / "x.db").exists()

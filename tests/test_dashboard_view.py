@@ -1,0 +1,50 @@
+"""What optuna-dashboard is given: metric names, one row per nested attribute, a note on skipped trials."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import optuna_dashboard
+from optuna.trial import TrialState
+from optuna_dashboard._serializer import serialize_attrs
+from test_api import TINY
+
+import hpo
+from hpo._dashboard_view import SKIP_HEADINGS, ReadableStorage
+from trial_executor import demo_dataset
+
+SPACE = {**TINY, "params": {**TINY["params"], "fp_precision": {"type": "categorical", "choices": ["fp32", "tf32"]}}}
+
+
+def test_metric_names_note_on_a_skipped_precision_and_readable_attrs(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    data = demo_dataset(n_train=120, n_valid=32, seed=1)
+    # tf32 needs an Ampere GPU: on this CPU the trial is skipped at once.
+    study = hpo.optimize(SPACE, data, storage=url, study_name="d", n_trials=1, timeout=1, device="cpu", fix=["fp_precision=tf32"],
+                         artifact_store=str(tmp_path / "a"))
+    assert study.metric_names == ["accuracy"]
+    # Skipped trials never count toward the budget: the timeout ends the run.
+    skipped = next(t for t in study.get_trials() if t.user_attrs.get("skip_reason") == "unsupported_precision")
+    assert skipped.state == TrialState.PRUNED
+    note = optuna_dashboard.get_note(optuna.Trial(study, skipped._trial_id))
+    assert note.startswith(f"## {SKIP_HEADINGS['unsupported_precision']}") and "tf32" in note
+
+    # The dashboard's view: one row per leaf, each short; the storage itself keeps the nested dicts.
+    study = hpo.optimize(SPACE, data, storage=url, study_name="d", n_trials=1, device="cpu", fix=["fp_precision=fp32"],
+                         artifact_store=str(tmp_path / "a"))
+    complete = study.get_trials(states=(TrialState.COMPLETE,))[0]
+    assert isinstance(complete.user_attrs["hardware"], dict)
+    view = ReadableStorage(study._storage)
+    shown = view.get_trial(complete._trial_id).user_attrs
+    assert shown["hardware.device_type"] == "cpu" and shown["config.model"] == complete.user_attrs["config"]["model"]
+    assert "hardware" not in shown and "metrics.accuracy" in shown
+    rows = serialize_attrs(shown)
+    assert max(len(row["value"]) for row in rows) < 200, max(rows, key=lambda r: len(r["value"]))
+    assert len(json.dumps(complete.user_attrs["config"])) > 500  # what one row used to hold
+    studies = view.get_all_studies()
+    assert "search_space.params.model.type" in studies[0].user_attrs
+    # Everything else goes straight through, writes included.
+    assert view.get_study_id_from_name("d") == study._study_id
+    assert [t.number for t in view.get_all_trials(study._study_id)] == [t.number for t in study.get_trials()]

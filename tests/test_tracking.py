@@ -1,0 +1,83 @@
+"""Experiment tracking read back with the real MLflow client and TensorBoard's own event reader."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from conftest import cli_args, run_cli
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from test_api import TINY
+
+import hpo
+from hpo.run import main
+from trial_executor import demo_dataset
+
+# Evaluated at steps 2 and 4: a learning curve of two points per run.
+SPACE = {**TINY, "params": {k: v for k, v in TINY["params"].items() if k != "fp_precision"}}
+
+
+def test_mlflow_gets_one_run_per_trial_in_the_default_local_store(tmp_path: Path, small_data: Path) -> None:
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(SPACE))
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    proc = run_cli([*cli_args(url, space, small_data, "--study-name", "tracked", "--n-trials", "2"), "--track", "mlflow"],
+                   cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "mlflow" not in proc.stderr.lower(), proc.stderr  # no store notices over the study's lines
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("tracked")
+    runs = {r.info.run_id: r for r in client.search_runs([experiment.experiment_id])}
+    trials = optuna.load_study(study_name="tracked", storage=url).get_trials()
+    assert len(runs) == len(trials) == 2
+    for trial in trials:
+        run = runs[trial.user_attrs["mlflow_run_id"]]
+        assert run.info.run_name == f"trial-{trial.number}" and run.info.status == "FINISHED"
+        assert run.data.params["learning_rate"] == str(trial.params["learning_rate"])
+        assert run.data.params["model"] == trial.params["model"] and run.data.params["max_steps"] == "4"
+        assert run.data.tags["hardware.device_type"] == "cpu" and run.data.tags["state"] == TrialState.COMPLETE.name
+        history = client.get_metric_history(run.info.run_id, "eval/accuracy")
+        assert [m.step for m in history] == [2, 4]
+        assert history[-1].value == pytest.approx(trial.value)
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/train_loss")] == [2, 4]
+        assert client.get_metric_history(run.info.run_id, "train/loss")
+        assert run.data.metrics["final/throughput_samples_per_s"] == pytest.approx(trial.user_attrs["throughput_samples_per_s"])
+
+
+def test_tensorboard_gets_one_event_directory_per_trial(tmp_path: Path) -> None:
+    runs = tmp_path / "tb"
+    study = hpo.optimize(
+        SPACE, demo_dataset(n_train=120, n_valid=32, seed=4), storage=f"sqlite:///{tmp_path / 't.db'}", study_name="tb",
+        n_trials=2, device="cpu", track=[("tensorboard", str(runs))], artifact_store=str(tmp_path / "a"),
+    )
+    for trial in study.get_trials():
+        directory = Path(trial.user_attrs["tensorboard_run"])
+        assert directory == runs / "tb" / f"trial-{trial.number}"
+        events = EventAccumulator(str(directory), size_guidance={"scalars": 0, "tensors": 0})
+        events.Reload()
+        accuracy = events.Scalars("eval/accuracy")
+        assert [e.step for e in accuracy] == [2, 4] and accuracy[-1].value == pytest.approx(trial.value)
+        assert events.Scalars("train/loss") and [e.step for e in events.Scalars("eval/train_loss")] == [2, 4]
+        texts = {tag: events.Tensors(tag)[-1].tensor_proto.string_val[0].decode() for tag in ("state/text_summary", "tags/text_summary")}
+        assert texts["state/text_summary"] == "COMPLETE" and "hardware.device_type: cpu" in texts["tags/text_summary"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--track", "tensorboard"], "--track tensorboard needs a directory"),
+        (["--track", "wandb"], "unknown tracker 'wandb'"),
+    ],
+)
+def test_bad_track_flags_are_one_line(tmp_path: Path, flags: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "x.db"
+    assert main(["--storage", f"sqlite:///{db}", *flags]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1, err
+    assert not db.exists()

@@ -1,0 +1,48 @@
+"""The trained model as a deliverable: weights and tokenizer in ``save_pretrained`` format.
+
+A LoRA run saves the merged model: the adapters folded into the weights they adapt and the
+trained head in place of the frozen one, so the directory loads with plain
+``AutoModelForSequenceClassification.from_pretrained``, without peft.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+def merge_lora(model: torch.nn.Module) -> torch.nn.Module:
+    """Fold LoRA layers into their base layers and unwrap trained heads, in place; returns ``model``."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.utils import ModulesToSaveWrapper
+
+    replaced: list[str] = []
+    for name, module in list(model.named_modules()):
+        if any(name.startswith(f"{done}.") for done in replaced):
+            continue  # inside a layer already swapped out
+        if isinstance(module, BaseTunerLayer):
+            module.merge()
+            replacement = module.get_base_layer()
+        elif isinstance(module, ModulesToSaveWrapper):
+            replacement = next(iter(module.modules_to_save.values()))  # the trained copy of the head
+        else:
+            continue
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, replacement)
+        replaced.append(name)
+    return model
+
+
+def save_final_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: Path, *, lora: bool) -> None:
+    """Write ``model`` (merged when ``lora``) and ``tokenizer`` to ``directory`` with ``save_pretrained``."""
+    if lora:
+        model = merge_lora(model)
+    directory.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
