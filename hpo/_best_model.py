@@ -14,6 +14,7 @@ of them and the other file stays behind (bounded: one per such race).
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 import tarfile
 import tempfile
@@ -35,6 +36,8 @@ BEST_MODEL_ATTR = "best_model"
 _KEEPING: set[tuple[int, int]] = set()
 # Trial id -> the directory its run saves the final model to, until the trial has finished.
 _FINAL_MODELS: dict[int, Path] = {}
+
+_logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -76,10 +79,14 @@ def keep_if_best(study: optuna.Study, trial: FrozenTrial, store: FileSystemArtif
             return False
         artifact_id = str(uuid.uuid4())
         archive = saved.parent / "model.tar"
-        with tarfile.open(archive, "w") as tar:
-            tar.add(saved, arcname=".")
-        with archive.open("rb") as stream:
-            store.write(artifact_id, stream)
+        try:
+            with tarfile.open(archive, "w") as tar:
+                tar.add(saved, arcname=".")
+            with archive.open("rb") as stream:
+                store.write(artifact_id, stream)
+        except OSError as err:  # a read-only or full artifact store costs the kept model, not the study
+            _logger.warning("trial %d is the best so far but its model was not kept: %s", trial.number, err)
+            return False
         previous = study.user_attrs.get(BEST_MODEL_ATTR)
         model = (trial.user_attrs.get("config") or {}).get("model")
         study.set_user_attr(BEST_MODEL_ATTR, {"trial": trial.number, "artifact_id": artifact_id, "value": trial.value, "model": model})

@@ -51,13 +51,22 @@ class WriteTokens:
     def __init__(self, storage: RDBStorage) -> None:
         self._engine = storage.engine
         self._pending = threading.local()
-        try:
-            _metadata.create_all(self._engine)  # no-op when the table exists
-            self._enabled = True
-        except sqlalchemy.exc.SQLAlchemyError as err:  # a read-only database: no writes to make safe either
-            _logger.warning("no table %s (%s); storage writes will not be retried safely", TABLE_NAME, str(err).splitlines()[0])
-            self._enabled = False
+        # Made at the first stamped write, not on open: read-only commands (status, best, export)
+        # must leave the database exactly as they found it.
+        self._enabled: bool | None = None
+        self._creating = threading.Lock()
         sqlalchemy.event.listen(storage.scoped_session, "after_flush", self._stamp)
+
+    def _ensure_table(self) -> bool:
+        with self._creating:
+            if self._enabled is None:
+                try:
+                    _metadata.create_all(self._engine)  # no-op when the table exists
+                    self._enabled = True
+                except sqlalchemy.exc.SQLAlchemyError as err:  # a read-only database: the write itself will fail
+                    _logger.warning("no table %s (%s); storage writes will not be retried safely", TABLE_NAME, str(err).splitlines()[0])
+                    self._enabled = False
+        return self._enabled
 
     @staticmethod
     def new() -> str:
@@ -66,7 +75,7 @@ class WriteTokens:
     @contextlib.contextmanager
     def stamping(self, token: str | None) -> Iterator[None]:
         """Writes flushed by this thread meanwhile record ``token``."""
-        self._pending.token = token if self._enabled else None
+        self._pending.token = token if token is not None and self._ensure_table() else None
         try:
             yield
         finally:

@@ -21,6 +21,12 @@ from _private_postgres import PrivatePostgres
 from trial_executor import make_synthetic_reviews
 
 ROOT = Path(__file__).resolve().parent.parent
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    import torch
+
+    # The test processes share the machine's cores: training in each on all of them oversubscribes.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 PG_ADMIN_URL = os.environ.get("HPO_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 # Small enough that a trial takes about a second on two cores, large enough to learn.

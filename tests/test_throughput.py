@@ -15,7 +15,8 @@ from trial_executor._throughput import SETUP_OCCURRENCES, WARMUP_STEPS, DeviceLa
 
 def test_a_long_enough_trial_reports_steady_state_throughput() -> None:
     data = demo_dataset(n_train=640, n_valid=32, seed=5)
-    result = run_trial(TrainConfig(batch_size=16, max_steps=40, eval_every=0, device="cpu"), data)
+    # Steady state needs 10 steps and half a second after them: 200 tiny steps outlast that on any machine.
+    result = run_trial(TrainConfig(batch_size=16, epochs=5, max_steps=200, eval_every=0, device="cpu"), data)
     assert result.steady_state and result.throughput_samples_per_s > 0 and result.throughput_all_samples_per_s > 0
     assert result.compile_seconds == 0.0  # nothing compiled, and the CPU has no per-shape setup to time
     assert result.device_busy_fraction is None and result.host_limited is None  # CUDA events only

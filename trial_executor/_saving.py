@@ -7,6 +7,7 @@ trained head in place of the frozen one, so the directory loads with plain
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,8 @@ import torch
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+_logger = logging.getLogger(__name__)
 
 
 def merge_lora(model: torch.nn.Module) -> torch.nn.Module:
@@ -38,11 +41,19 @@ def merge_lora(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def save_final_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: Path, *, lora: bool) -> None:
-    """Write ``model`` (merged when ``lora``) and ``tokenizer`` to ``directory`` with ``save_pretrained``."""
+def save_final_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: Path, *, lora: bool) -> bool:
+    """Write ``model`` (merged when ``lora``) and ``tokenizer`` to ``directory`` with ``save_pretrained``.
+
+    A full or read-only disk costs the saved model, not the trial: one warning, and False.
+    """
     if lora:
         model = merge_lora(model)
-    directory.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
-        model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with torch.no_grad():
+            model.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+    except (OSError, RuntimeError) as err:  # torch.save reports a full disk as RuntimeError
+        _logger.warning("the trained model was not saved to %s: %s", directory, err)
+        return False
+    return True
