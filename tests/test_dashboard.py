@@ -37,7 +37,7 @@ BROWSER_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
     "--disable-sync", "--window-size=1400,1700",
 )
-APT_INSTALL = ("apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver")
+APT_INSTALL = ("apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver")
 SCREENSHOTS = ROOT / "tests" / "artifacts"
 SECRET = "DashSecret9"
 # A few optimizer steps per trial, evaluated every 2: a short learning curve per trial.
@@ -56,7 +56,7 @@ def chromium() -> tuple[str, str]:
     if not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()):
         result = _apt(*APT_INSTALL)
         if result.returncode != 0:  # stale package lists: refresh them once
-            _apt("apt-get", "update")
+            _apt("apt-get", "-o", "DPkg::Lock::Timeout=600", "update")
             result = _apt(*APT_INSTALL)
         if result.returncode != 0 or not CHROMEDRIVER.is_file():
             last = (result.stderr.strip().splitlines() or ["no output"])[-1]

@@ -31,9 +31,14 @@ DIRS = ("work", "artifacts", "cache", "data", "spaces")
 def docker_compose() -> str:
     found = shutil.which("docker-compose")
     if found is None:
-        command = ["apt-get", "install", "-y", "--no-install-recommends", "docker-compose"]
+        # The lock timeout: the dashboard test may be installing Chromium in the other test process.
+        apt = ["apt-get", "-o", "DPkg::Lock::Timeout=600"]
+        command = [*apt, "install", "-y", "--no-install-recommends", "docker-compose"]
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+        if result.returncode != 0:  # a new machine's package lists are stale or empty: refresh them once
+            subprocess.run([*apt, "update"], env=env, capture_output=True, text=True, timeout=900)
+            result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
         found = shutil.which("docker-compose")
         if found is None:
             last = (result.stderr.strip().splitlines() or ["no output"])[-1]
