@@ -158,6 +158,9 @@ def test_dataloader_workers_give_the_same_run(data: TextClassificationData) -> N
     in_process = run_trial(config, data)
     workers = TrainConfig(**{**config.to_dict(), "num_workers": 1, "persistent_workers": True, "prefetch_factor": 4})
     assert run_trial(workers, data).history == in_process.history
+    # pin_memory from an older space: the CPU has nothing to pin for, and the run is the same.
+    pinned = TrainConfig(**{**config.to_dict(), "pin_memory": True})
+    assert run_trial(pinned, data).history == in_process.history
 
 
 def test_precision_aliases_and_knob_validation() -> None:

@@ -116,8 +116,8 @@ def build_trial(config: TrainConfig, data: TextClassificationData, device: torch
         max_positions=max_positions, cache_dir=config.cache_dir, token_types=uses_token_types(model),
     )
     buckets = width_buckets(tokens.max_length) if knobs.buckets else None
-    pin = device.type == "cuda" or config.pin_memory
-    collation = Collation(pad_id, buckets=buckets, packed=knobs.packed_forward, pin=pin)
+    # Pinned on CUDA always (the step's copies are asynchronous); the CPU has nothing to pin for.
+    collation = Collation(pad_id, buckets=buckets, packed=knobs.packed_forward, pin=device.type == "cuda")
     batches = TrainBatches(
         tokens.train, config.batch_size, collation, length_grouping=config.length_grouping,
         chunk_by_length=knobs.chunk_by_length, num_workers=config.num_workers,

@@ -50,8 +50,9 @@ class TrainConfig:
     classifier head. ``gradient_checkpointing`` recomputes each layer's activations in the
     backward pass. ``early_stopping_patience`` stops a run whose ``early_stopping_metric``
     (``None``: accuracy) has not improved for that many evaluations. ``num_workers`` > 0 collates
-    training batches in DataLoader worker processes (``pin_memory``, ``persistent_workers``,
-    ``prefetch_factor`` as in :class:`torch.utils.data.DataLoader`).
+    training batches in DataLoader worker processes (``persistent_workers``, ``prefetch_factor`` as
+    in :class:`torch.utils.data.DataLoader`). ``pin_memory`` has no effect (kept for older spaces):
+    batches are pinned on CUDA always and never on the CPU.
     """
 
     model: str = "tiny-bert"
