@@ -57,9 +57,9 @@ def test_one_class_per_label_value_whatever_its_spelling(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("labels", "expected"),
     [
-        ([1, 0, 1.0], r'line 3 has label 1\.0, a number; labels must be integers or strings'),
-        ([1, 0, {"a": 1}], r'line 3 has label \{"a": 1\}, an object; labels must be integers or strings'),
-        ([1, 0, [1]], r"line 3 has label \[1\], a list"),
+        ([1, 0, 1.0], r"labels are whole numbers written with decimals \(1\.0, .*line 3\); set task: regression"),
+        ([1, 0, {"a": 1}], r'line 3 has label \{"a": 1\}, an object; labels must be integers, numbers, strings or lists'),
+        ([1, 0, [1]], r"labels mix integers and label sets: 1 \(.*line 1\) and \[1\] \(.*line 3\)"),
         ([True, False], r"line 1 has label true, a boolean"),
         ([1, 0, "1O"], r"labels mix integers and strings: 1 \(data file .*d.jsonl line 1\) and '1O' \(data file .*line 3\)"),
         ([1, 0, None], r"line 3 has no label"),
@@ -146,7 +146,7 @@ def test_non_files_are_named_for_what_they_are(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ('{"text": "a", "label": 1}\n{"text": "b", "label": 1.0}\n', "has label 1.0, a number"),
+        ('{"text": "a", "label": 1}\n{"text": "b", "label": 1.0}\n', "labels are whole numbers written with decimals"),
         ('{"text": "a", "label": 1}\n{"text": 0, "label": 0}\n', "has 0 in column 'text', a number, not a text"),
         ('{"text": "a", "label": 1}\n{"text": "b", "label": "x"}\n', "labels mix integers and strings"),
     ],

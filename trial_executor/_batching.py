@@ -23,7 +23,7 @@ import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch.profiler import record_function
@@ -39,10 +39,10 @@ _MIN_BUCKET = 16
 
 @dataclass(frozen=True)
 class TokenizedSplit:
-    """Token ids per example (unpadded), their labels, and token types (sentence pairs only)."""
+    """Token ids per example (unpadded), their targets, and token types (sentence pairs only)."""
 
     input_ids: list[list[int]]
-    labels: list[int]
+    labels: list[int] | list[float] | list[list[float]]  # class ids, regression targets or multi-hot rows
     token_type_ids: list[list[int]] | None = None  # 0 for the first text, 1 for the second
 
     def __len__(self) -> int:
@@ -90,7 +90,7 @@ def collate(split: TokenizedSplit, indices: Sequence[int], pad_id: int, *, width
     for r, row in enumerate(rows):
         input_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
         attention_mask[r, : len(row)] = 1
-    labels = torch.tensor([split.labels[i] for i in indices], dtype=torch.long)
+    labels = label_tensor([split.labels[i] for i in indices])
     batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
     if split.token_type_ids is not None:
         token_type_ids = torch.zeros((len(rows), width), dtype=torch.long)
@@ -99,6 +99,11 @@ def collate(split: TokenizedSplit, indices: Sequence[int], pad_id: int, *, width
             token_type_ids[r, : len(types)] = torch.tensor(types, dtype=torch.long)
         batch["token_type_ids"] = token_type_ids
     return batch
+
+
+def label_tensor(labels: Sequence[Any]) -> torch.Tensor:
+    """Targets as the HF loss takes them: class ids (ints) as int64, regression and multi-hot floats as float32."""
+    return torch.tensor(labels, dtype=torch.long if isinstance(labels[0], int) else torch.float32)
 
 
 def packing(attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -16,7 +16,7 @@ import torch
 from transformers import PreTrainedModel
 
 from trial_executor._batching import Collation, TrainBatches, width_buckets
-from trial_executor._config import TrainConfig
+from trial_executor._config import TASK_METRICS, TrainConfig
 from trial_executor._data import TextClassificationData
 from trial_executor._defaults import Knobs, resolve_knobs
 from trial_executor._lora import apply_lora, parameter_counts
@@ -102,7 +102,13 @@ class TrialParts:
 
 def build_trial(config: TrainConfig, data: TextClassificationData, device: torch.device, policy: PrecisionPolicy) -> TrialParts:
     """Build ``config``'s model, forward, batches, optimizer and step on ``device`` (seed first)."""
-    model, tokenizer = load_model(config.model, data.label_names, data.train_texts)
+    measured = TASK_METRICS[data.task]
+    if config.early_stopping_metric is not None and config.early_stopping_metric not in measured:
+        raise ValueError(
+            f"early_stopping_metric {config.early_stopping_metric!r} is not measured for {data.task} data; "
+            f"use one of {', '.join(measured)}"
+        )
+    model, tokenizer = load_model(config.model, data.label_names, data.train_texts, data.task)
     if config.finetune == "lora":
         model = apply_lora(model, config)  # adapters injected in place; the model keeps its class
     trainable_params, total_params = parameter_counts(model)

@@ -9,7 +9,16 @@ from typing import Any
 # Plain names, here rather than beside the code that uses them, so that reading a config
 # (the orchestrator, read-only commands) does not import torch.
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
-METRICS: tuple[str, ...] = ("accuracy", "macro_f1", "loss")
+# What the labels ask of the model, and what each kind of task is measured by (the first: the
+# default early-stopping metric). Regression and multi-label metrics: trial_executor._metrics.
+TASKS: tuple[str, ...] = ("classification", "regression", "multi_label")
+TASK_METRICS: dict[str, tuple[str, ...]] = {
+    "classification": ("accuracy", "macro_f1", "loss"),
+    "regression": ("rmse", "pearson", "spearman", "loss"),
+    "multi_label": ("micro_f1", "macro_f1", "subset_accuracy", "loss"),
+}
+METRICS: tuple[str, ...] = tuple(dict.fromkeys(m for names in TASK_METRICS.values() for m in names))
+MINIMIZED_METRICS: tuple[str, ...] = ("loss", "rmse")
 LR_SCHEDULES: tuple[str, ...] = ("linear", "cosine", "constant")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 # Below this size a model's per-call overhead outweighs the padding that chunking saves

@@ -1,7 +1,8 @@
 """Text-classification data: loading CSV, TSV and JSON(L) files into one in-memory form.
 
-How files are read is :mod:`trial_executor._files`; what a text or a label may be is
-:mod:`trial_executor._values`. Texts reach the tokenizer exactly as they are in the file.
+How files are read is :mod:`trial_executor._files`; what a text or a label may be, and which
+task the labels are for, is :mod:`trial_executor._values`. Texts reach the tokenizer exactly as
+they are in the file; labels become the targets the model trains on, their names kept as given.
 """
 
 from __future__ import annotations
@@ -14,23 +15,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trial_executor._files import DataError, Records, has_validation_split, read_records
-from trial_executor._values import Label, check_one_kind, label_kind, label_names, label_value, text_value
+from trial_executor._values import (
+    AUTO,
+    CLASSIFICATION,
+    MULTI_LABEL,
+    REGRESSION,
+    Label,
+    check_one_kind,
+    label_kind,
+    label_names,
+    label_set,
+    label_value,
+    resolve_task,
+    text_value,
+)
 
 __all__ = ["DataError", "TextClassificationData", "load_text_classification"]
 
 
 @dataclass(frozen=True)
 class TextClassificationData:
-    """Train and validation texts with integer labels; ``label_names[i]`` names label ``i``."""
+    """Train and validation texts with their targets; ``label_names[i]`` names the model's output ``i``.
+
+    The targets by ``task``: ``classification``, a class id per row; ``regression``, a float per
+    row (one output, named after the label column); ``multi_label``, a row of 0.0/1.0 per label
+    (multi-hot).
+    """
 
     train_texts: list[str]
-    train_labels: list[int]
+    train_labels: list[int] | list[float] | list[list[float]]
     valid_texts: list[str]
-    valid_labels: list[int]
+    valid_labels: list[int] | list[float] | list[list[float]]
     label_names: list[str]
     train_pairs: list[str] | None = None
     valid_pairs: list[str] | None = None
     dropped_empty: int = 0
+    task: str = CLASSIFICATION
 
     @property
     def num_labels(self) -> int:
@@ -53,15 +73,18 @@ class _Rows:
     labels: list[Label]
     dropped_empty: int
     examples: dict[str, tuple[Label, str]] = field(default_factory=dict)  # label kind -> a label and where it is
+    places: list[str] = field(default_factory=list)  # where each row is, for errors
 
     def take(self, indices: list[int], dropped_empty: int) -> _Rows:
         pairs = None if self.pairs is None else [self.pairs[i] for i in indices]
         labels = [self.labels[i] for i in indices]
-        return _Rows([self.texts[i] for i in indices], pairs, labels, dropped_empty, self.examples)
+        places = [self.places[i] for i in indices]
+        return _Rows([self.texts[i] for i in indices], pairs, labels, dropped_empty, self.examples, places)
 
 
 def _columns(
-    path: Path, records: Records, text_column: str, label_column: str, pair_column: str | None, empty_text: str
+    path: Path, records: Records, text_column: str, label_column: str, pair_column: str | None, empty_text: str,
+    multi_label: bool,
 ) -> _Rows:
     if not records.rows:
         raise DataError(f"data file {path} has no rows; give a file with a header and at least two classes")
@@ -74,7 +97,7 @@ def _columns(
     empty: list[int] = []
     for number, row in zip(records.numbers, records.rows, strict=True):
         where = f"data file {path} {records.unit} {number}"
-        label = label_value(row.get(label_column), where)
+        label = label_set(row.get(label_column), where) if multi_label else label_value(row.get(label_column), where)
         # Texts go on exactly as given; only the test for an empty text ignores whitespace.
         text = text_value(row, text_column, where)
         pair = text_value(row, pair_column, where) if pair_column else None
@@ -83,6 +106,7 @@ def _columns(
             continue
         rows.texts.append(text)
         rows.labels.append(label)
+        rows.places.append(where)
         rows.examples.setdefault(label_kind(label), (label, where))
         if rows.pairs is not None and pair is not None:
             rows.pairs.append(pair)
@@ -105,27 +129,32 @@ def load_text_classification(
     valid_fraction: float = 0.1,
     seed: int = 0,
     empty_text: str = "drop",
+    task: str = AUTO,
 ) -> TextClassificationData:
     """Load labelled texts: a CSV, TSV or JSONL file, or a directory saved with ``datasets``.
 
     Validation comes from ``valid_path`` (or, for a saved ``DatasetDict``, its ``validation``
-    split) or else a seeded hold-out of ``valid_fraction``. Labels are all integers or all
-    strings (see :mod:`trial_executor._values`); ids follow numeric order for integer labels
-    and alphabetical order otherwise. A JSON file may be JSON Lines or one array of objects. Rows with
+    split) or else a seeded hold-out of ``valid_fraction``. ``task`` is ``classification``,
+    ``regression``, ``multi_label``, or ``auto``: what the labels say (see
+    :mod:`trial_executor._values`). Class ids follow numeric order for integer labels and
+    alphabetical order otherwise. A JSON file may be JSON Lines or one array of objects. Rows with
     empty text are dropped and counted (``empty_text="drop"``) or refused (``"fail"``).
     Raises :class:`DataError` with a one-line explanation.
     """
     if empty_text not in ("drop", "fail"):
         raise DataError(f"--empty-text must be drop or fail, got {empty_text!r}")
+    if task not in (AUTO, CLASSIFICATION, REGRESSION, MULTI_LABEL):
+        raise DataError(f"task must be auto, {CLASSIFICATION}, {REGRESSION} or {MULTI_LABEL}, got {task!r}")
     path = Path(path)
-    train = _columns(path, read_records(path), text_column, label_column, text_pair_column, empty_text)
+    columns = (text_column, label_column, text_pair_column, empty_text, task == MULTI_LABEL)
+    train = _columns(path, read_records(path), *columns)
     if valid_path is None and path.is_dir() and has_validation_split(path):
         valid_path, valid_split = path, "validation"
     else:
         valid_split = None
     if valid_path is not None:
         valid_path = Path(valid_path)
-        valid = _columns(valid_path, read_records(valid_path, valid_split), text_column, label_column, text_pair_column, empty_text)
+        valid = _columns(valid_path, read_records(valid_path, valid_split), *columns)
     else:
         if not 0 < valid_fraction < 1:
             raise DataError(f"--valid-fraction must be between 0 and 1, got {valid_fraction}")
@@ -136,22 +165,24 @@ def load_text_classification(
             raise DataError(f"data file {path} has {len(order)} usable rows, too few to hold out validation; add rows")
         valid = train.take(order[:n_valid], 0)
         train = train.take(sorted(order[n_valid:]), train.dropped_empty)
-    names, train_ids, valid_ids = _label_ids(path, train, valid)
+    task = resolve_task(task, {**valid.examples, **train.examples}, [*train.labels, *valid.labels])
+    targets = {CLASSIFICATION: _label_ids, REGRESSION: _numbers, MULTI_LABEL: _multi_hot}[task]
+    names, train_targets, valid_targets = targets(path, train, valid, label_column)
     return TextClassificationData(
         train_texts=train.texts,
-        train_labels=train_ids,
+        train_labels=train_targets,
         valid_texts=valid.texts,
-        valid_labels=valid_ids,
+        valid_labels=valid_targets,
         label_names=names,
         train_pairs=train.pairs,
         valid_pairs=valid.pairs,
         dropped_empty=train.dropped_empty + valid.dropped_empty,
+        task=task,
     )
 
 
-def _label_ids(path: Path, train: _Rows, valid: _Rows) -> tuple[list[str], list[int], list[int]]:
+def _label_ids(path: Path, train: _Rows, valid: _Rows, column: str) -> tuple[list[str], list[int], list[int]]:
     """The class names, and each split's labels as ids: one label kind across both splits."""
-    check_one_kind({**valid.examples, **train.examples})
     classes = set(train.labels)
     names = label_names(classes)
     if len(names) < 2:
@@ -162,3 +193,37 @@ def _label_ids(path: Path, train: _Rows, valid: _Rows) -> tuple[list[str], list[
         raise DataError(f"validation labels {unseen} never occur in training; add them to the training data")
     index = {label: i for i, label in enumerate(sorted(classes))}  # type: ignore[type-var]  # one kind
     return names, [index[x] for x in train.labels], [index[x] for x in valid.labels]
+
+
+def _numbers(path: Path, train: _Rows, valid: _Rows, column: str) -> tuple[list[str], list[float], list[float]]:
+    """Regression: one output named after the label column, each row's number as a float."""
+    values = [float(x) for x in train.labels]  # type: ignore[arg-type]  # numbers, by resolve_task
+    if len(set(values)) < 2:
+        raise DataError(f"data file {path} has a single target value ({values[0]:g}) in training; regression needs targets that vary")
+    return [column], values, [float(x) for x in valid.labels]  # type: ignore[arg-type]
+
+
+def _multi_hot(path: Path, train: _Rows, valid: _Rows, column: str) -> tuple[list[str], list[list[float]], list[list[float]]]:
+    """Multi-label: the label names, and each row as 1.0 for its labels and 0.0 for the others."""
+    examples: dict[str, tuple[Label, str]] = {}
+    for rows in (valid, train):
+        for labels, where in zip(rows.labels, rows.places, strict=True):
+            for label in labels:  # type: ignore[union-attr]  # label sets, by resolve_task
+                examples[label_kind(label)] = (label, where)
+    check_one_kind(examples)
+    classes: set[int | str] = {label for labels in train.labels for label in labels}  # type: ignore[union-attr]
+    names = label_names(classes)
+    if len(names) < 2:
+        raise DataError(f"data file {path} has {len(names)} distinct label(s) in training; multi-label data needs at least two")
+    unseen = label_names({label for labels in valid.labels for label in labels} - classes)  # type: ignore[union-attr]
+    if unseen:
+        raise DataError(f"validation labels {unseen} never occur in training; add them to the training data")
+    index = {label: i for i, label in enumerate(sorted(classes))}  # type: ignore[type-var]  # one kind
+
+    def hot(labels: tuple[int | str, ...]) -> list[float]:
+        row = [0.0] * len(names)
+        for label in labels:
+            row[index[label]] = 1.0
+        return row
+
+    return names, [hot(x) for x in train.labels], [hot(x) for x in valid.labels]  # type: ignore[arg-type]

@@ -6,11 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from trial_executor._batching import Collation, TokenizedSplit, eval_batches, to_device
+from trial_executor._batching import Collation, TokenizedSplit, eval_batches, label_tensor, to_device
 from trial_executor._config import TrainConfig
-from trial_executor._metrics import classification_metrics
+from trial_executor._metrics import evaluation_metrics
 from trial_executor._precision import PrecisionPolicy
 
 
@@ -30,7 +29,4 @@ def evaluate(
             logits_by_index[i] = row
     model.train()
     logits = torch.stack([logits_by_index[i] for i in range(len(split))])
-    labels = torch.tensor(split.labels)
-    metrics = classification_metrics(logits.argmax(dim=-1), labels, num_labels)
-    metrics["loss"] = F.cross_entropy(logits, labels).item()
-    return metrics
+    return evaluation_metrics(logits, label_tensor(split.labels))

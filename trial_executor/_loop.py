@@ -32,7 +32,7 @@ from trial_executor._checkpoint import (
     rng_states,
     save_checkpoint,
 )
-from trial_executor._config import TrainConfig
+from trial_executor._config import MINIMIZED_METRICS, TASK_METRICS, TrainConfig
 from trial_executor._data import TextClassificationData
 from trial_executor._evaluation import evaluate
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
@@ -223,9 +223,9 @@ class _Loop:
         self.lag = DeviceLag(device)
         self.stopped: str | None = None  # STOPPED_PRUNED or STOPPED_EARLY_STOPPING
         self.shown = 0.0
-        # Early stopping: higher is better once the metric is signed (loss is minimised).
-        self.stop_metric = config.early_stopping_metric or "accuracy"
-        self.stop_sign = -1.0 if self.stop_metric == "loss" else 1.0
+        # Early stopping: higher is better once the metric is signed (loss and rmse are minimised).
+        self.stop_metric = config.early_stopping_metric or TASK_METRICS[data.task][0]
+        self.stop_sign = -1.0 if self.stop_metric in MINIMIZED_METRICS else 1.0
 
     def train(self) -> None:
         config, parts, run = self.config, self.parts, self.run

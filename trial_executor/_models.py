@@ -212,21 +212,28 @@ def checkpoint_dtype(name: str) -> str | None:
     return str(dtype).removeprefix("torch.") if dtype is not None else None
 
 
-def load_model(
-    name: str, label_names: Sequence[str], train_texts: Sequence[str]
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The classification model and tokenizer for ``name``, with a head of ``len(label_names)``.
+# The HF head's loss per task: cross-entropy (inferred from int64 labels), MSE, BCE-with-logits.
+_PROBLEM_TYPES = {"classification": None, "regression": "regression", "multi_label": "multi_label_classification"}
 
+
+def load_model(
+    name: str, label_names: Sequence[str], train_texts: Sequence[str], task: str = "classification"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The sequence-classification model and tokenizer for ``name``, with a head of ``len(label_names)``.
+
+    ``task`` (see :class:`~trial_executor.TextClassificationData`) sets the head's loss.
     Weights are always float32 master weights, whatever dtype the checkpoint was saved in
     (transformers would otherwise load a float16 or bfloat16 checkpoint as it is): autocast
     decides the compute precision, never the file.
     """
     id2label = dict(enumerate(label_names))
     label2id = {label: i for i, label in id2label.items()}
+    problem_type = _PROBLEM_TYPES[task]
     if name in PRESETS:
         tokenizer = train_wordpiece_tokenizer(train_texts)
         config = PRESETS[name](len(tokenizer))
         config.num_labels, config.id2label, config.label2id = len(label_names), id2label, label2id
+        config.problem_type = problem_type
         model = AutoModelForSequenceClassification.from_config(config, attn_implementation="sdpa")
         return model, tokenizer
     check_model_name(name)
@@ -234,7 +241,7 @@ def load_model(
     tokenizer = AutoTokenizer.from_pretrained(source)
     kwargs = {
         "num_labels": len(label_names), "id2label": id2label, "label2id": label2id, "ignore_mismatched_sizes": True,
-        "dtype": torch.float32,
+        "dtype": torch.float32, "problem_type": problem_type,
     }
     try:
         model = AutoModelForSequenceClassification.from_pretrained(source, attn_implementation="sdpa", **kwargs)

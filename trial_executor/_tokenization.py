@@ -102,7 +102,7 @@ def _store(path: Path, input_ids: list[list[int]], token_types: list[list[int]] 
 def tokenize(
     tokenizer: PreTrainedTokenizerBase,
     texts: Sequence[str],
-    labels: Sequence[int],
+    labels: Sequence[int] | Sequence[float] | Sequence[list[float]],
     max_length: int,
     *,
     pairs: Sequence[str] | None = None,

@@ -1,25 +1,36 @@
-"""What a data cell may hold: texts are strings; labels are all integers or all strings.
+"""What a data cell may hold: texts are strings; labels are integers, numbers, names or label sets.
 
 One label-typing rule for every format. A label is an integer when it is a JSON integer or a
-string of decimal digits (``"1"``, ``" 01"``: surrounding whitespace is not part of a label),
-and a string otherwise; so ``1`` and ``"1"`` are one class, whatever file they come from. A
-float (``1.0``), a boolean, an object or a list is no label, and a file (train and validation
-together) whose labels mix integers and strings is refused with one example of each: which
-of them is a typo is the user's call, not ours.
+string of decimal digits (``"1"``, ``" 01"``: surrounding whitespace is not part of a label);
+a number when it is a finite JSON float or a string written as one (``"0.25"``, ``"1e-3"``);
+a label set when it is a JSON list; and a name (string) otherwise. So ``1`` and ``"1"`` are one
+class, whatever file they come from. A boolean or an object is no label, nor is NaN or infinity.
+
+What the labels ask for is the task (:func:`resolve_task`): integers or names are classes,
+numbers (integers among them) are a regression target, label sets a multi-label problem. A
+file (train and validation together) whose labels mix kinds is refused with one example of
+each: which of them is a typo is the user's call, not ours. A label set in a CSV or TSV cell is
+its labels separated by ``|`` (read so only when the task is ``multi_label``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from trial_executor._files import DataError
 
-Label = int | str
+Label = int | float | str | tuple[int | str, ...]
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
-INTEGER, STRING = "integer", "string"
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+INTEGER, NUMBER, STRING, SET = "integer", "number", "string", "set"
+_KIND_WORDS = {INTEGER: "integers", NUMBER: "numbers with decimals", STRING: "strings", SET: "label sets"}
+AUTO, CLASSIFICATION, REGRESSION, MULTI_LABEL = "auto", "classification", "regression", "multi_label"
+SET_SEPARATOR = "|"
 
 
 def _shown(value: Any) -> str:
@@ -42,17 +53,61 @@ def _kind_name(value: Any) -> str:
 
 
 def label_value(value: Any, where: str) -> Label:
-    """The label in a cell as an integer or a string; ``where`` names the row in errors."""
+    """The label in a cell: an integer, a finite number, a string, or (a JSON list) a label set."""
     if value is None or (isinstance(value, str) and not value.strip()):
         raise DataError(f"{where} has no label; fill it in or remove the row")
+    if isinstance(value, list):
+        return label_set(value, where)
     if isinstance(value, str):
         value = value.strip()
-        return int(value) if _INTEGER.fullmatch(value) else value
+        if _INTEGER.fullmatch(value):
+            return int(value)
+        return _finite(float(value), value, where) if _NUMBER.fullmatch(value) else value
     if isinstance(value, int) and not isinstance(value, bool):
         return value
+    if isinstance(value, float):
+        return _finite(value, value, where)
     raise DataError(
-        f"{where} has label {_shown(value)}, {_kind_name(value)}; labels must be integers or strings, "
-        "so write it as one"
+        f"{where} has label {_shown(value)}, {_kind_name(value)}; labels must be integers, numbers, strings "
+        "or lists of labels, so write it as one"
+    )
+
+
+def _finite(number: float, given: Any, where: str) -> float:
+    if not math.isfinite(number):
+        raise DataError(f"{where} has label {_shown(given)}, which is not a finite number; give a real number or remove the row")
+    return number
+
+
+def label_set(value: Any, where: str) -> tuple[int | str, ...]:
+    """A multi-label cell: a JSON list of labels, or a text of labels separated by ``|``."""
+    if isinstance(value, str) and value.strip():
+        items: list[Any] = value.split(SET_SEPARATOR)
+    elif isinstance(value, list):
+        items = value
+    elif isinstance(value, int) and not isinstance(value, bool):
+        items = [value]
+    else:
+        return _not_a_set(value, where)
+    labels: list[int | str] = []
+    for item in items:
+        if isinstance(item, str) and not item.strip():
+            raise DataError(f"{where} has an empty label in {_shown(value)}; separate labels by one {SET_SEPARATOR!r}")
+        label = label_value(item, where)
+        if not isinstance(label, (int, str)):
+            raise DataError(f"{where} has {_shown(item)} in label set {_shown(value)}; a set holds integers or names")
+        if label in labels:
+            raise DataError(f"{where} has label {_shown(label)} twice in {_shown(value)}; list each label once")
+        labels.append(label)
+    return tuple(labels)
+
+
+def _not_a_set(value: Any, where: str) -> tuple[int | str, ...]:
+    if value is None or isinstance(value, str):
+        raise DataError(f"{where} has no label; fill it in or remove the row (a JSON [] is a row with no labels)")
+    raise DataError(
+        f"{where} has label {_shown(value)}, {_kind_name(value)}; a multi-label cell is a JSON list "
+        f"or labels separated by {SET_SEPARATOR!r}"
     )
 
 
@@ -71,19 +126,62 @@ def text_value(row: dict[str, Any], column: str, where: str) -> str:
 
 
 def label_kind(label: Label) -> str:
+    if isinstance(label, tuple):
+        return SET
+    if isinstance(label, float):
+        return NUMBER
     return INTEGER if isinstance(label, int) else STRING
 
 
+def _mix_error(examples: dict[str, tuple[Label, str]], first: str, second: str, fix: str) -> DataError:
+    (a, a_at), (b, b_at) = examples[first], examples[second]
+    return DataError(
+        f"labels mix {_KIND_WORDS[first]} and {_KIND_WORDS[second]}: {_shown(a)} ({a_at}) and {_shown(b)} ({b_at}); {fix}"
+    )
+
+
 def check_one_kind(examples: dict[str, tuple[Label, str]]) -> None:
-    """Refuse labels of both kinds; ``examples`` maps each kind seen to a label and where it is."""
+    """Refuse labels of two kinds; ``examples`` maps each kind seen to a label and where it is."""
     if INTEGER in examples and STRING in examples:
         (number, number_at), (name, name_at) = examples[INTEGER], examples[STRING]
         raise DataError(
             f"labels mix integers and strings: {number} ({number_at}) and {name!r} ({name_at}); "
             "make every label an integer or every label a name"
         )
+    kinds = [kind for kind in _KIND_WORDS if kind in examples]
+    if len(kinds) > 1 and set(kinds) != {INTEGER, NUMBER}:
+        raise _mix_error(examples, kinds[0], kinds[1], "give every row the same kind of label")
 
 
-def label_names(labels: set[Label]) -> list[str]:
+def resolve_task(requested: str, examples: dict[str, tuple[Label, str]], labels: Iterable[Label]) -> str:
+    """The task ``labels`` are for: ``requested``, or with ``auto`` what the labels say unambiguously.
+
+    ``examples`` maps each label kind seen to one label and where it is (for the errors).
+    """
+    check_one_kind(examples)
+    numbers = examples.get(NUMBER)
+    if requested == AUTO:
+        if SET in examples:
+            return MULTI_LABEL
+        if numbers is None:
+            return CLASSIFICATION
+        # 1.0 and 2.0 may be classes saved as floats or whole-valued targets: the user says which.
+        if not any(isinstance(x, float) and not x.is_integer() for x in labels):
+            raise DataError(
+                f"labels are whole numbers written with decimals ({_shown(numbers[0])}, {numbers[1]}); "
+                "set task: regression to predict them as numbers, or write them as integers for classes"
+            )
+        return REGRESSION
+    if requested == CLASSIFICATION and (numbers or SET in examples):
+        label, where = numbers or examples[SET]
+        fix = "set task: regression for numeric targets" if numbers else "set task: multi_label for label sets"
+        raise DataError(f"{where} has label {_shown(label)}; task classification takes integers or names; {fix}")
+    if requested == REGRESSION and (STRING in examples or SET in examples):
+        label, where = examples.get(STRING) or examples[SET]
+        raise DataError(f"{where} has label {_shown(label)}, not a number; task regression needs one number per row")
+    return requested
+
+
+def label_names(labels: set[int | str]) -> list[str]:
     """Class names in id order: integers in numeric order, strings in alphabetical order."""
     return [str(label) for label in sorted(labels)]  # type: ignore[type-var]  # one kind, by check_one_kind
