@@ -94,19 +94,24 @@ def _check_models(space: SearchSpace) -> None:
 def resolve_data(
     data: DataLike = None, *, seed: int = 0, text_column: str = "text", label_column: str = "label",
     text_pair_column: str | None = None, valid_data: str | Path | None = None, valid_fraction: float = 0.1,
-    empty_text: str = "drop",
+    empty_text: str = "drop", task: str = "auto",
 ) -> TextClassificationData:
-    """Loaded data: a CSV/TSV/JSONL file or save_to_disk directory, a :class:`TextClassificationData`, or the demo set."""
-    if isinstance(data, TextClassificationData):
-        return data
-    if data is None:
-        if valid_data is not None:
-            raise UserError("--valid-data needs --data; pass the training file too")
-        return demo_dataset(seed=seed)
+    """Loaded data: a CSV/TSV/JSONL file or save_to_disk directory, a :class:`TextClassificationData`, or the demo set.
+
+    ``task`` (the space's ``task:``) is what the labels are for; ``auto`` reads it from them.
+    """
+    if data is None and valid_data is not None:
+        raise UserError("--valid-data needs --data; pass the training file too")
+    if data is None or isinstance(data, TextClassificationData):
+        given = demo_dataset(seed=seed) if data is None else data
+        if task not in ("auto", given.task):
+            what = "the demo reviews are" if data is None else "the data given is"
+            raise UserError(f"the space says task: {task} but {what} {given.task} data; pass --data with {task} labels")
+        return given
     loaded = load_text_classification(
         str(data), text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
         valid_path=None if valid_data is None else str(valid_data), valid_fraction=valid_fraction, seed=seed,
-        empty_text=empty_text,
+        empty_text=empty_text, task=task,
     )
     if loaded.dropped_empty:
         print(f"warning: dropped {loaded.dropped_empty} rows with empty text (pass --empty-text fail to refuse them)", file=sys.stderr)
@@ -128,6 +133,7 @@ def prepare_study(
     study_name: str = DEFAULT_STUDY_NAME, seed: int = 0, heartbeat: Heartbeat | None = None,
 ) -> PreparedStudy:
     """Create or resume ``study_name`` in ``storage`` (URL; default ``$HPO_STORAGE``, else the demo SQLite file)."""
+    space.check_task(data.task)
     url = resolve_storage_url(storage)
     if url.lower().startswith(GRPC_SCHEME):
         # Heartbeats live in the RDB storage: a worker on the database directly (or the proxy host) sweeps them.
@@ -255,7 +261,7 @@ def optimize(
     resolved = resolve_space(space, fix=fix, model=model)
     loaded = resolve_data(
         data, seed=seed, text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
-        valid_data=valid_data, valid_fraction=valid_fraction, empty_text=empty_text,
+        valid_data=valid_data, valid_fraction=valid_fraction, empty_text=empty_text, task=resolved.task,
     )
     trackers = make_trackers(track, study_name)
     prepared = prepare_study(resolved, loaded, storage=storage, study_name=study_name, seed=seed, heartbeat=Heartbeat())

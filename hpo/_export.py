@@ -80,7 +80,7 @@ def best_space(study: optuna.Study) -> dict[str, Any]:
     stored = study.user_attrs.get("search_space") or {}
     fixed = reusable_config(trial)
     precision = fixed.pop("fp_precision", "fp32")
-    space: dict[str, Any] = {key: stored[key] for key in ("objective", "objectives", "constraints", "oom_fallback") if key in stored}
+    space: dict[str, Any] = {key: stored[key] for key in ("task", "objective", "objectives", "constraints", "oom_fallback") if key in stored}
     space["pruner"] = {"type": "none"}
     space["params"] = {"fp_precision": {"type": "categorical", "choices": [precision]}}
     space["fixed"] = fixed

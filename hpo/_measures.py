@@ -7,13 +7,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from trial_executor import METRICS
+from trial_executor import METRICS, MINIMIZED_METRICS
 
 # What a trial measures besides the evaluation metrics; each can be an objective or a constraint.
 MEASUREMENTS: tuple[str, ...] = ("throughput_samples_per_s", "throughput_tokens_per_s", "peak_memory_mb")
 OBJECTIVE_NAMES: tuple[str, ...] = (*METRICS, *MEASUREMENTS)
 CONSTRAINT_KEYS: tuple[str, ...] = tuple(f"{bound}_{name}" for name in OBJECTIVE_NAMES for bound in ("max", "min"))
-_MINIMIZED = {"loss", "peak_memory_mb"}
+_MINIMIZED = {*MINIMIZED_METRICS, "peak_memory_mb"}
 
 Direction = Literal["maximize", "minimize"]
 
@@ -22,11 +22,26 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def natural_direction(name: str) -> Direction:
+    """How a measure is best optimised: loss, rmse and peak memory down, the rest up."""
+    return "minimize" if name in _MINIMIZED else "maximize"
+
+
 class Objective(Strict):
-    """The single-objective form: ``objective: {metric: accuracy, direction: maximize}``."""
+    """The single-objective form: ``objective: {metric: accuracy, direction: maximize}``.
+
+    ``direction`` defaults to the metric's natural one (``rmse``, ``loss``: minimize).
+    """
 
     metric: str = "accuracy"
     direction: Direction = "maximize"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _natural_direction(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("direction") is None and isinstance(data.get("metric", "accuracy"), str):
+            return {**data, "direction": natural_direction(data.get("metric", "accuracy"))}
+        return data
 
 
 class NamedObjective(Strict):
@@ -39,7 +54,7 @@ class NamedObjective(Strict):
     @classmethod
     def _natural_direction(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("direction") is None and isinstance(data.get("name"), str):
-            return {**data, "direction": "minimize" if data["name"] in _MINIMIZED else "maximize"}
+            return {**data, "direction": natural_direction(data["name"])}
         return data
 
 

@@ -13,7 +13,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from hpo._errors import UserError
 from hpo._fixes import canonical_precision, parse_fixes
 from hpo._measures import NamedObjective, Objective, Strict
-from trial_executor import METRICS
+from trial_executor import METRICS, TASK_METRICS
 
 DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
 # Set per run or per trial from the command line, never searched or fixed in a space.
@@ -131,11 +131,15 @@ class SearchSpace(Strict):
     multi-objective and its best trials are a Pareto front) is set; with neither, the
     objective is accuracy, maximised. ``constraints`` (``max_<measure>``/``min_<measure>``)
     mark trials feasible or not for the sampler; ``oom_fallback`` retries a trial that ran
-    out of memory once with half the micro-batch and twice the accumulation steps.
+    out of memory once with half the micro-batch and twice the accumulation steps. ``task``
+    says what the labels are for (classification, regression, multi_label); ``auto`` decides it
+    from the labels where that is unambiguous.
     """
 
     objective: Objective | None = None
     objectives: list[NamedObjective] | None = Field(default=None, min_length=1)
+    # What the labels are for; auto: what the data's labels say (trial_executor._values).
+    task: Literal["auto", "classification", "regression", "multi_label"] = "auto"
     pruner: PrunerSpec = NoPruner(type="none")
     params: dict[str, Param] = Field(min_length=1)
     fixed: dict[str, Any] = Field(default_factory=dict)
@@ -175,6 +179,20 @@ class SearchSpace(Strict):
     def reports_intermediate_values(self) -> bool:
         """Pruners see one evaluation metric per evaluation: only single eval-metric objectives report."""
         return not self.is_multi_objective and self.objective_names[0] in METRICS
+
+    def check_task(self, task: str) -> None:
+        """Refuse an objective or early-stopping metric that ``task``'s data (see ``TASK_METRICS``) does not measure."""
+        measured = TASK_METRICS[task]
+        where = "objective.metric" if self.objectives is None else "objectives"
+        searched = self.params.get("early_stopping_metric")
+        stopping = searched.choices if isinstance(searched, CategoricalParam) else [self.fixed.get("early_stopping_metric")]
+        named = [(where, name) for name in self.objective_names] + [("early_stopping_metric", m) for m in stopping]
+        for key, name in named:
+            if name in METRICS and name not in measured:
+                raise SearchSpaceError(
+                    f"{key}: {name!r} is not measured on {task} data; use one of {', '.join(measured)} "
+                    f"(e.g. objective: {{metric: {measured[0]}}})"
+                )
 
     @property
     def fixes(self) -> dict[str, Any]:
@@ -244,7 +262,9 @@ class SearchSpace(Strict):
         studies still resume with their original space file.
         """
         dumped = self.model_dump(mode="json")
-        for key, unused in (("objective", None), ("objectives", None), ("constraints", {}), ("oom_fallback", False)):
+        for key, unused in (
+            ("objective", None), ("objectives", None), ("constraints", {}), ("oom_fallback", False), ("task", "auto"),
+        ):
             if dumped[key] == unused:
                 del dumped[key]
         for param in dumped["params"].values():

@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--data", default=None, help="training data: a CSV, TSV or JSONL file, or a directory saved with datasets' save_to_disk")
     data.add_argument("--text-column", default="text", help="column holding the text (default: %(default)s)")
     data.add_argument("--text-pair-column", default=None, help="optional column with a second text (sentence pairs)")
-    data.add_argument("--label-column", default="label", help="column holding the label, int or string (default: %(default)s)")
+    data.add_argument("--label-column", default="label", help="column holding the label: an integer or a name (classes), a number (regression) or a label set (multi-label; see the space's task:) (default: %(default)s)")
     held_out = data.add_mutually_exclusive_group()
     held_out.add_argument("--valid-data", default=None, help="validation file, same format and columns as --data")
     held_out.add_argument(
@@ -275,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = resolve_data(
             args.data, seed=args.seed, text_column=args.text_column, label_column=args.label_column,
             text_pair_column=args.text_pair_column, valid_data=args.valid_data, valid_fraction=args.valid_fraction,
-            empty_text=args.empty_text,
+            empty_text=args.empty_text, task=space.task,
         )
         trackers = make_trackers(args.track, args.study_name)
         heartbeat = Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)

@@ -158,8 +158,15 @@ def resolve_task(requested: str, examples: dict[str, tuple[Label, str]], labels:
 
     ``examples`` maps each label kind seen to one label and where it is (for the errors).
     """
-    check_one_kind(examples)
     numbers = examples.get(NUMBER)
+    if requested == CLASSIFICATION and (numbers or SET in examples):
+        label, where = numbers or examples[SET]
+        fix = "set task: regression for numeric targets" if numbers else "set task: multi_label for label sets"
+        raise DataError(f"{where} has label {_shown(label)}; task classification takes integers or names; {fix}")
+    if requested == REGRESSION and (STRING in examples or SET in examples):
+        label, where = examples.get(STRING) or examples[SET]
+        raise DataError(f"{where} has label {_shown(label)}, not a number; task regression needs one number per row")
+    check_one_kind(examples)
     if requested == AUTO:
         if SET in examples:
             return MULTI_LABEL
@@ -172,13 +179,6 @@ def resolve_task(requested: str, examples: dict[str, tuple[Label, str]], labels:
                 "set task: regression to predict them as numbers, or write them as integers for classes"
             )
         return REGRESSION
-    if requested == CLASSIFICATION and (numbers or SET in examples):
-        label, where = numbers or examples[SET]
-        fix = "set task: regression for numeric targets" if numbers else "set task: multi_label for label sets"
-        raise DataError(f"{where} has label {_shown(label)}; task classification takes integers or names; {fix}")
-    if requested == REGRESSION and (STRING in examples or SET in examples):
-        label, where = examples.get(STRING) or examples[SET]
-        raise DataError(f"{where} has label {_shown(label)}, not a number; task regression needs one number per row")
     return requested
 
 
