@@ -14,6 +14,7 @@ from conftest import run_cli
 from optuna.trial import TrialState
 
 import hpo
+from hpo._export import best_space
 from trial_executor import DataError, TrainConfig, load_text_classification, run_trial
 from trial_executor._metrics import evaluation_metrics
 
@@ -130,6 +131,20 @@ def test_a_tiny_model_learns_a_regression_target(tmp_path: Path) -> None:
     assert last["rmse"] < 0.7 * first["rmse"] and last["pearson"] > 0.7, result.history
 
 
+@pytest.mark.parametrize("kind", ["regression", "multi_label"])
+def test_packed_and_chunked_knobs_route_other_tasks_to_the_hf_forward(tmp_path: Path, kind: str) -> None:
+    if kind == "regression":
+        data = load_text_classification(_regression_csv(tmp_path / "r.csv", 60), label_column="score")
+    else:
+        data = load_text_classification(_multi_label_jsonl(tmp_path / "m.jsonl", 60))
+    config = TrainConfig(
+        **TINY_FIXED, max_steps=2, packed_forward=True, chunk_by_length=True, length_grouping=True, fp_precision="bf16", device="cpu",
+    )
+    result = run_trial(config, data)
+    assert not result.packed_forward  # the packed forward computes single-label classifiers only
+    assert all(np.isfinite(v) for v in result.metrics.values()) and result.metrics["loss"] > 0
+
+
 def test_a_regression_study_minimises_rmse_and_reports_it_for_pruning(tmp_path: Path) -> None:
     space = {
         "objective": {"metric": "rmse"},  # minimised without saying so
@@ -165,6 +180,7 @@ def test_a_multi_label_jsonl_study_runs_on_micro_f1(tmp_path: Path) -> None:
     assert trial.state == TrialState.COMPLETE and study.direction.name == "MAXIMIZE"
     assert set(trial.user_attrs["metrics"]) >= {"micro_f1", "macro_f1", "subset_accuracy", "loss"}
     assert trial.value == trial.user_attrs["metrics"]["micro_f1"]
+    assert best_space(study)["task"] == "multi_label"  # `best --format space` retrains on the same task
 
 
 def test_an_objective_the_task_does_not_measure_is_refused_before_anything_is_written(tmp_path: Path) -> None:
