@@ -38,7 +38,7 @@ from trial_executor._evaluation import evaluate
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
 from trial_executor._hardware import MemoryWindow, bound_native_caches, release_memory, resolve_device
 from trial_executor._lora import load_trainable_state_dict, trainable_state_dict
-from trial_executor._models import check_max_length, checkpoint_dtype
+from trial_executor._models import check_max_length, checkpoint_dtype, preload_model
 from trial_executor._precision import PrecisionPolicy
 from trial_executor._result import TrialResult
 from trial_executor._saving import save_final_model
@@ -154,6 +154,7 @@ def _train(
     config: TrainConfig, data: TextClassificationData, report: ReportFn | None, device: torch.device, policy: PrecisionPolicy,
     checkpointing: Checkpointing | None, stop_requested: Callable[[], bool] | None, progress: ProgressFn | None,
 ) -> TrialResult:
+    preload_model(config.model, data.label_names)  # the worker's cached copy, outside the trial's memory
     seed_everything(config.seed)
     memory = MemoryWindow.open(device)  # the trial's own peak: model, optimizer, activations, tokens
     parts = build_trial(config, data, device, policy)
