@@ -185,7 +185,9 @@ def tokenize_data(
     An earlier trial's result in this process is reused as it is (a cache hit, nothing read).
     """
     tick = time.perf_counter()
-    key = (data.fingerprint, tokenizer_fingerprint(tokenizer), max_length, percentile, max_positions, token_types)
+    # The disk cache is part of the key: a run given another cache_dir still fills (and reports on) its own.
+    cache = None if cache_dir is None else str(cache_dir)
+    key = (data.fingerprint, tokenizer_fingerprint(tokenizer), max_length, percentile, max_positions, token_types, cache)
     if key in _in_memory:
         _in_memory.move_to_end(key)
         return dataclasses.replace(_in_memory[key], cache_hit=True, seconds=time.perf_counter() - tick)
