@@ -100,6 +100,10 @@ def _record(trial: optuna.Trial, result: TrialResult) -> None:
     trial.set_user_attr("device_busy_fraction", result.device_busy_fraction)
     trial.set_user_attr("host_limited", result.host_limited)
     trial.set_user_attr("checkpoint_dtype", result.checkpoint_dtype)
+    # Pruning saw evaluations on this many sampled rows; the objective is on every row when metrics_full_split.
+    trial.set_user_attr("eval_sample_rows", result.eval_sample_rows)
+    trial.set_user_attr("metrics_full_split", result.metrics_full_split)
+    trial.set_user_attr("eval_precision", result.eval_precision)
 
 
 def _upload_config(trial: optuna.Trial, store: FileSystemArtifactStore, config: TrainConfig) -> None:

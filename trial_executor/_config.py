@@ -35,7 +35,9 @@ FINETUNE_MODES: tuple[str, ...] = ("full", "lora")
 class TrainConfig:
     """Everything one training run needs besides the data.
 
-    ``eval_every`` counts optimizer steps (0: evaluate only at the end); ``max_steps`` caps
+    ``eval_every`` counts optimizer steps (0: evaluate only at the end); early evaluations run on
+    ``eval_sample_size`` validation rows, the same seeded sample in every trial (``None``, or a
+    split no larger: every row), the final one on every row; ``max_steps`` caps
     optimizer steps across epochs (``None``: run every epoch in full). The effective batch is
     ``batch_size * grad_accum_steps``. ``length_grouping`` batches texts of similar length
     (see :mod:`trial_executor._batching`); ``chunk_by_length`` computes each batch in
@@ -79,6 +81,7 @@ class TrainConfig:
     max_grad_norm: float | None = 1.0
     eval_every: int = 50
     eval_batch_size: int = 256
+    eval_sample_size: int | None = 512
     seed: int = 0
     device: str = "auto"
     cudnn_benchmark: bool = False
@@ -124,6 +127,7 @@ class TrainConfig:
             (self.device in DEVICES, f"device must be one of {', '.join(DEVICES)}"),
             (self.batch_size >= 1, "batch_size must be >= 1"),
             (self.eval_batch_size >= 1, "eval_batch_size must be >= 1"),
+            (self.eval_sample_size is None or self.eval_sample_size >= 1, "eval_sample_size must be >= 1 or null (every row)"),
             (self.learning_rate > 0, "learning_rate must be > 0"),
             (self.epochs >= 1, "epochs must be >= 1"),
             (self.max_steps is None or self.max_steps >= 1, "max_steps must be >= 1 or null"),

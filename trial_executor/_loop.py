@@ -34,11 +34,11 @@ from trial_executor._checkpoint import (
 )
 from trial_executor._config import MINIMIZED_METRICS, TASK_METRICS, TrainConfig
 from trial_executor._data import TextClassificationData
-from trial_executor._evaluation import evaluate
+from trial_executor._evaluation import eval_rows, evaluate
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
 from trial_executor._hardware import MemoryWindow, bound_native_caches, release_memory, resolve_device
 from trial_executor._lora import load_trainable_state_dict, trainable_state_dict
-from trial_executor._models import check_max_length, checkpoint_dtype
+from trial_executor._models import check_max_length, checkpoint_dtype, preload_model
 from trial_executor._precision import PrecisionPolicy
 from trial_executor._result import TrialResult
 from trial_executor._saving import save_final_model
@@ -154,6 +154,7 @@ def _train(
     config: TrainConfig, data: TextClassificationData, report: ReportFn | None, device: torch.device, policy: PrecisionPolicy,
     checkpointing: Checkpointing | None, stop_requested: Callable[[], bool] | None, progress: ProgressFn | None,
 ) -> TrialResult:
+    preload_model(config.model, data.label_names, data.task)  # the worker's cached copy, outside the trial's memory
     seed_everything(config.seed)
     memory = MemoryWindow.open(device)  # the trial's own peak: model, optimizer, activations, tokens
     parts = build_trial(config, data, device, policy)
@@ -166,7 +167,10 @@ def _train(
     if checkpointing is not None and checkpointing.final_model is not None and loop.stopped != STOPPED_PRUNED:
         save_final_model(parts.model, parts.tokenizer, checkpointing.final_model, lora=config.finetune == "lora")
     result = _result(parts, run, loop.clock, loop.lag, loop.stopped, policy, resumed_at)
-    return dataclasses.replace(result, peak_memory_mb=memory.peak_increase_mb(), checkpoint_dtype=checkpoint_dtype(config.model))
+    return dataclasses.replace(
+        result, peak_memory_mb=memory.peak_increase_mb(), checkpoint_dtype=checkpoint_dtype(config.model),
+        eval_sample_rows=len(loop.sample_rows),
+    )
 
 
 def _checkpoint_state(parts: TrialParts, config: TrainConfig, data: TextClassificationData, run: _Progress) -> dict[str, Any]:
@@ -226,6 +230,7 @@ class _Loop:
         # Early stopping: higher is better once the metric is signed (loss and rmse are minimised).
         self.stop_metric = config.early_stopping_metric or TASK_METRICS[data.task][0]
         self.stop_sign = -1.0 if self.stop_metric in MINIMIZED_METRICS else 1.0
+        self.sample_rows = eval_rows(len(parts.tokens.valid), config.eval_sample_size)
 
     def train(self) -> None:
         config, parts, run = self.config, self.parts, self.run
@@ -319,10 +324,7 @@ class _Loop:
         run.loss_sum += parts.step.read().loss_sum
         parts.step.loss_sum.zero_()
         tock = time.perf_counter()
-        metrics = evaluate(
-            parts.model, parts.eval_forward, parts.tokens.valid, parts.step.policy, config, parts.eval_collation,
-            self.data.num_labels, self.device,
-        )
+        metrics = self._metrics(full=last)
         metrics["train_loss"] = run.loss_sum / max(1, run.loss_count)
         run.loss_sum, run.loss_count = 0.0, 0
         run.history.append((run.step, dict(metrics)))
@@ -336,9 +338,20 @@ class _Loop:
                 run.evals_since_best += 1
             if run.evals_since_best >= config.early_stopping_patience and not last:
                 self.stopped = STOPPED_EARLY_STOPPING
+        if self.stopped == STOPPED_EARLY_STOPPING and metrics["eval_rows"] < len(parts.tokens.valid):
+            # The run's result is measured on every row; the sampled evaluation only decided to stop.
+            run.history.append((run.step, {**self._metrics(full=True), "train_loss": metrics["train_loss"]}))
         run.eval_seconds += time.perf_counter() - tock
         if not (last or self.stopped or interrupted):
             self._checkpoint()
+
+    def _metrics(self, *, full: bool) -> dict[str, float]:
+        """Metrics on every validation row, or (early evaluations) on the fixed sample."""
+        parts = self.parts
+        return evaluate(
+            parts.model, parts.eval_forward, parts.tokens.valid, parts.step.policy, self.config, parts.eval_collation,
+            self.data.num_labels, self.device, rows=None if full else self.sample_rows,
+        )
 
     def _checkpoint(self) -> Path | None:
         if self.checkpointing is None:
@@ -383,4 +396,6 @@ def _result(
         host_limited=None if busy is None else busy < HOST_LIMITED_BELOW,
         buckets=parts.knobs.buckets,
         varlen_attention=parts.knobs.varlen_attention,
+        metrics_full_split=run.history[-1][1].get("eval_rows") == len(parts.tokens.valid),
+        eval_precision=policy.name,  # evaluate() runs under the same autocast as training
     )

@@ -8,21 +8,20 @@ network. Anything else is a hub id or a local directory loaded with ``from_pretr
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import json
 import os
 import socket
 import struct
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
-import torch
 from transformers import (
     AutoConfig,
     AutoModelForSequenceClassification,
-    AutoTokenizer,
     BertConfig,
     DistilBertConfig,
     PretrainedConfig,
@@ -30,6 +29,8 @@ from transformers import (
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
+
+from trial_executor._pretrained_cache import PRETRAINED, directory_signature
 
 
 class ModelNotFoundError(ValueError):
@@ -83,7 +84,9 @@ def resolve_model_name(name: str) -> str:
     """The ``from_pretrained`` source for ``name``: an alias's local directory, else ``name``."""
     return ALIASES[name]() if name in ALIASES else name
 
-_tokenizer_cache: dict[str, PreTrainedTokenizerFast] = {}
+# Trained tokenizers by content; a worker's study uses one or two datasets, so the last few are kept.
+_tokenizer_cache: OrderedDict[str, PreTrainedTokenizerFast] = OrderedDict()
+_TOKENIZERS_KEPT = 2
 
 
 def train_wordpiece_tokenizer(texts: Sequence[str], vocab_size: int = 2000) -> PreTrainedTokenizerFast:
@@ -98,6 +101,7 @@ def train_wordpiece_tokenizer(texts: Sequence[str], vocab_size: int = 2000) -> P
 
     key = hashlib.sha256("\n".join(texts).encode() + str(vocab_size).encode()).hexdigest()
     if key in _tokenizer_cache:
+        _tokenizer_cache.move_to_end(key)
         return _tokenizer_cache[key]
     normalizer = normalizers.BertNormalizer(lowercase=True)
     pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -123,6 +127,8 @@ def train_wordpiece_tokenizer(texts: Sequence[str], vocab_size: int = 2000) -> P
         cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
     )
     _tokenizer_cache[key] = fast
+    while len(_tokenizer_cache) > _TOKENIZERS_KEPT:
+        _tokenizer_cache.popitem(last=False)
     return fast
 
 
@@ -173,6 +179,13 @@ def max_positions(name: str) -> int | None:
     """The model's ``max_position_embeddings`` (``None``: it has no such limit); reads the config only."""
     if name in PRESETS:
         return _TINY_MAX_POSITIONS
+    source = resolve_model_name(name)
+    return _max_positions(name, directory_signature(source))
+
+
+@functools.lru_cache(maxsize=8)
+def _max_positions(name: str, signature: object) -> int | None:
+    # Once per process and version of the directory (the signature), not once per trial.
     check_model_name(name)
     return getattr(AutoConfig.from_pretrained(resolve_model_name(name)), "max_position_embeddings", None)
 
@@ -199,7 +212,14 @@ def checkpoint_dtype(name: str) -> str | None:
     """
     if name in PRESETS:
         return "float32"
-    source = Path(resolve_model_name(name))
+    source = resolve_model_name(name)
+    return _checkpoint_dtype(source, directory_signature(source))
+
+
+@functools.lru_cache(maxsize=8)
+def _checkpoint_dtype(name: str, signature: object) -> str | None:
+    # Once per process and version of the directory (the signature), not once per trial.
+    source = Path(name)
     found: set[str] = set()
     for file in sorted(source.glob("*.safetensors")) if source.is_dir() else []:
         with file.open("rb") as handle:
@@ -224,7 +244,9 @@ def load_model(
     ``task`` (see :class:`~trial_executor.TextClassificationData`) sets the head's loss.
     Weights are always float32 master weights, whatever dtype the checkpoint was saved in
     (transformers would otherwise load a float16 or bfloat16 checkpoint as it is): autocast
-    decides the compute precision, never the file.
+    decides the compute precision, never the file. Pretrained models are read from disk once per
+    process (:mod:`trial_executor._pretrained_cache`); each call gets a fresh copy. Presets are
+    built anew each call: their seeded random initialisation is the trial's own.
     """
     id2label = dict(enumerate(label_names))
     label2id = {label: i for i, label in id2label.items()}
@@ -236,16 +258,20 @@ def load_model(
         config.problem_type = problem_type
         model = AutoModelForSequenceClassification.from_config(config, attn_implementation="sdpa")
         return model, tokenizer
-    check_model_name(name)
     source = resolve_model_name(name)
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    kwargs = {
-        "num_labels": len(label_names), "id2label": id2label, "label2id": label2id, "ignore_mismatched_sizes": True,
-        "dtype": torch.float32, "problem_type": problem_type,
-    }
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(source, attn_implementation="sdpa", **kwargs)
-    except (ValueError, ImportError):
-        # Architectures without an SDPA implementation keep their own attention.
-        model = AutoModelForSequenceClassification.from_pretrained(source, **kwargs)
-    return model, tokenizer
+    if source not in PRETRAINED:
+        check_model_name(name)  # a clear error before transformers' own
+    return PRETRAINED.fresh(source, label_names, problem_type)
+
+
+def preload_model(name: str, label_names: Sequence[str], task: str = "classification") -> None:
+    """Read a pretrained model and tokenizer into the process's cache now (presets: nothing to read).
+
+    Called before a trial's memory window opens: the cached copy is the worker's, not the trial's.
+    """
+    if name in PRESETS:
+        return
+    source = resolve_model_name(name)
+    if source not in PRETRAINED:
+        check_model_name(name)
+    PRETRAINED.warm(source, label_names, _PROBLEM_TYPES[task])

@@ -34,6 +34,12 @@ class TrialResult:
     speed. ``buckets`` and ``varlen_attention`` tell which of those knobs ran (varlen attention
     drops no attention probabilities). ``checkpoint_dtype`` is the dtype the model's weights were
     stored in; training always used float32 master weights.
+
+    Each evaluation's metrics carry ``eval_rows``, the validation rows it ran on: early evaluations
+    (what a pruner sees) use the fixed sample of ``eval_sample_rows`` rows, the final one every row.
+    ``metrics_full_split`` tells that ``metrics`` cover every validation row (false for a pruned
+    run, whose last evaluation was a sampled one). ``eval_precision`` is the autocast precision
+    evaluation ran in: the trial's own.
     """
 
     metrics: dict[str, float]
@@ -65,6 +71,9 @@ class TrialResult:
     buckets: bool = False
     varlen_attention: bool = False
     checkpoint_dtype: str | None = None
+    eval_sample_rows: int = 0
+    metrics_full_split: bool = True
+    eval_precision: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -1,5 +1,8 @@
 """Tokenize once: token ids cached on disk, shared by later trials and other workers.
 
+Within a worker process the tokenized splits are kept in memory too (the last few datasets),
+so a later trial on the same data, tokenizer and length reuses them without reading the disk.
+
 The cache key is a hash of the tokenizer (its full serialised definition), ``max_length`` and
 the texts themselves, so a changed tokenizer, length or dataset can never hit a stale entry.
 Entries are written to a temporary file and renamed into place, so concurrent writers on one
@@ -8,13 +11,16 @@ machine never expose a partial file, and the last identical copy simply wins.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import os
 import tempfile
 import time
+import weakref
 import zipfile
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +31,22 @@ from transformers import PreTrainedTokenizerBase
 from trial_executor._batching import TokenizedSplit
 from trial_executor._data import TextClassificationData
 
+# Tokenizers are cached per process (one object serves many trials): hash each once.
+_fingerprints: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, str] = weakref.WeakKeyDictionary()
+# Tokenized data by (data, tokenizer, length settings); a worker's study uses one or two datasets.
+_in_memory: OrderedDict[tuple[object, ...], TokenizedData] = OrderedDict()
+IN_MEMORY_KEPT = 2
+
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
     """A hash that changes whenever the tokenizer would produce different ids."""
+    if tokenizer in _fingerprints:
+        return _fingerprints[tokenizer]
+    _fingerprints[tokenizer] = fingerprint = _fingerprint(tokenizer)
+    return fingerprint
+
+
+def _fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         spec = json.loads(backend.to_str())
@@ -163,8 +182,26 @@ def tokenize_data(
     ``auto`` tokenizes the training texts at ``max_positions`` (the model's limit), picks the
     length with :func:`auto_max_length`, then tokenizes both splits at that length, so each
     cache entry is keyed by the length it was cut at (pairs truncate as the tokenizer does).
+    An earlier trial's result in this process is reused as it is (a cache hit, nothing read).
     """
     tick = time.perf_counter()
+    # The disk cache is part of the key: a run given another cache_dir still fills (and reports on) its own.
+    cache = None if cache_dir is None else str(cache_dir)
+    key = (data.fingerprint, tokenizer_fingerprint(tokenizer), max_length, percentile, max_positions, token_types, cache)
+    if key in _in_memory:
+        _in_memory.move_to_end(key)
+        return dataclasses.replace(_in_memory[key], cache_hit=True, seconds=time.perf_counter() - tick)
+    tokens = _tokenize_data(tokenizer, data, max_length, percentile, max_positions, cache_dir, token_types, tick)
+    _in_memory[key] = tokens
+    while len(_in_memory) > IN_MEMORY_KEPT:
+        _in_memory.popitem(last=False)
+    return tokens
+
+
+def _tokenize_data(
+    tokenizer: PreTrainedTokenizerBase, data: TextClassificationData, max_length: int | str, percentile: float,
+    max_positions: int, cache_dir: str | Path | None, token_types: bool, tick: float,
+) -> TokenizedData:
     hits = []
     if max_length == "auto":
         full, hit = tokenize(

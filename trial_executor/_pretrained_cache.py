@@ -1,0 +1,111 @@
+"""Pretrained weights and tokenizers read from disk once per worker process, a fresh model per trial.
+
+A worker runs many trials of the same model. The first one loads it with ``from_pretrained``;
+later ones get a deep copy of that pristine model (never a trained one: the cached copy is never
+handed out), so no trial sees another's weights and none reads the model directory again.
+The modules ``from_pretrained`` had to initialise (the new classification head) are initialised
+again in each copy under the trial's own seeded RNG, with the model's own ``_init_weights``: a
+trial starts from exactly the weights an uncached load would have given it.
+
+The cache is keyed by the source, the label names and the directory's file sizes and times (a
+directory saved again is loaded again), and keeps the last :data:`KEEP` models, so a worker's
+memory does not grow with the number of models a study tries.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+KEEP = 2  # models a worker keeps; a study usually tries one or two
+
+
+@dataclass(frozen=True)
+class _Entry:
+    model: PreTrainedModel  # pristine: never trained, never handed out
+    tokenizer: PreTrainedTokenizerBase
+    initialised: tuple[str, ...]  # modules from_pretrained initialised (not in the checkpoint)
+
+
+def directory_signature(source: str) -> tuple[tuple[str, int, int], ...]:
+    """Names, sizes and modification times of a local model directory's files (``()`` for a hub id)."""
+    path = Path(source)
+    if not path.is_dir():
+        return ()
+    return tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(path.iterdir()) if f.is_file())
+
+
+def _from_pretrained(source: str, label_names: Sequence[str], problem_type: str | None) -> _Entry:
+    """Load ``source`` with a head of ``len(label_names)`` for ``problem_type``, in float32 master weights (see ``load_model``)."""
+    id2label = dict(enumerate(label_names))
+    kwargs = {
+        "num_labels": len(label_names), "id2label": id2label, "label2id": {label: i for i, label in id2label.items()},
+        "ignore_mismatched_sizes": True, "dtype": torch.float32, "problem_type": problem_type, "output_loading_info": True,
+    }
+    try:
+        model, info = AutoModelForSequenceClassification.from_pretrained(source, attn_implementation="sdpa", **kwargs)
+    except (ValueError, ImportError):
+        # Architectures without an SDPA implementation keep their own attention.
+        model, info = AutoModelForSequenceClassification.from_pretrained(source, **kwargs)
+    missing = set(info["missing_keys"]) | {key for key, *_ in info["mismatched_keys"]}
+    initialised = tuple(sorted({key.rpartition(".")[0] for key in missing}))
+    # A private copy: weights loaded from safetensors may be pages of the file, which the trial's
+    # memory window would count when a later copy first touches them.
+    return _Entry(copy.deepcopy(model), AutoTokenizer.from_pretrained(source), initialised)
+
+
+class PretrainedCache:
+    """The last :data:`KEEP` pretrained models and tokenizers this process loaded; ``loads`` and ``hits`` count."""
+
+    def __init__(self, keep: int = KEEP) -> None:
+        self.keep = keep
+        self.loads = 0
+        self.hits = 0
+        self._entries: OrderedDict[tuple[object, ...], _Entry] = OrderedDict()
+
+    def _entry(self, source: str, label_names: Sequence[str], problem_type: str | None) -> _Entry:
+        key = (source, tuple(label_names), problem_type, directory_signature(source))
+        if key in self._entries:
+            self.hits += 1
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        self._entries.pop(next((k for k in self._entries if k[:3] == key[:3]), None), None)  # a stale version
+        self.loads += 1
+        self._entries[key] = entry = _from_pretrained(source, label_names, problem_type)
+        while len(self._entries) > self.keep:
+            self._entries.popitem(last=False)
+        return entry
+
+    def __contains__(self, source: object) -> bool:
+        return any(key[0] == source for key in self._entries)
+
+    def warm(self, source: str, label_names: Sequence[str], problem_type: str | None = None) -> None:
+        """Load ``source`` now (outside a trial's memory window) unless it is cached; counts no hit."""
+        key = (source, tuple(label_names), problem_type, directory_signature(source))
+        if key not in self._entries:
+            self._entry(source, label_names, problem_type)
+
+    def fresh(
+        self, source: str, label_names: Sequence[str], problem_type: str | None = None
+    ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        """A new copy of the pretrained model (head initialised from the current RNG) and the tokenizer."""
+        entry = self._entry(source, label_names, problem_type)
+        model = copy.deepcopy(entry.model)
+        for name in entry.initialised:
+            module = model.get_submodule(name)
+            # The same calls from_pretrained made for these modules, so the same draws from the RNG.
+            model._init_weights(module)
+        return model, entry.tokenizer
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+PRETRAINED = PretrainedCache()
+"""The process's cache: every ``from_pretrained`` model a trial uses comes through it."""
