@@ -80,10 +80,14 @@ def run_hf_study(spec: dict[str, Any]) -> dict[str, Any]:
         return AutoModelForSequenceClassification.from_pretrained(path, num_labels=len(data.label_names))
 
     def hp_space(trial: optuna.Trial) -> dict[str, Any]:
+        precision = trial.suggest_categorical("fp_precision", ["fp32", "bf16"])
         return {
             "learning_rate": trial.suggest_float("learning_rate", 1e-5, 3e-4, log=True),
             "per_device_train_batch_size": trial.suggest_categorical("batch_size", [16, 32, 64]),
-            "bf16": trial.suggest_categorical("fp_precision", ["fp32", "bf16"]) == "bf16",
+            "bf16": precision == "bf16",
+            # transformers 5 derives mixed_precision from bf16 once, in TrainingArguments.__post_init__;
+            # a search setting bf16 alone would train every trial in fp32 (see mixed_precision_per_trial).
+            "mixed_precision": "bf16" if precision == "bf16" else "no",
         }
 
     def accuracy(prediction: Any) -> dict[str, float]:

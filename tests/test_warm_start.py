@@ -175,7 +175,7 @@ def test_warm_start_through_the_cli_and_the_api_trains_the_earlier_best_first(tm
     best = hpo.load("first", storage=db).best_trial
     study = hpo.optimize(
         space, data, text_column="sentence", storage=db, study_name="second", n_trials=1, device="cpu",
-        artifact_store=None, warm_start="first", warm_start_trials=1,
+        artifact_store=str(tmp_path / "art"), warm_start="first", warm_start_trials=1,
     )
     (trial,) = study.get_trials()
     assert trial.state == TrialState.COMPLETE and trial.params == best.params
