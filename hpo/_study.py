@@ -70,7 +70,8 @@ def open_study(
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
     _enqueue_baseline(study, space, storage)
-    enqueue_once(study, storage, [(f"space:{i}", dict(params)) for i, params in enumerate(space.enqueue)])
+    # A --fix pins its param in enqueued trials too, as in the baseline.
+    enqueue_once(study, storage, [(f"space:{i}", {**params, **space.fixes}) for i, params in enumerate(space.enqueue)])
     return study
 
 

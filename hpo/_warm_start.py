@@ -61,7 +61,10 @@ def fitting_params(trial: FrozenTrial, space: SearchSpace, source_name: str) -> 
 def enqueue_warm_start(study: optuna.Study, storage: optuna.storages.BaseStorage, space: SearchSpace, source: optuna.Study, n: int) -> int:
     """Enqueue the params of ``source``'s ``n`` best trials that fit ``space`` (each once per study); return how many were."""
     picked = [(t, fitting_params(t, space, source.study_name)) for t in best_trials(source, n)]
-    configurations = [(f"study:{source.study_name}:{t.number}", params) for t, params in picked if params is not None]
+    # A --fix pins its param in these trials too, as in the baseline.
+    configurations = [
+        (f"study:{source.study_name}:{t.number}", {**params, **space.fixes}) for t, params in picked if params is not None
+    ]
     if not picked:
         _notice(f"{source.study_name!r} has no complete trial; nothing enqueued")
     return enqueue_once(study, storage, configurations)

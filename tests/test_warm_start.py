@@ -99,6 +99,13 @@ def test_enqueue_list_runs_first_once_per_study(tmp_path: Path) -> None:
     assert not _waiting(study) and len(study.get_trials()) == 2
 
 
+def test_a_fix_pins_its_param_in_enqueued_trials_too(tmp_path: Path) -> None:
+    space = parse_search_space({**SPACE, "enqueue": [{"learning_rate": 1e-3, "batch_size": 8}]})
+    pinned = space.with_fixes(space.parse_fixes(["batch_size=16"]))
+    study = open_study(create_storage(f"sqlite:///{tmp_path / 'f.db'}"), "f", pinned, DATA, 0)
+    assert [t.system_attrs["fixed_params"] for t in _waiting(study)] == [{"learning_rate": 1e-3, "batch_size": 16}]
+
+
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
