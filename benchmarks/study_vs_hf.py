@@ -8,7 +8,10 @@ learning rate 1e-5..3e-4 (log), batch 16/32/64, fp32 vs bf16.
 1. HF: ``hyperparameter_search(n_trials=8, sampler=TPESampler(seed=S), pruner=MedianPruner())``,
    evaluating twice per trial (``eval_steps=0.5``), objective = dev accuracy, bf16 through
    ``TrainingArguments(bf16=True, use_cpu=True)``, HF's defaults otherwise. Its wall time is
-   the budget of step 2.
+   the budget of step 2. As released, transformers 5 trains every trial of such a search in
+   fp32 (``mixed_precision`` is derived once) or fails (accelerate refuses a second mixed
+   precision); ``hf_hp_space`` sets both and resets accelerate's state, and each trial's
+   actual precision is recorded (``mixed_precision_per_trial``).
 2. Ours: ``benchmarks/spaces/study_vs_hf.yaml`` (our sampler, pruner and defaults) with seed S
    on a fresh SQLite file, until HF's wall time is used up or it reaches HF's best + 0.01.
 
@@ -54,13 +57,18 @@ def _trial_record(number: int, state: str, value: float | None, params: dict[str
 
 def hf_hp_space(trial: Any) -> dict[str, Any]:
     """The issue's space as TrainingArguments attributes."""
+    from accelerate.state import AcceleratorState
+
     precision = trial.suggest_categorical("fp_precision", ["fp32", "bf16"])
+    # accelerate keeps one process-wide state and refuses a second mixed precision; HF's sweep
+    # resets it just so for DeepSpeed (Trainer._hp_search_setup). Without it a bf16 trial fails.
+    AcceleratorState._reset_state()
     return {
         "learning_rate": trial.suggest_float("learning_rate", 1e-5, 3e-4, log=True),
         "per_device_train_batch_size": trial.suggest_categorical("batch_size", [16, 32, 64]),
         "bf16": precision == "bf16",
         # transformers 5 derives mixed_precision from bf16 once, in TrainingArguments.__post_init__;
-        # a search setting bf16 alone would train every trial in fp32 (see mixed_precision_per_trial).
+        # a search setting bf16 alone trains every trial in fp32 (mixed_precision_per_trial shows it).
         "mixed_precision": "bf16" if precision == "bf16" else "no",
     }
 
