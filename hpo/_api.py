@@ -30,6 +30,7 @@ from hpo._space_loading import load_search_space, parse_search_space
 from hpo._storage import GRPC_SCHEME, Heartbeat, create_storage, resolve_storage_url
 from hpo._study import open_study, run_to_budget
 from hpo._tracking import Tracker, Tracking, make_trackers
+from hpo._warm_start import DEFAULT_WARM_START_TRIALS, enqueue_warm_start, load_warm_start_source
 from trial_executor import StepProgress, TextClassificationData, demo_dataset, load_text_classification
 
 DEFAULT_STUDY_NAME = "precision-demo"
@@ -131,15 +132,26 @@ class PreparedStudy:
 def prepare_study(
     space: SearchSpace, data: TextClassificationData, *, storage: str | None = None,
     study_name: str = DEFAULT_STUDY_NAME, seed: int = 0, heartbeat: Heartbeat | None = None,
+    warm_start_from: str | None = None, warm_start_trials: int = DEFAULT_WARM_START_TRIALS,
 ) -> PreparedStudy:
-    """Create or resume ``study_name`` in ``storage`` (URL; default ``$HPO_STORAGE``, else the demo SQLite file)."""
+    """Create or resume ``study_name`` in ``storage`` (URL; default ``$HPO_STORAGE``, else the demo SQLite file).
+
+    ``warm_start_from``: an earlier study in the same storage whose ``warm_start_trials`` best
+    trials are enqueued (see :mod:`hpo._warm_start`); checked before anything is written.
+    """
     space.check_task(data.task)
     url = resolve_storage_url(storage)
+    if warm_start_trials < 1:
+        raise UserError(f"warm_start_trials must be at least 1, got {warm_start_trials}")
+    source = None if warm_start_from is None else load_warm_start_source(url, warm_start_from, study_name)
     if url.lower().startswith(GRPC_SCHEME):
         # Heartbeats live in the RDB storage: a worker on the database directly (or the proxy host) sweeps them.
         heartbeat = None
     # create_storage checks the URL and the connection before creating tables.
-    study = open_study(create_storage(url, heartbeat=heartbeat), study_name, space, data, seed)
+    opened = create_storage(url, heartbeat=heartbeat)
+    study = open_study(opened, study_name, space, data, seed)
+    if source is not None:
+        enqueue_warm_start(study, opened, space, source, warm_start_trials)
     name_objectives(study, space.objective_names)
     if space.fixes:
         # Pinned for this run only; still recorded as each trial's params.
@@ -240,6 +252,8 @@ def optimize(
     max_retry: int = Heartbeat.max_retry,
     track: Sequence[str | Sequence[str]] = (),
     on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
+    warm_start: str | None = None,
+    warm_start_trials: int = DEFAULT_WARM_START_TRIALS,
 ) -> optuna.Study:
     """Run (or resume, or extend) a precision-search study to ``n_trials`` finished trials; return it.
 
@@ -251,7 +265,9 @@ def optimize(
     ``model`` fixes the model in place of the space's; ``fix`` pins searched params
     (``["batch_size=16"]``). ``track``: experiment trackers, e.g. ``["mlflow"]`` or
     ``[("tensorboard", "runs")]`` (one run per trial; the optional ``tracking`` extra).
-    ``on_trial_finished(trial, finished)`` gets each ended trial.
+    ``on_trial_finished(trial, finished)`` gets each ended trial. ``warm_start``: an earlier
+    study in the same storage; its ``warm_start_trials`` best trials' params that fit the space
+    run first (once per study).
     Bad input raises :class:`hpo.UserError` (or :class:`trial_executor.DataError`) before
     anything is written. Rerunning the same call resumes the study.
     """
@@ -264,7 +280,10 @@ def optimize(
         valid_data=valid_data, valid_fraction=valid_fraction, empty_text=empty_text, task=resolved.task,
     )
     trackers = make_trackers(track, study_name)
-    prepared = prepare_study(resolved, loaded, storage=storage, study_name=study_name, seed=seed, heartbeat=Heartbeat())
+    prepared = prepare_study(
+        resolved, loaded, storage=storage, study_name=study_name, seed=seed, heartbeat=Heartbeat(),
+        warm_start_from=warm_start, warm_start_trials=warm_start_trials,
+    )
     run_study(
         prepared, n_trials=n_trials, timeout=timeout, seed=seed, device=device, cache_dir=cache_dir, artifacts=artifact_store,
         keep_checkpoints=keep_checkpoints, max_retry=max_retry, hooks=RunHooks(on_trial_finished=on_trial_finished), trackers=trackers,

@@ -26,6 +26,9 @@ SKIP_NON_FINITE = "non_finite_loss"
 SKIP_OOM = "oom"
 SKIP_REASONS: tuple[str, ...] = (SKIP_UNSUPPORTED, SKIP_NON_FINITE, SKIP_OOM)
 BASELINE_ATTR = "fp32_baseline"
+# Where an enqueued known configuration came from: "space:<index>" (the space's enqueue list) or
+# "study:<name>:<number>" (--warm-start); each is enqueued once per study.
+ENQUEUED_FROM_ATTR = "enqueued_from"
 INTERRUPTED = "interrupted"
 
 

@@ -23,9 +23,11 @@ from hpo._space import (
     IntParam,
     MedianPrunerSpec,
     NoPruner,
+    RandomSamplerSpec,
     SearchSpace,
     SearchSpaceError,
     SuccessiveHalvingPrunerSpec,
+    TPESamplerSpec,
     same_choice,
 )
 from trial_executor import METRICS, PRECISIONS, TrainConfig
@@ -45,7 +47,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-_TAGS = {"categorical", "float", "int", "none", "median", "hyperband", "successive_halving"}
+_TAGS = {"categorical", "float", "int", "none", "median", "hyperband", "successive_halving", "tpe", "random"}
 
 
 def _pydantic_message(error: dict[str, Any]) -> str:
@@ -57,10 +59,11 @@ def _pydantic_message(error: dict[str, Any]) -> str:
         tagged = {
             "categorical": CategoricalParam, "float": FloatParam, "int": IntParam, "none": NoPruner,
             "median": MedianPrunerSpec, "hyperband": HyperbandPrunerSpec, "successive_halving": SuccessiveHalvingPrunerSpec,
+            "tpe": TPESamplerSpec, "random": RandomSamplerSpec,
         }
         sections: dict[str, type[BaseModel]] = {"objective": Objective, "objectives": NamedObjective}
         section: type[BaseModel] | None = sections.get(loc[0], SearchSpace if len(loc) == 1 else None)
-        tag = {"params": 2, "pruner": 1}.get(loc[0])
+        tag = {"params": 2, "pruner": 1, "sampler": 1}.get(loc[0])
         if tag is not None and len(error["loc"]) > tag + 1:
             section = tagged.get(str(error["loc"][tag]))
         valid = [f for f in section.model_fields if f != "type"] if section else []
@@ -74,6 +77,8 @@ def _pydantic_message(error: dict[str, Any]) -> str:
         return f"{where}: required key is missing"
     if kind == "too_short":
         return f"{where}: must not be empty"
+    if kind == "value_error":
+        return f"{where}: {error['ctx']['error']}"
     return f"{where}: {error['msg']}"
 
 
@@ -138,8 +143,20 @@ def _check_limits(space: SearchSpace) -> str | None:
     return None
 
 
+def _check_enqueue(space: SearchSpace) -> str | None:
+    """Each ``enqueue`` entry names searched params only, with values the space can sample."""
+    for index, entry in enumerate(space.enqueue):
+        for name, value in entry.items():
+            where = f"enqueue[{index}].{name}"
+            if name not in space.params:
+                return f"{where}: not a searched parameter{suggest_key(str(name), list(space.params))}; enqueue sets params only"
+            if not space.params[name].contains(value):
+                return f"{where}: {value!r} is not a value of the searched {space.params[name].describe()}"
+    return None
+
+
 def _check_semantics(space: SearchSpace) -> str | None:
-    problem = _check_objectives(space) or _check_limits(space)
+    problem = _check_objectives(space) or _check_limits(space) or _check_enqueue(space)
     if problem:
         return problem
     fields = [f for f in TrainConfig.field_names() if f not in RESERVED_KEYS]

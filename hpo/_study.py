@@ -15,7 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo._errors import UserError
 from hpo._liveness import fail_dead_local_trials
-from hpo._outcomes import BASELINE_ATTR, INTERRUPTED, SKIP_UNSUPPORTED
+from hpo._outcomes import BASELINE_ATTR, ENQUEUED_FROM_ATTR, INTERRUPTED, SKIP_UNSUPPORTED
 from hpo._space import SearchSpace
 from hpo._storage import sqlite_file_lock
 from hpo._trial_values import InvalidTrialError
@@ -62,8 +62,7 @@ def open_study(
         storage=storage,
         study_name=study_name,
         directions=space.directions,
-        # TPE handles several objectives (MOTPE) and reads Trial.set_constraint values itself.
-        sampler=optuna.samplers.TPESampler(seed=_sampler_seed(seed)),
+        sampler=space.build_sampler(_sampler_seed(seed)),
         pruner=space.build_pruner(),
         load_if_exists=True,
     )
@@ -71,6 +70,8 @@ def open_study(
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
     _enqueue_baseline(study, space, storage)
+    # A --fix pins its param in enqueued trials too, as in the baseline.
+    enqueue_once(study, storage, [(f"space:{i}", {**params, **space.fixes}) for i, params in enumerate(space.enqueue)])
     return study
 
 
@@ -111,6 +112,25 @@ def _enqueue_baseline(study: optuna.Study, space: SearchSpace, storage: optuna.s
         before = len(study.get_trials(deepcopy=False))
         study.enqueue_trial(params, user_attrs={BASELINE_ATTR: True}, skip_if_exists=True)
         return len(study.get_trials(deepcopy=False)) > before
+
+
+def enqueue_once(
+    study: optuna.Study, storage: optuna.storages.BaseStorage, configurations: list[tuple[str, dict[str, Any]]]
+) -> int:
+    """Enqueue each ``(origin, params)`` unless a trial of the study already came from ``origin``.
+
+    A rerun or another worker opening the study enqueues nothing twice; params equal to an
+    existing trial's (the fp32 baseline's, say) are not enqueued again. Returns how many were.
+    """
+    if not configurations:
+        return 0
+    with _study_lock(storage, study.study_name):
+        done = {t.user_attrs.get(ENQUEUED_FROM_ATTR) for t in study.get_trials(deepcopy=False)}
+        before = len(study.get_trials(deepcopy=False))
+        for origin, params in configurations:
+            if origin not in done:
+                study.enqueue_trial(params, user_attrs={ENQUEUED_FROM_ATTR: origin}, skip_if_exists=True)
+        return len(study.get_trials(deepcopy=False)) - before
 
 
 def _sampler_seed(seed: int) -> int:

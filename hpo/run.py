@@ -42,6 +42,7 @@ from hpo._space import DEFAULT_SPACE
 from hpo._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
 from hpo._study import TooManyFailuresError, finished_count
 from hpo._tracking import make_trackers
+from hpo._warm_start import DEFAULT_WARM_START_TRIALS
 from hpo._workers import WORKER_INDEX_ENV, StopSignal, run_workers
 from trial_executor import DataError
 
@@ -112,6 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="accelerate's spelling of --fix fp_precision=fp32|fp16|bf16",
     )
     _add_model_and_tracking(parser)
+    parser.add_argument(
+        "--warm-start", default=None, metavar="STUDY",
+        help="first run the best trials of this earlier study in the same storage (their params that fit the space; once per study)",
+    )
+    parser.add_argument(
+        "--warm-start-trials", type=_positive_int, default=DEFAULT_WARM_START_TRIALS,
+        help="how many of --warm-start's best trials to run (default: %(default)s)",
+    )
     workers = parser.add_argument_group("workers and failures")
     workers.add_argument(
         "--workers", type=_positive_int, default=1,
@@ -279,7 +288,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         trackers = make_trackers(args.track, args.study_name)
         heartbeat = Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
-        prepared = prepare_study(space, data, storage=url, study_name=args.study_name, seed=args.seed, heartbeat=heartbeat)
+        prepared = prepare_study(
+            space, data, storage=url, study_name=args.study_name, seed=args.seed, heartbeat=heartbeat,
+            warm_start_from=args.warm_start, warm_start_trials=args.warm_start_trials,
+        )
         study, names = prepared.study, space.objective_names
         if args.workers > 1:
             print(f"Starting {args.workers} workers on study {args.study_name!r}", flush=True)

@@ -1,0 +1,189 @@
+"""Search defaults and known configurations: the sampler section, the space's enqueue list, --warm-start."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from conftest import cli_args, write_tsv
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState
+
+import hpo
+from hpo import SearchSpaceError, create_storage, open_study, parse_search_space
+from hpo._api import prepare_study
+from hpo.run import main
+from trial_executor import demo_dataset, make_synthetic_reviews
+
+LR = {"type": "float", "low": 5e-4, "high": 2e-3, "log": True}
+# No fp_precision searched: no fp32 baseline is enqueued, so every waiting trial here is ours.
+SPACE = {
+    "params": {"learning_rate": LR, "batch_size": {"type": "categorical", "choices": [8, 16]}},
+    "fixed": {"model": "tiny-bert", "max_steps": 2, "eval_every": 0, "max_length": 32},
+}
+DATA = demo_dataset(n_train=50, n_valid=10)
+# SPACE as releases before the sampler and enqueue sections stored it on the study.
+OLD_FORM = {
+    "objective": {"metric": "accuracy", "direction": "maximize"},
+    "pruner": {"type": "none"},
+    "params": {
+        "learning_rate": {"type": "float", "low": 5e-4, "high": 2e-3, "log": True, "step": None},
+        "batch_size": {"type": "categorical", "choices": [8, 16]},
+    },
+    "fixed": SPACE["fixed"],
+}
+
+
+def _waiting(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+
+
+# --- the sampler section -------------------------------------------------------------------
+
+
+def test_default_sampler_is_multivariate_tpe_with_a_constant_liar_and_leaves_the_stored_form_alone() -> None:
+    space = parse_search_space(SPACE)
+    sampler = space.build_sampler(0)
+    assert isinstance(sampler, optuna.samplers.TPESampler)
+    assert sampler._multivariate and sampler._group and sampler._constant_liar
+    assert sampler._n_startup_trials == 4
+    # Spaces stored before the section existed still compare equal (their studies resume).
+    assert "sampler" not in space.stored_form() and "enqueue" not in space.stored_form()
+    random = parse_search_space({**SPACE, "sampler": {"type": "random"}})
+    assert isinstance(random.build_sampler(0), optuna.samplers.RandomSampler)
+    assert random.stored_form()["sampler"] == {"type": "random"}
+
+
+@pytest.mark.parametrize(
+    ("sampler", "message"),
+    [
+        ({"type": "tpe", "multivariate": False}, "sampler: group: true needs multivariate: true"),
+        ({"type": "tpe", "n_startup": 2}, "sampler.n_startup: unknown key (did you mean 'n_startup_trials'?)"),
+        ({"type": "grid"}, "sampler: unknown type 'grid'"),
+        ({"type": "tpe", "n_startup_trials": -1}, "sampler.n_startup_trials:"),
+    ],
+)
+def test_bad_sampler_section_is_one_line(sampler: dict[str, object], message: str) -> None:
+    with pytest.raises(SearchSpaceError, match="^search space: " + re.escape(message)):
+        parse_search_space({**SPACE, "sampler": sampler})
+
+
+def test_a_stored_study_from_before_the_sampler_section_resumes(tmp_path: Path) -> None:
+    storage = create_storage(f"sqlite:///{tmp_path / 'old.db'}")
+    space = parse_search_space(SPACE)
+    old = optuna.create_study(storage=storage, study_name="old", direction="maximize")
+    old.set_user_attr("search_space", OLD_FORM)
+    assert open_study(storage, "old", space, DATA, 0).user_attrs["search_space"] == OLD_FORM
+
+
+# --- the space's enqueue list --------------------------------------------------------------
+
+
+def test_enqueue_list_runs_first_once_per_study(tmp_path: Path) -> None:
+    space = parse_search_space({**SPACE, "enqueue": [{"learning_rate": 1e-3, "batch_size": 8}, {"learning_rate": 2e-3}]})
+    storage = create_storage(f"sqlite:///{tmp_path / 'e.db'}")
+    study = open_study(storage, "e", space, DATA, 0)
+    open_study(storage, "e", space, DATA, 0)  # a rerun, or a second worker
+    waiting = _waiting(study)
+    assert [t.system_attrs["fixed_params"] for t in waiting] == [{"learning_rate": 1e-3, "batch_size": 8}, {"learning_rate": 2e-3}]
+    assert [t.user_attrs["enqueued_from"] for t in waiting] == ["space:0", "space:1"]
+    for _ in waiting:  # each runs, with its values; the missing batch size is sampled
+        trial = study.ask()
+        assert trial.user_attrs["enqueued_from"].startswith("space:")
+        assert space.suggest(trial)["learning_rate"] in (1e-3, 2e-3)
+        study.tell(trial, 0.5)
+    open_study(storage, "e", space, DATA, 0)
+    assert not _waiting(study) and len(study.get_trials()) == 2
+
+
+def test_a_fix_pins_its_param_in_enqueued_trials_too(tmp_path: Path) -> None:
+    space = parse_search_space({**SPACE, "enqueue": [{"learning_rate": 1e-3, "batch_size": 8}]})
+    pinned = space.with_fixes(space.parse_fixes(["batch_size=16"]))
+    study = open_study(create_storage(f"sqlite:///{tmp_path / 'f.db'}"), "f", pinned, DATA, 0)
+    assert [t.system_attrs["fixed_params"] for t in _waiting(study)] == [{"learning_rate": 1e-3, "batch_size": 16}]
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"learning_rat": 1e-3}, r"enqueue\[0\]\.learning_rat: not a searched parameter \(did you mean 'learning_rate'\?\)"),
+        ({"learning_rate": 0.5}, r"enqueue\[0\]\.learning_rate: 0\.5 is not a value of the searched range \[0\.0005, 0\.002\]"),
+        ({"batch_size": 12}, r"enqueue\[0\]\.batch_size: 12 is not a value of the searched choices \[8, 16\]"),
+        ({"model": "tiny-bert"}, r"enqueue\[0\]\.model: not a searched parameter"),
+    ],
+)
+def test_bad_enqueue_entry_is_one_line(entry: dict[str, object], message: str) -> None:
+    with pytest.raises(SearchSpaceError, match=message):
+        parse_search_space({**SPACE, "enqueue": [entry]})
+
+
+# --- --warm-start --------------------------------------------------------------------------
+
+
+def _earlier_study(url: str, values: dict[float, float]) -> None:
+    """A finished study whose trials had these ``{learning_rate: accuracy}``: no training needed."""
+    study = optuna.create_study(storage=url, study_name="earlier", direction="maximize")
+    for lr, value in values.items():
+        study.add_trial(optuna.trial.create_trial(
+            params={"learning_rate": lr, "dropout": 0.1}, value=value,
+            distributions={"learning_rate": FloatDistribution(1e-6, 1.0, log=True), "dropout": FloatDistribution(0.0, 0.5)},
+        ))
+
+
+def test_warm_start_enqueues_the_best_trials_that_fit_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    # The best (0.9) lies outside this space: skipped with a notice, never moved into the range.
+    _earlier_study(url, {0.5: 0.9, 1e-3: 0.8, 2e-3: 0.7, 6e-4: 0.6})
+    space = parse_search_space(SPACE)
+    for _ in range(2):  # a rerun enqueues nothing again
+        prepared = prepare_study(space, DATA, storage=url, study_name="new", warm_start_from="earlier", warm_start_trials=3)
+    waiting = _waiting(prepared.study)
+    # dropout is not searched here: left out; batch_size was not in the earlier study: sampled.
+    assert [t.system_attrs["fixed_params"] for t in waiting] == [{"learning_rate": 1e-3}, {"learning_rate": 2e-3}]
+    assert [t.user_attrs["enqueued_from"] for t in waiting] == ["study:earlier:1", "study:earlier:2"]
+    notices = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warm start:")]
+    assert notices[0] == "warm start: trial 0 of 'earlier' skipped: learning_rate=0.5 is outside the space's range [0.0005, 0.002]"
+
+
+@pytest.mark.postgres
+def test_warm_start_on_postgres_once_across_workers(pg_database: str) -> None:
+    _earlier_study(pg_database, {1e-3: 0.8, 2e-3: 0.7})
+    space = parse_search_space(SPACE)
+    for _ in range(3):
+        prepared = prepare_study(space, DATA, storage=pg_database, study_name="new", warm_start_from="earlier", warm_start_trials=1)
+    assert [t.system_attrs["fixed_params"] for t in _waiting(prepared.study)] == [{"learning_rate": 1e-3}]
+
+
+def test_unknown_warm_start_study_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    space = tmp_path / "s.yaml"
+    space.write_text(yaml.safe_dump(SPACE))
+    db = tmp_path / "none.db"
+    data = write_tsv(tmp_path / "d.tsv", list(zip(*make_synthetic_reviews(40, seed=1), strict=True)))
+    assert main([*cli_args(f"sqlite:///{db}", space, data, "--warm-start", "nope")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no SQLite database" in err[0] and not db.exists()
+    _earlier_study(f"sqlite:///{db}", {1e-3: 0.8})
+    assert main([*cli_args(f"sqlite:///{db}", space, data, "--warm-start", "nope")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(f"error: --warm-start: no study 'nope' in sqlite:///{db}; studies found: earlier")
+    assert optuna.get_all_study_names(f"sqlite:///{db}") == ["earlier"]
+
+
+def test_warm_start_through_the_cli_and_the_api_trains_the_earlier_best_first(tmp_path: Path) -> None:
+    space = tmp_path / "s.yaml"
+    space.write_text(yaml.safe_dump(SPACE))
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    data = write_tsv(tmp_path / "d.tsv", list(zip(*make_synthetic_reviews(60, seed=2), strict=True)))
+    args = cli_args(db, space, data, "--quiet", "--artifact-store", str(tmp_path / "art"))
+    assert main([*args, "--study-name", "first", "--n-trials", "2"]) == 0
+    best = hpo.load("first", storage=db).best_trial
+    study = hpo.optimize(
+        space, data, text_column="sentence", storage=db, study_name="second", n_trials=1, device="cpu",
+        artifact_store=str(tmp_path / "art"), warm_start="first", warm_start_trials=1,
+    )
+    (trial,) = study.get_trials()
+    assert trial.state == TrialState.COMPLETE and trial.params == best.params
+    assert trial.user_attrs["enqueued_from"] == f"study:first:{best.number}"
