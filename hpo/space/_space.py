@@ -1,88 +1,22 @@
-"""Search spaces as typed objects, sampled through an Optuna trial (reading YAML into them: :mod:`hpo._space_loading`)."""
+"""Search spaces as typed objects, sampled through an Optuna trial (reading YAML into them: :mod:`hpo.space._space_loading`)."""
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import optuna
 from pydantic import Field, PrivateAttr, model_validator
 
-from hpo._errors import UserError
-from hpo._fixes import canonical_precision, parse_fixes
-from hpo._measures import NamedObjective, Objective, Strict
+from hpo.space._fixes import canonical_precision, parse_fixes
+from hpo.space._measures import NamedObjective, Objective, Strict
+from hpo.space._params import CategoricalParam, FloatParam, IntParam
 from trial_executor import METRICS
 
-DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
+DEFAULT_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
 # Set per run or per trial from the command line, never searched or fixed in a space.
 RESERVED_KEYS = {"seed": "--seed", "device": "--device", "cache_dir": "--cache-dir"}
-
-
-class SearchSpaceError(UserError):
-    """The search-space file is malformed or names something that cannot run."""
-
-
-Choice = str | int | float | bool
-
-
-class CategoricalParam(Strict):
-    type: Literal["categorical"]
-    choices: list[Choice] = Field(min_length=1)
-    default: Choice | None = None
-
-    def default_value(self) -> Choice:
-        """``default`` as the matching choice itself (its exact type), else the first choice."""
-        if self.default is None:
-            return self.choices[0]
-        return next(c for c in self.choices if same_choice(c, self.default))
-
-
-def same_choice(a: Choice, b: Choice) -> bool:
-    # True == 1 in Python; a bool default must not select an int choice, nor the reverse.
-    return a == b and isinstance(a, bool) == isinstance(b, bool)
-
-
-class FloatParam(Strict):
-    type: Literal["float"]
-    low: float
-    high: float
-    log: bool = False
-    step: float | None = Field(default=None, gt=0)
-    default: float | None = None
-
-    def default_value(self) -> float:
-        """``default``, else the geometric midpoint (log scale) or the midpoint, on the step grid."""
-        if self.default is not None:
-            return self.default
-        if self.log:
-            value = math.sqrt(self.low * self.high)
-        elif self.step:
-            value = self.low + math.floor((self.high - self.low) / 2 / self.step + 0.5) * self.step
-        else:
-            value = (self.low + self.high) / 2
-        return min(max(value, self.low), self.high)
-
-
-class IntParam(Strict):
-    type: Literal["int"]
-    low: int
-    high: int
-    log: bool = False
-    step: int = Field(default=1, ge=1)
-    default: int | None = None
-
-    def default_value(self) -> int:
-        """``default``, else the (geometric, for log scale) midpoint rounded half up onto the step grid."""
-        if self.default is not None:
-            return self.default
-        middle = math.sqrt(self.low * self.high) if self.log else (self.low + self.high) / 2
-        value = self.low + math.floor((middle - self.low) / self.step + 0.5) * self.step
-        # Rounding up can leave the grid's last point when high is not on it.
-        while value > self.high:
-            value -= self.step
-        return max(value, self.low)
 
 
 Param = Annotated[CategoricalParam | FloatParam | IntParam, Field(discriminator="type")]

@@ -1,6 +1,6 @@
 """From an Optuna trial to a training run and back: sample, configure, train, record.
 
-How a trial ends is described in :mod:`hpo._outcomes`; which exception ends it how is the one
+How a trial ends is described in :mod:`hpo.study._outcomes`; which exception ends it how is the one
 table ``_OUTCOMES`` below. Building the trial's config happens inside the same handler, so a
 bad enqueued trial fails with a ``fail_reason`` and the worker goes on to the next trial.
 """
@@ -22,12 +22,12 @@ from typing import Any
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
-from hpo._checkpoints import TrialCheckpoints
-from hpo._liveness import worker_identity
-from hpo._measures import MEASUREMENTS, constraint_measure, constraint_violation
-from hpo._outcomes import INTERRUPTED, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, TrialFailedError
-from hpo._space import SearchSpace
-from hpo._trial_values import InvalidTrialError, check_enqueued
+from hpo.space._measures import MEASUREMENTS, constraint_measure, constraint_violation
+from hpo.space._space import SearchSpace
+from hpo.space._trial_values import InvalidTrialError, check_enqueued
+from hpo.storage._checkpoints import TrialCheckpoints
+from hpo.study._liveness import worker_identity
+from hpo.study._outcomes import INTERRUPTED, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, TrialFailedError
 from trial_executor import (
     METRICS,
     Checkpointing,
@@ -164,7 +164,7 @@ def _failed(trial: optuna.Trial, err: Exception) -> BaseException:
     return TrialFailedError(reason)
 
 
-# How each exception ends a trial (see hpo._outcomes): the first row whose type matches.
+# How each exception ends a trial (see hpo.study._outcomes): the first row whose type matches.
 _OUTCOMES: tuple[tuple[type[Exception], Callable[[optuna.Trial, Any], BaseException]], ...] = (
     (optuna.TrialPruned, lambda trial, err: err),  # the study's pruner, as Optuna expects it
     (TrialInterrupted, _interrupted),  # FAIL "interrupted", re-queued by run_to_budget
@@ -310,7 +310,7 @@ def make_objective(
 
     Each trial's seed is ``base_seed + trial.number`` (a retry keeps its original's seed). It
     returns one value per objective of ``space`` (a float for one objective, a tuple for
-    several). See :mod:`hpo._outcomes` for how trials end; ``hardware`` and ``worker`` are
+    several). See :mod:`hpo.study._outcomes` for how trials end; ``hardware`` and ``worker`` are
     recorded whatever happens. An enqueued value outside ``space`` or a config the executor
     refuses fails the trial with a ``fail_reason``. With ``checkpoints`` (an artifact store),
     trials checkpoint at each evaluation and a retried trial resumes from its predecessor's

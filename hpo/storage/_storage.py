@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from hpo._errors import UserError
-from hpo._retrying_storage import RetryingStorage
+from hpo.storage._retrying_storage import RetryingStorage
 
 DEFAULT_SQLITE_FILE = "hpo-studies.db"
 STORAGE_ENV = "HPO_STORAGE"
@@ -227,7 +227,7 @@ def create_storage(
 
     Connections are checked before use (``pool_pre_ping``) and calls that lose their
     connection are retried with backoff, writes without ever applying twice
-    (:class:`~hpo._retrying_storage.RetryingStorage`, Optuna's cached RDB storage wrapped), so
+    (:class:`~hpo.storage._retrying_storage.RetryingStorage`, Optuna's cached RDB storage wrapped), so
     a database restart does not break a long-running worker. With ``heartbeat``, running trials record
     heartbeats and a trial whose worker died is failed and re-queued (WAITING) by the next
     worker that starts a trial. ``grpc://host:port`` connects to a storage proxy

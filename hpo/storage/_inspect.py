@@ -9,7 +9,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from hpo._errors import UserError
-from hpo._storage import create_storage, mask_url
+from hpo.storage._storage import create_storage, mask_url
 
 
 def _require_sqlite_file(url: str) -> None:

@@ -14,11 +14,11 @@ import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._errors import UserError
-from hpo._liveness import fail_dead_local_trials
-from hpo._outcomes import BASELINE_ATTR, INTERRUPTED, SKIP_UNSUPPORTED
-from hpo._space import SearchSpace
-from hpo._storage import sqlite_file_lock
-from hpo._trial_values import InvalidTrialError
+from hpo.space._space import SearchSpace
+from hpo.space._trial_values import InvalidTrialError
+from hpo.storage._storage import sqlite_file_lock
+from hpo.study._liveness import fail_dead_local_trials
+from hpo.study._outcomes import BASELINE_ATTR, INTERRUPTED, SKIP_UNSUPPORTED
 from trial_executor import TextClassificationData
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)

@@ -6,10 +6,11 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from hpo._errors import suggest_key
+from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
 from trial_executor import PRECISION_ALIASES, TrainConfig
 
 if TYPE_CHECKING:
-    from hpo._space import CategoricalParam, FloatParam, IntParam, SearchSpace
+    from hpo.space._space import SearchSpace
 
 
 def canonical_precision(value: Any) -> Any:
@@ -18,9 +19,7 @@ def canonical_precision(value: Any) -> Any:
 
 
 def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:
-    """See :meth:`hpo._space.SearchSpace.parse_fixes`."""
-    from hpo._space import SearchSpaceError
-
+    """See :meth:`hpo.space._space.SearchSpace.parse_fixes`."""
     fixes: dict[str, Any] = {}
     for item in items:
         name, sep, text = item.partition("=")
@@ -42,8 +41,6 @@ def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:
 
 def _parse_value(name: str, p: CategoricalParam | FloatParam | IntParam, text: str) -> Any:
     """``text`` read with the parameter's type and checked against its choices or range."""
-    from hpo._space import CategoricalParam, IntParam, SearchSpaceError
-
     where = f"--fix {name}={text}"
     if isinstance(p, CategoricalParam):
         for choice in p.choices:

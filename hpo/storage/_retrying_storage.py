@@ -20,7 +20,7 @@ connection: it fails at once with one line (:class:`StorageFailedError`).
 
 Why a retried write is safe:
 - creating a study or a trial, and changing a trial's state (claiming a WAITING trial,
-  finishing one), carry a write token committed with them (:mod:`hpo._write_tokens`); a retry
+  finishing one), carry a write token committed with them (:mod:`hpo.storage._write_tokens`); a retry
   first looks it up and, when the earlier attempt committed, returns what that attempt would
   have returned: the new id, or True. A second insert under the same token fails instead of
   leaving an orphan (this also stops ``RDBStorage._create_new_trial``'s own re-run of its
@@ -30,7 +30,7 @@ Why a retried write is safe:
   and RDBStorage ignores the duplicate (trial, param) row of a parameter already set.
 
 The Optuna internals still relied on (``_CachedStorage``, the heartbeat interface, what
-:mod:`hpo._write_tokens` needs) are each pinned by ``tests/test_optuna_internals.py``.
+:mod:`hpo.storage._write_tokens` needs) are each pinned by ``tests/test_optuna_internals.py``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, InternalError, OperationalError, PendingRollbackError
 
-from hpo._write_tokens import WriteTokens
+from hpo.storage._write_tokens import WriteTokens
 
 _logger = logging.getLogger("hpo.storage")
 # Long enough for a database restart or a short network outage; a longer one stops the worker.

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hpo._space import CategoricalParam, FloatParam, IntParam, SearchSpace, same_choice
+from hpo.space._params import CategoricalParam, FloatParam, IntParam, same_choice
+from hpo.space._space import SearchSpace
 
 _FIX = "enqueue values the space can sample, or widen the space"
 

@@ -25,7 +25,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._errors import UserError
-from hpo._export import flatten
+from hpo.reporting._export import flatten
 from trial_executor import StepProgress
 
 INSTALL_HINT = "install it with pip install 'precision-hpo[tracking]'"

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, download_artifact
 
-from hpo._best_model import final_model_dir
+from hpo.storage._best_model import final_model_dir
 
 if TYPE_CHECKING:
     from trial_executor import Checkpointing

@@ -13,8 +13,8 @@ import optuna
 import optuna_dashboard
 from optuna.artifacts import FileSystemArtifactStore
 
-from hpo._dashboard_view import ReadableStorage
 from hpo._errors import UserError
+from hpo.reporting._dashboard_view import ReadableStorage
 
 
 class _QuietHandler(WSGIRequestHandler):

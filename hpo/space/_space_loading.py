@@ -12,21 +12,17 @@ import yaml
 from pydantic import BaseModel
 
 from hpo._errors import suggest_key
-from hpo._fixes import canonical_precision
-from hpo._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective
-from hpo._space import (
+from hpo.space._fixes import canonical_precision
+from hpo.space._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective
+from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError, same_choice
+from hpo.space._space import (
     DEFAULT_SPACE,
     RESERVED_KEYS,
-    CategoricalParam,
-    FloatParam,
     HyperbandPrunerSpec,
-    IntParam,
     MedianPrunerSpec,
     NoPruner,
     SearchSpace,
-    SearchSpaceError,
     SuccessiveHalvingPrunerSpec,
-    same_choice,
 )
 from trial_executor import METRICS, PRECISIONS, TrainConfig
 

@@ -15,8 +15,8 @@ import optuna
 from sqlalchemy.exc import SQLAlchemyError
 
 from hpo._errors import UserError
-from hpo._retrying_storage import storage_failure_in
-from hpo._storage import STORAGE_ENV, mask_secrets, mask_url, resolve_storage_url
+from hpo.storage._retrying_storage import storage_failure_in
+from hpo.storage._storage import STORAGE_ENV, mask_secrets, mask_url, resolve_storage_url
 
 
 def command_prog(command: str) -> str:

@@ -14,8 +14,8 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._measures import measured_value
-from hpo._outcomes import BASELINE_ATTR
+from hpo.space._measures import measured_value
+from hpo.study._outcomes import BASELINE_ATTR
 from trial_executor import METRICS, PRECISIONS
 
 _COLOURS = {"fp32": "tab:blue", "tf32": "tab:purple", "fp16": "tab:orange", "bf16": "tab:green"}

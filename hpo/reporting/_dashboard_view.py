@@ -25,8 +25,8 @@ from optuna.trial import FrozenTrial
 if TYPE_CHECKING:
     from optuna.study._frozen import FrozenStudy
 
-from hpo._export import flatten
-from hpo._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED
+from hpo.reporting._export import flatten
+from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED
 
 # skip_reason -> the note's heading.
 SKIP_HEADINGS = {

@@ -10,9 +10,9 @@ import optuna
 import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._inspect import objective_names
-from hpo._liveness import worker_is_gone
-from hpo._outcomes import SKIP_UNSUPPORTED
+from hpo.storage._inspect import objective_names
+from hpo.study._liveness import worker_is_gone
+from hpo.study._outcomes import SKIP_UNSUPPORTED
 
 # Optuna's RDB storage keeps one row per running trial here while heartbeats are on.
 _HEARTBEATS = sqlalchemy.table(

@@ -14,8 +14,8 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._errors import UserError
-from hpo._inspect import objective_names
-from hpo._space import RESERVED_KEYS
+from hpo.space._space import RESERVED_KEYS
+from hpo.storage._inspect import objective_names
 
 # Leading columns of an export, before params and user attributes.
 BASE_COLUMNS = ("number", "state", "datetime_start", "datetime_complete", "duration_s")

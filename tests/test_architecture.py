@@ -1,0 +1,90 @@
+"""The package's shape: no import cycles, and the concepts of ``hpo`` layered one way.
+
+Read statically (``ast``), from module-level imports only (``if TYPE_CHECKING:`` blocks left out):
+a cycle there fails at import time in some order, and a layer that imports a later one is a
+concept leaning on something built on top of it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("hpo", "trial_executor")
+# Each layer may import the ones before it, never one after it.
+LAYERS = ["trial_executor", "hpo._errors", "hpo.space", "hpo.storage", "hpo.study", "hpo.reporting", "hpo._api", "hpo.cli"]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_type_checking(node: ast.stmt) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """Modules of this project imported at module level (``from pkg import name`` counts ``pkg.name`` when it is a module)."""
+    found: set[str] = set()
+    pending = list(ast.parse(path.read_text()).body)
+    while pending:
+        node = pending.pop()
+        if is_type_checking(node):
+            continue
+        if isinstance(node, (ast.If, ast.Try)):
+            pending += [*node.body, *node.orelse, *getattr(node, "handlers", []), *getattr(node, "finalbody", [])]
+        elif isinstance(node, ast.ExceptHandler):
+            pending += node.body
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.split(".")[0] in PACKAGES}
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = [p for package in PACKAGES for p in (ROOT / package).rglob("*.py")]
+    modules = {module_name(p): p for p in files}
+    return {name: module_level_imports(path) & modules.keys() for name, path in modules.items()}
+
+
+def layer_of(module: str) -> int:
+    matches = [i for i, layer in enumerate(LAYERS) if module == layer or module.startswith(layer + ".")]
+    return matches[-1] if matches else len(LAYERS)  # hpo/__init__, __main__ and the entry modules sit on top
+
+
+def test_no_import_cycle() -> None:
+    graph = import_graph()
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            raise AssertionError("import cycle: " + " -> ".join([*path[path.index(module):], module]))
+        if module in done:
+            return
+        for imported in sorted(graph[module]):
+            visit(imported, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+def test_layers_import_only_earlier_layers() -> None:
+    wrong = [
+        f"{module} imports {imported}"
+        for module, imports in sorted(import_graph().items())
+        for imported in sorted(imports)
+        if layer_of(imported) > layer_of(module) and not imported.startswith(module + ".")
+    ]
+    assert wrong == []
+
+
+def test_the_checks_see_a_cycle() -> None:
+    # The checks above must be able to fail: the graph they read holds the package's real edges.
+    graph = import_graph()
+    assert "hpo.space._params" in graph["hpo.space._fixes"]
+    assert "hpo.storage._storage" in graph["hpo.study._study"]
