@@ -44,10 +44,9 @@ from hpo.study._run_checks import check_run_options
 from hpo.study._study import TooManyFailuresError, finished_count
 from hpo.study._workers import WORKER_INDEX_ENV, StopSignal, run_workers
 from trial_executor import DataError
+from trial_executor._precisions import MIXED_PRECISION
 
 PROG = command_prog("run")
-# --mixed-precision (accelerate's values) -> the fp_precision it fixes.
-MIXED_PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
 
 _positive_int = at_least(1)
