@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("hpo", "trial_executor")
 # Each layer may import the ones before it, never one after it.
-LAYERS = ["trial_executor", "hpo._errors", "hpo.space", "hpo.storage", "hpo.study", "hpo.reporting", "hpo._api", "hpo.cli"]
+LAYERS = ["trial_executor", "hpo._errors", "hpo._attrs", "hpo.space", "hpo.storage", "hpo.study", "hpo.reporting", "hpo._api", "hpo.cli"]
 
 
 def module_name(path: Path) -> str:
@@ -115,3 +115,18 @@ def test_every_public_name_resolves() -> None:
     for package in (hpo, trial_executor):
         missing = [name for name in package.__all__ if not hasattr(package, name)]
         assert missing == [], f"{package.__name__}: {missing}"
+
+
+MAX_FUNCTION_LINES, MAX_FILE_LINES = 60, 400
+
+
+def test_functions_and_files_stay_readable() -> None:
+    too_long = []
+    for path in sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > MAX_FILE_LINES:
+            too_long.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                too_long.append(f"{path.relative_to(ROOT)}: {node.name}() {node.end_lineno - node.lineno + 1} lines")
+    assert too_long == []

@@ -24,6 +24,7 @@ from hpo._api import (
     DEFAULT_CACHE_DIR,
     DEFAULT_N_TRIALS,
     DEFAULT_STUDY_NAME,
+    PreparedStudy,
     RunHooks,
     prepare_study,
     resolve_cache_dir,
@@ -31,10 +32,19 @@ from hpo._api import (
     resolve_space,
     run_study,
 )
+from hpo._attrs import (
+    CONSTRAINTS_ATTR,
+    FEASIBLE_ATTR,
+    PEAK_MEMORY_ATTR,
+    SKIP_DETAIL_ATTR,
+    THROUGHPUT_ATTR,
+    fail_reason_of,
+    skip_reason_of,
+)
 from hpo._errors import UserError
 from hpo.cli._parsing import Parser, at_least, between, command_prog, run_guarded
 from hpo.reporting._progress import StudyProgress, best_so_far
-from hpo.reporting._tracking import make_trackers
+from hpo.reporting._tracking import Tracker, make_trackers
 from hpo.space._measures import measured_value
 from hpo.space._space import DEFAULT_SPACE
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
@@ -111,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="accelerate's spelling of --fix fp_precision=fp32|fp16|bf16",
     )
     _add_model_and_tracking(parser)
+    _add_workers(parser)
+    _add_data(parser)
+    return parser
+
+
+def _add_workers(parser: argparse.ArgumentParser) -> None:
     workers = parser.add_argument_group("workers and failures")
     workers.add_argument(
         "--workers", type=_positive_int, default=1,
@@ -134,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="directory for trial checkpoints, shared by every worker of the study (default: %(default)s)",
     )
     workers.add_argument("--keep-checkpoints", action="store_true", help="keep finished trials' checkpoints (default: removed)")
+
+
+def _add_data(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data (default: the built-in synthetic reviews)")
     data.add_argument("--data", default=None, help="training data: a CSV, TSV or JSONL file, or a directory saved with datasets' save_to_disk")
     data.add_argument("--text-column", default="text", help="column holding the text (default: %(default)s)")
@@ -151,7 +170,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-dir", default=None,
         help=f"tokenized-data cache shared by trials and workers on this machine (default: ${CACHE_ENV}, else {DEFAULT_CACHE_DIR})",
     )
-    return parser
 
 
 def _format_value(value: object) -> str:
@@ -167,27 +185,27 @@ def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
     """One line per finished trial: number, state, objective values, params, samples/s, peak memory."""
     params = " ".join(f"{k}={_format_value(v)}" for k, v in trial.params.items())
     attrs = trial.user_attrs
-    if attrs.get("skip_reason") == SKIP_UNSUPPORTED:
-        return f"trial {trial.number:>3}  SKIPPED   {params}  ({attrs.get('skip_detail')})"
-    if attrs.get("skip_reason") in (SKIP_NON_FINITE, SKIP_OOM):
-        return f"trial {trial.number:>3}  PRUNED    {params}  ({attrs['skip_reason']}: {attrs.get('skip_detail')})"
+    if skip_reason_of(trial) == SKIP_UNSUPPORTED:
+        return f"trial {trial.number:>3}  SKIPPED   {params}  ({attrs.get(SKIP_DETAIL_ATTR)})"
+    if skip_reason_of(trial) in (SKIP_NON_FINITE, SKIP_OOM):
+        return f"trial {trial.number:>3}  PRUNED    {params}  ({skip_reason_of(trial)}: {attrs.get(SKIP_DETAIL_ATTR)})"
     if trial.state == TrialState.FAIL:
-        return f"trial {trial.number:>3}  FAIL      {params}  ({attrs.get('fail_reason', 'see the log above')})"
+        return f"trial {trial.number:>3}  FAIL      {params}  ({fail_reason_of(trial, 'see the log above')})"
     parts = [f"trial {trial.number:>3}", f"{trial.state.name:<9}", _objective_values(trial, names), params]
     if "throughput_samples_per_s" in attrs:
-        parts.append(f"{attrs['throughput_samples_per_s']:.0f} samples/s")
-        parts.append(f"{attrs['peak_memory_mb']:.0f} MB peak")
-    if attrs.get("feasible") is False:
-        parts.append(f"(violates {', '.join(k for k, c in attrs['constraints'].items() if not c['satisfied'])})")
+        parts.append(f"{attrs[THROUGHPUT_ATTR]:.0f} samples/s")
+        parts.append(f"{attrs[PEAK_MEMORY_ATTR]:.0f} MB peak")
+    if attrs.get(FEASIBLE_ATTR) is False:
+        parts.append(f"(violates {', '.join(k for k, c in attrs[CONSTRAINTS_ATTR].items() if not c['satisfied'])})")
     return "  ".join(parts)
 
 
 def _summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]) -> str:
     trials = study.get_trials(deepcopy=False)
     by_state = {s: sum(t.state == s for t in trials) for s in TrialState}
-    skipped = sum(t.user_attrs.get("skip_reason") == SKIP_UNSUPPORTED for t in trials)
-    diverged = sum(t.user_attrs.get("skip_reason") == SKIP_NON_FINITE for t in trials)
-    oom = sum(t.user_attrs.get("skip_reason") == SKIP_OOM for t in trials)
+    skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in trials)
+    diverged = sum(skip_reason_of(t) == SKIP_NON_FINITE for t in trials)
+    oom = sum(skip_reason_of(t) == SKIP_OOM for t in trials)
     why = f" ({diverged} {SKIP_NON_FINITE}, {oom} {SKIP_OOM})" if diverged or oom else ""
     shown = mask_url(url)
     lines = [
@@ -254,6 +272,39 @@ def _run_workers(study: optuna.Study, names: Sequence[str], argv: Sequence[str],
     return code
 
 
+def _run_here(prepared: PreparedStudy, trackers: list[Tracker], url: str, args: argparse.Namespace, stop: StopSignal) -> int:
+    """Run trials in this process until the budget, a timeout or a signal; print the summary."""
+    study, names, data = prepared.study, prepared.space.objective_names, prepared.data
+    if stop.requested():
+        return stop.exit_code
+    print(
+        f"Study {args.study_name!r} in {mask_url(url)}: {finished_count(study)} of {args.n_trials} "
+        f"budgeted trials already finished; training on {len(data.train_texts)} rows, validating on {len(data.valid_texts)}.",
+        flush=True,
+    )
+    # Workers of --workers N share one terminal: bars from several processes would tear each other.
+    bars = StudyProgress.wants_bars(sys.stdout, args.quiet) and WORKER_INDEX_ENV not in os.environ
+    progress = StudyProgress(args.n_trials, finished_count(study), bars=bars, quiet=args.quiet)
+
+    def finished(trial: FrozenTrial, finished: int) -> None:
+        progress.trial_finished(trial_line(trial, names), finished, best_so_far(study, names))
+
+    with progress.showing():
+        run_study(
+            prepared, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed, device=args.device,
+            cache_dir=args.cache_dir, artifacts=args.artifact_store, keep_checkpoints=args.keep_checkpoints,
+            max_retry=args.max_retry,
+            hooks=RunHooks(on_trial_finished=finished, progress=progress.trial_step, stop_requested=stop.requested),
+            trackers=trackers,
+        )
+    if stop.requested():
+        print(f"{PROG}: stopped by a signal; the interrupted trial was checkpointed and re-queued: "
+              "rerun the same command to resume the study", file=sys.stderr, flush=True)
+        return stop.exit_code
+    print(_summary(study, url, args.n_trials, names), flush=True)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the study; return the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -283,34 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.workers > 1:
             print(f"Starting {args.workers} workers on study {args.study_name!r}", flush=True)
             return _run_workers(study, names, argv, args)
-        if stop.requested():
-            return stop.exit_code
-        print(
-            f"Study {args.study_name!r} in {mask_url(url)}: {finished_count(study)} of {args.n_trials} "
-            f"budgeted trials already finished; training on {len(data.train_texts)} rows, validating on {len(data.valid_texts)}.",
-            flush=True,
-        )
-        # Workers of --workers N share one terminal: bars from several processes would tear each other.
-        bars = StudyProgress.wants_bars(sys.stdout, args.quiet) and WORKER_INDEX_ENV not in os.environ
-        progress = StudyProgress(args.n_trials, finished_count(study), bars=bars, quiet=args.quiet)
-
-        def finished(trial: FrozenTrial, finished: int) -> None:
-            progress.trial_finished(trial_line(trial, names), finished, best_so_far(study, names))
-
-        with progress.showing():
-            run_study(
-                prepared, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed, device=args.device,
-                cache_dir=args.cache_dir, artifacts=args.artifact_store, keep_checkpoints=args.keep_checkpoints,
-                max_retry=args.max_retry,
-                hooks=RunHooks(on_trial_finished=finished, progress=progress.trial_step, stop_requested=stop.requested),
-                trackers=trackers,
-            )
-        if stop.requested():
-            print(f"{PROG}: stopped by a signal; the interrupted trial was checkpointed and re-queued: "
-                  "rerun the same command to resume the study", file=sys.stderr, flush=True)
-            return stop.exit_code
-        print(_summary(study, url, args.n_trials, names), flush=True)
-        return 0
+        return _run_here(prepared, trackers, url, args, stop)
 
     try:
         return run_guarded(PROG, url, body, user_errors=(UserError, DataError), failures=(TooManyFailuresError,))

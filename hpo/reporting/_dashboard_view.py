@@ -25,6 +25,7 @@ from optuna.trial import FrozenTrial
 if TYPE_CHECKING:
     from optuna.study._frozen import FrozenStudy
 
+from hpo._attrs import SKIP_DETAIL_ATTR, skip_reason_of
 from hpo.reporting._export import flatten
 from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED
 
@@ -46,12 +47,12 @@ def name_objectives(study: optuna.Study, names: Sequence[str]) -> None:
 
 def note_skipped(study: optuna.Study, trial: FrozenTrial) -> None:
     """Put a note naming why on the dashboard page of a trial pruned for a reason of ours."""
-    heading = SKIP_HEADINGS.get(trial.user_attrs.get("skip_reason"))
+    heading = SKIP_HEADINGS.get(skip_reason_of(trial))
     if heading is None:
         return
     from optuna_dashboard import save_note
 
-    detail = str(trial.user_attrs.get("skip_detail") or "")
+    detail = str(trial.user_attrs.get(SKIP_DETAIL_ATTR) or "")
     with contextlib.suppress(Exception):  # a note is a courtesy: it must never fail the study
         save_note(optuna.Trial(study, trial._trial_id), f"## {heading}\n\n{detail}\n")
 

@@ -13,6 +13,7 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
+from hpo._attrs import config_of, config_or_params, stored_space
 from hpo._errors import UserError
 from hpo.space._space import RESERVED_KEYS
 from hpo.storage._inspect import objective_names
@@ -32,12 +33,12 @@ def _best_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 def reusable_config(trial: FrozenTrial) -> dict[str, Any]:
     """The trial's resolved config as a search space's ``fixed:`` block (run flags such as the seed left out)."""
-    config = trial.user_attrs.get("config") or dict(trial.params)
+    config = config_or_params(trial)
     return {key: value for key, value in config.items() if key not in RESERVED_KEYS}
 
 
 def trial_entry(trial: FrozenTrial, names: list[str]) -> dict[str, Any]:
-    config = trial.user_attrs.get("config") or {}
+    config = config_of(trial)
     return {
         "trial": trial.number,
         "values": dict(zip(names, trial.values, strict=True)),
@@ -77,7 +78,7 @@ def best_space(study: optuna.Study) -> dict[str, Any]:
             "--format space writes one trial: pick one from `--format yaml` and paste its fixed: block"
         )
     (trial,) = best_document_trials(study)
-    stored = study.user_attrs.get("search_space") or {}
+    stored = stored_space(study)
     fixed = reusable_config(trial)
     precision = fixed.pop("fp_precision", "fp32")
     space: dict[str, Any] = {key: stored[key] for key in ("objective", "objectives", "constraints", "oom_fallback") if key in stored}
@@ -89,7 +90,7 @@ def best_space(study: optuna.Study) -> dict[str, Any]:
 
 def best_space_yaml(study: optuna.Study, space: dict[str, Any]) -> str:
     trial = best_document_trials(study)[0]
-    seed = (trial.user_attrs.get("config") or {}).get("seed")
+    seed = config_of(trial).get("seed")
     header = (
         f"# Trial {trial.number} of study {study.study_name!r} as a search space: its config fixed, its precision\n"
         f"# the one choice. Retrain it:  python -m hpo run --space THIS_FILE --study-name NEW --n-trials 1"

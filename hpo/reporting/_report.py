@@ -14,8 +14,21 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from hpo._attrs import (
+    PEAK_MEMORY_ATTR,
+    SKIP_REASON_ATTR,
+    THROUGHPUT_ATTR,
+    config_of,
+    config_or_params,
+    fail_reason_of,
+    hardware_of,
+    is_baseline,
+    is_host_limited,
+    skip_reason_of,
+    stored_space,
+    throughput_of,
+)
 from hpo.space._measures import measured_value
-from hpo.study._outcomes import BASELINE_ATTR
 from trial_executor import METRICS, PRECISIONS
 
 _COLOURS = {"fp32": "tab:blue", "tf32": "tab:purple", "fp16": "tab:orange", "bf16": "tab:green"}
@@ -66,7 +79,7 @@ class StudyReport:
 
 def precision_of(trial: FrozenTrial) -> str:
     """The precision a trial was asked for (searched or fixed), ``unknown`` for studies made elsewhere."""
-    config = trial.user_attrs.get("config") or {}
+    config = config_of(trial)
     return str(trial.params.get("fp_precision", config.get("fp_precision", "unknown")))
 
 
@@ -75,23 +88,23 @@ def outcome(trial: FrozenTrial) -> str:
     if trial.state == TrialState.COMPLETE:
         return "complete"
     if trial.state == TrialState.PRUNED:
-        return str(trial.user_attrs.get("skip_reason", "pruned"))
+        return skip_reason_of(trial) or "pruned"
     if trial.state == TrialState.FAIL:
-        reason = str(trial.user_attrs.get("fail_reason", ""))
+        reason = fail_reason_of(trial)
         return f"failed {reason.split(':', 1)[0]}" if ":" in reason else "failed"
     return trial.state.name.lower()
 
 
 def _measured(trial: FrozenTrial) -> bool:
     # Trials that trained in full or until the pruner stopped them; skipped ones measured nothing comparable.
-    return trial.state in (TrialState.COMPLETE, TrialState.PRUNED) and "skip_reason" not in trial.user_attrs \
-        and measured_value(trial.user_attrs, "throughput_samples_per_s") is not None
+    return trial.state in (TrialState.COMPLETE, TrialState.PRUNED) and SKIP_REASON_ATTR not in trial.user_attrs \
+        and measured_value(trial.user_attrs, THROUGHPUT_ATTR) is not None
 
 
 def _speed_key(trial: FrozenTrial) -> str:
     """Everything but precision that sets a step's speed: the machine, and the speed-relevant config."""
-    config = trial.user_attrs.get("config") or trial.params
-    device = (trial.user_attrs.get("hardware") or {}).get("device_name")
+    config = config_or_params(trial)
+    device = hardware_of(trial).get("device_name")
     return json.dumps([device, {k: v for k, v in config.items() if k not in _SPEED_NEUTRAL}], sort_keys=True)
 
 
@@ -100,9 +113,9 @@ def _matched_speedups(trials: list[FrozenTrial]) -> dict[int, float]:
     fp32: dict[str, list[float]] = {}
     for t in trials:
         if precision_of(t) == "fp32" and _measured(t):
-            fp32.setdefault(_speed_key(t), []).append(t.user_attrs["throughput_samples_per_s"])
+            fp32.setdefault(_speed_key(t), []).append(throughput_of(t))
     return {
-        t.number: t.user_attrs["throughput_samples_per_s"] / statistics.median(fp32[_speed_key(t)])
+        t.number: throughput_of(t) / statistics.median(fp32[_speed_key(t)])
         for t in trials
         if _measured(t) and _speed_key(t) in fp32 and statistics.median(fp32[_speed_key(t)]) > 0
     }
@@ -114,7 +127,7 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 
 def _objectives(study: optuna.Study) -> tuple[list[tuple[str, str]], dict[str, float]]:
-    space = study.user_attrs.get("search_space") or {}
+    space = stored_space(study)
     directions = ["maximize" if d == StudyDirection.MAXIMIZE else "minimize" for d in study.directions]
     if space.get("objectives"):
         names = [o["name"] for o in space["objectives"]]
@@ -133,14 +146,14 @@ def _value(trial: FrozenTrial, name: str, objectives: list[tuple[str, str]]) -> 
 
 
 def _baseline(trials: list[FrozenTrial]) -> tuple[float | None, str]:
-    marked = [t for t in trials if t.user_attrs.get(BASELINE_ATTR)]
+    marked = [t for t in trials if is_baseline(t)]
     measured = [t for t in marked if _measured(t)]
     if measured:
         base = measured[0]
-        speed = base.user_attrs["throughput_samples_per_s"]
+        speed = throughput_of(base)
         return speed, f"trial {base.number}, the enqueued fp32 baseline ({speed:.1f} samples/s)"
     why = f"the fp32 baseline trial {marked[0].number} ended {outcome(marked[0])}" if marked else "the study has no fp32 baseline trial"
-    fp32 = [t.user_attrs["throughput_samples_per_s"] for t in trials if precision_of(t) == "fp32" and _measured(t)]
+    fp32 = [throughput_of(t) for t in trials if precision_of(t) == "fp32" and _measured(t)]
     if fp32:
         speed = statistics.median(fp32)
         return speed, f"the median of {len(fp32)} measured fp32 trials ({speed:.1f} samples/s), since {why}"
@@ -173,7 +186,7 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
         complete = [t for t in mine if t.state == TrialState.COMPLETE]
         scores = [v for v in (_value(t, metric, objectives) for t in complete) if v is not None]
         measured = [t for t in mine if _measured(t)]
-        speed = _median([t.user_attrs.get("throughput_samples_per_s") for t in measured])
+        speed = _median([throughput_of(t) for t in measured])
         ratios = [matched[t.number] for t in measured if t.number in matched]
         rows.append(PrecisionRow(
             precision=precision, trials=len(mine), completed=len(complete),
@@ -182,18 +195,18 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
             median_samples_per_s=speed,
             speedup=speed / base_speed if speed is not None and base_speed else None,
             matched_speedup=statistics.median(ratios) if ratios else None, matched_trials=len(ratios),
-            median_peak_memory_mb=_median([t.user_attrs.get("peak_memory_mb") for t in measured]),
+            median_peak_memory_mb=_median([t.user_attrs.get(PEAK_MEMORY_ATTR) for t in measured]),
             outcomes=dict(Counter(outcome(t) for t in mine if t.state != TrialState.COMPLETE)),
         ))
     front, front_label = _front(study, objectives)
-    hardware = [t.user_attrs.get("hardware") or {} for t in trials]
+    hardware = [hardware_of(t) for t in trials]
     devices = sorted({f"{h.get('device_name')} ({h.get('device_type')}, torch {h.get('torch_version')})" for h in hardware if h})
     states = Counter(t.state.name for t in study.get_trials(deepcopy=False))
     return StudyReport(
         study_name=study.study_name, storage=storage_shown, objectives=objectives, constraints=constraints,
         metric=metric, maximize_metric=maximize, states=dict(states), devices=devices, baseline=baseline,
         rows=rows, front=front, front_label=front_label, trials=sorted(trials, key=lambda t: t.number),
-        host_limited=sorted(t.number for t in trials if t.user_attrs.get("host_limited")),
+        host_limited=sorted(t.number for t in trials if is_host_limited(t)),
     )
 
 
@@ -283,9 +296,9 @@ def markdown(report: StudyReport, plot_name: str) -> str:
     header = ["trial", "state", "outcome", "precision", report.metric, "samples/s", "peak MB", "params"]
     rows = [
         [
-            str(t.number) + (" (fp32 baseline)" if t.user_attrs.get(BASELINE_ATTR) else ""), t.state.name, outcome(t),
+            str(t.number) + (" (fp32 baseline)" if is_baseline(t) else ""), t.state.name, outcome(t),
             _fmt(precision_of(t)), _fmt(_value(t, report.metric, report.objectives)),
-            _fmt(t.user_attrs.get("throughput_samples_per_s")), _fmt(t.user_attrs.get("peak_memory_mb")), _params(t),
+            _fmt(throughput_of(t)), _fmt(t.user_attrs.get(PEAK_MEMORY_ATTR)), _params(t),
         ]
         for t in report.trials
     ]
@@ -312,7 +325,7 @@ def plot_tradeoff(report: StudyReport, path: Path) -> None:
     ax = fig.add_subplot()
     points = []
     for t in report.trials:
-        x, y = t.user_attrs.get("throughput_samples_per_s"), _value(t, report.metric, report.objectives)
+        x, y = throughput_of(t), _value(t, report.metric, report.objectives)
         if t.state == TrialState.COMPLETE and x is not None and y is not None:
             points.append((t, float(x), float(y)))
     for precision in [r.precision for r in report.rows]:
@@ -327,7 +340,7 @@ def plot_tradeoff(report: StudyReport, path: Path) -> None:
     front = sorted(((x, y) for t, x, y in points if t.number in front_ids))
     if front:
         ax.scatter(*zip(*front, strict=True), s=140, facecolors="none", edgecolors="black", linewidths=1.5, label=label)
-    baseline = [(x, y) for t, x, y in points if t.user_attrs.get(BASELINE_ATTR)]
+    baseline = [(x, y) for t, x, y in points if is_baseline(t)]
     if baseline:
         ax.scatter(*zip(*baseline, strict=True), s=160, marker="*", color="black", label="fp32 baseline")
     if not points:

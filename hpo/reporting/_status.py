@@ -10,6 +10,7 @@ import optuna
 import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
+from hpo._attrs import WORKER_ATTR, is_host_limited, skip_reason_of
 from hpo.storage._inspect import objective_names
 from hpo.study._liveness import worker_is_gone
 from hpo.study._outcomes import SKIP_UNSUPPORTED
@@ -58,7 +59,7 @@ def _heartbeat_ages(storage: optuna.storages.BaseStorage, trial_ids: list[int]) 
 
 
 def _worker(trial: FrozenTrial) -> str:
-    worker = trial.user_attrs.get("worker")
+    worker = trial.user_attrs.get(WORKER_ATTR)
     if isinstance(worker, dict):
         return f"{worker.get('host', '?')} pid {worker.get('pid', '?')}"
     return "unknown worker"
@@ -79,9 +80,9 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     names = objective_names(study)
     counts = {state.name: sum(t.state == state for t in trials) for state in TrialState}
     status = StudyStatus(study.study_name, [(n, d.name.lower()) for n, d in zip(names, study.directions, strict=True)], counts)
-    status.skipped = sum(t.user_attrs.get("skip_reason") == SKIP_UNSUPPORTED for t in trials)
+    status.skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in trials)
     status.best = _best(study, names)
-    status.host_limited = sorted(t.number for t in trials if t.user_attrs.get("host_limited"))
+    status.host_limited = sorted(t.number for t in trials if is_host_limited(t))
     running = [t for t in trials if t.state == TrialState.RUNNING]
     ages = _heartbeat_ages(storage, [t._trial_id for t in running])
     now = datetime.datetime.now()

@@ -24,6 +24,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from hpo._attrs import HARDWARE_ATTR, MLFLOW_RUN_ID_ATTR, STEPS_ATTR, TENSORBOARD_RUN_ATTR, config_or_params
 from hpo._errors import UserError
 from hpo.reporting._export import flatten
 from trial_executor import StepProgress
@@ -46,7 +47,7 @@ def _final_metrics(trial: FrozenTrial) -> dict[str, float]:
 
 def _tags(trial: FrozenTrial) -> dict[str, str]:
     attrs = trial.user_attrs
-    tags = {f"hardware.{k}": str(v) for k, v in flatten(attrs.get("hardware") or {}).items()}
+    tags = {f"hardware.{k}": str(v) for k, v in flatten(attrs.get(HARDWARE_ATTR) or {}).items()}
     tags["state"] = trial.state.name
     for key in ("skip_reason", "skip_detail", "fail_reason", "precision_effective", "stopped_reason"):
         if attrs.get(key) is not None:
@@ -88,7 +89,7 @@ class MlflowTracker:
             tags={"optuna.study": trial.study.study_name, "optuna.trial": str(trial.number)},
         )
         self.runs[trial.number] = run.info.run_id
-        trial.set_user_attr("mlflow_run_id", run.info.run_id)
+        trial.set_user_attr(MLFLOW_RUN_ID_ATTR, run.info.run_id)
 
     def _log(self, run_id: str | None, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -109,11 +110,11 @@ class MlflowTracker:
         run_id = self.runs.pop(trial.number, None)
         if run_id is None:
             return
-        config = trial.user_attrs.get("config") or dict(trial.params)
+        config = config_or_params(trial)
         params = [Param(k, str(v)[:6000]) for k, v in flatten(config).items()]
         tags = [RunTag(k, v) for k, v in _tags(trial).items()]
         self.client.log_batch(run_id, params=params, tags=tags)
-        self._log(run_id, {f"final/{k}": v for k, v in _final_metrics(trial).items()}, int(trial.user_attrs.get("steps") or 0))
+        self._log(run_id, {f"final/{k}": v for k, v in _final_metrics(trial).items()}, int(trial.user_attrs.get(STEPS_ATTR) or 0))
         self.client.set_terminated(run_id, status=_MLFLOW_STATUS.get(trial.state, "FAILED"))
 
 
@@ -138,7 +139,7 @@ class TensorBoardTracker:
     def start(self, trial: optuna.Trial) -> None:
         path = self.root / f"trial-{trial.number}"
         self.writers[trial.number] = self.writer_class(log_dir=str(path))
-        trial.set_user_attr("tensorboard_run", str(path))
+        trial.set_user_attr(TENSORBOARD_RUN_ATTR, str(path))
 
     def _scalars(self, number: int, metrics: dict[str, float], step: int) -> None:
         writer = self.writers.get(number)
@@ -153,7 +154,7 @@ class TensorBoardTracker:
         self._scalars(number, _finite({"train/loss": update.train_loss, "train/samples_per_s": update.samples_per_s}), update.step)
 
     def finish(self, trial: FrozenTrial) -> None:
-        steps = int(trial.user_attrs.get("steps") or 0)
+        steps = int(trial.user_attrs.get(STEPS_ATTR) or 0)
         self._scalars(trial.number, {f"final/{k}": v for k, v in _final_metrics(trial).items()}, steps)
         writer = self.writers.pop(trial.number, None)
         if writer is None:
@@ -161,7 +162,7 @@ class TensorBoardTracker:
         tags = _tags(trial)
         writer.add_text("state", tags.pop("state"), steps)
         writer.add_text("tags", "\n".join(f"    {k}: {v}" for k, v in tags.items()), steps)
-        config = trial.user_attrs.get("config") or dict(trial.params)
+        config = config_or_params(trial)
         hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flatten(config).items()}
         values = dict(zip([f"value/{i}" for i in range(len(trial.values or []))], trial.values or [], strict=True))
         writer.add_hparams(hparams, _finite(values) or {"value/0": float("nan")}, run_name=".")

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from hpo._attrs import METRICS_ATTR
 from trial_executor import METRICS
 
 # What a trial measures besides the evaluation metrics; each can be an objective or a constraint.
@@ -47,7 +48,7 @@ def measured_value(user_attrs: Mapping[str, Any], name: str) -> float | None:
     """A trial's recorded value of ``name`` (final evaluation metric or measurement), if any."""
     if name in MEASUREMENTS:
         return user_attrs.get(name)
-    return user_attrs.get("metrics", {}).get(name)
+    return user_attrs.get(METRICS_ATTR, {}).get(name)
 
 
 def constraint_violation(key: str, limit: float, value: float) -> float:

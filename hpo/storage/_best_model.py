@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from hpo._attrs import BEST_MODEL_ATTR, config_of
 from hpo._errors import UserError
 
 if TYPE_CHECKING:
     from optuna.artifacts import FileSystemArtifactStore
 
-BEST_MODEL_ATTR = "best_model"
 # Studies (storage object, study id) whose trials save their final model, in this process.
 _KEEPING: set[tuple[int, int]] = set()
 # Trial id -> the directory its run saves the final model to, until the trial has finished.
@@ -88,7 +88,7 @@ def keep_if_best(study: optuna.Study, trial: FrozenTrial, store: FileSystemArtif
             _logger.warning("trial %d is the best so far but its model was not kept: %s", trial.number, err)
             return False
         previous = study.user_attrs.get(BEST_MODEL_ATTR)
-        model = (trial.user_attrs.get("config") or {}).get("model")
+        model = config_of(trial).get("model")
         study.set_user_attr(BEST_MODEL_ATTR, {"trial": trial.number, "artifact_id": artifact_id, "value": trial.value, "model": model})
         if previous:
             with contextlib.suppress(Exception):  # already gone: nothing to free

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, download_artifact
 
+from hpo._attrs import CHECKPOINT_ATTR, RESUMED_AT_STEP_ATTR, RESUMED_FROM_TRIAL_ATTR
 from hpo.storage._best_model import final_model_dir
 
 if TYPE_CHECKING:
     from trial_executor import Checkpointing
 
 DEFAULT_ARTIFACT_DIR = "hpo-artifacts"
-CHECKPOINT_ATTR = "checkpoint"
 _logger = logging.getLogger(__name__)
 
 
@@ -70,8 +70,8 @@ class TrialCheckpoints:
             except Exception:  # a lost checkpoint means starting over, not failing
                 resume_from = None
             else:
-                self.trial.set_user_attr("resumed_from_trial", self.inherited["trial"])
-                self.trial.set_user_attr("resumed_at_step", self.inherited["step"])
+                self.trial.set_user_attr(RESUMED_FROM_TRIAL_ATTR, self.inherited["trial"])
+                self.trial.set_user_attr(RESUMED_AT_STEP_ATTR, self.inherited["step"])
         return Checkpointing(
             directory=self.scratch / "latest", resume_from=resume_from, on_saved=self._saved,
             final_model=final_model_dir(self.trial),

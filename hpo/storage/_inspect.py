@@ -8,6 +8,7 @@ import optuna
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from hpo._attrs import stored_space
 from hpo._errors import UserError
 from hpo.storage._storage import create_storage, mask_url
 
@@ -42,7 +43,7 @@ def load_existing_study(storage: optuna.storages.BaseStorage, url: str, study_na
 def objective_names(study: optuna.Study | optuna.study.FrozenStudy) -> list[str]:
     """The objective names of a study run by ``hpo.run`` (from its stored search space), else ``value``/``value_i``."""
     directions = study.directions
-    stored = study.user_attrs.get("search_space") or {}
+    stored = stored_space(study)
     if stored.get("objectives"):
         names = [str(o.get("name")) for o in stored["objectives"]]
     else:

@@ -4,7 +4,8 @@ The objective (``hpo.study._objective``) is not imported here: it imports the ex
 torch-bound names; ``hpo.make_objective`` defers it.
 """
 
-from hpo.study._outcomes import BASELINE_ATTR, SKIP_NON_FINITE, SKIP_OOM, SKIP_REASONS, SKIP_UNSUPPORTED, TrialFailedError
+from hpo._attrs import BASELINE_ATTR
+from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_REASONS, SKIP_UNSUPPORTED, TrialFailedError
 from hpo.study._study import counts_toward_budget, finished_count, open_study, run_to_budget
 
 __all__ = [

@@ -21,7 +21,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-WORKER_ATTR = "worker"
+from hpo._attrs import FAIL_REASON_ATTR, WORKER_ATTR
+
 WORKER_DIED = "worker_died"
 
 
@@ -82,7 +83,7 @@ def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[i
         if not worker_is_gone(trial):
             continue
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # another worker swept it first
-            storage.set_trial_user_attr(trial._trial_id, "fail_reason", f"{WORKER_DIED}: its worker process exited mid-trial")
+            storage.set_trial_user_attr(trial._trial_id, FAIL_REASON_ATTR, f"{WORKER_DIED}: its worker process exited mid-trial")
             if storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
                 failed.append(trial._trial_id)
     retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)

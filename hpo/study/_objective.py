@@ -22,6 +22,21 @@ from typing import Any
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
+from hpo._attrs import (
+    CONFIG_ATTR,
+    CONSTRAINTS_ATTR,
+    FAIL_REASON_ATTR,
+    FEASIBLE_ATTR,
+    HARDWARE_ATTR,
+    INTERRUPTED_AT_STEP_ATTR,
+    MAX_LENGTH_AUTO_ATTR,
+    OOM_FALLBACK_ATTR,
+    OUTCOME_ATTRS,
+    SKIP_DETAIL_ATTR,
+    SKIP_REASON_ATTR,
+    WORKER_ATTR,
+    record_result,
+)
 from hpo.space._measures import MEASUREMENTS, constraint_measure, constraint_violation
 from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError, check_enqueued
@@ -44,10 +59,6 @@ from trial_executor import (
     run_trial,
 )
 
-# What one attempt of a trial found; a retry (which starts with a copy of its predecessor's
-# user attrs) clears them so they describe its own run.
-_OUTCOME_ATTRS = ("fail_reason", "skip_reason", "skip_detail", "skip_step", "oom_batch_size", "oom_fallback")
-
 CONFIG_FILE = "config.json"
 _SEED_MODULUS = 2**32  # trial seeds (base seed + trial number) wrap into numpy's seed range
 
@@ -69,37 +80,11 @@ def executor_config(
 
 
 def _skip(trial: optuna.Trial, reason: str, detail: str, **attrs: Any) -> optuna.TrialPruned:
-    trial.set_user_attr("skip_reason", reason)
-    trial.set_user_attr("skip_detail", detail[:1000])
+    trial.set_user_attr(SKIP_REASON_ATTR, reason)
+    trial.set_user_attr(SKIP_DETAIL_ATTR, detail[:1000])
     for key, value in attrs.items():
         trial.set_user_attr(key, value)
     return optuna.TrialPruned(f"{reason}: {detail}")
-
-
-def _record(trial: optuna.Trial, result: TrialResult) -> None:
-    trial.set_user_attr("metrics", result.metrics)
-    trial.set_user_attr("precision_effective", result.precision_effective)
-    trial.set_user_attr("throughput_samples_per_s", result.throughput_samples_per_s)
-    trial.set_user_attr("throughput_tokens_per_s", result.throughput_tokens_per_s)
-    trial.set_user_attr("peak_memory_mb", result.peak_memory_mb)
-    trial.set_user_attr("train_seconds", result.train_seconds)
-    trial.set_user_attr("eval_seconds", result.eval_seconds)
-    trial.set_user_attr("steps", result.steps)
-    trial.set_user_attr("padding_efficiency", result.padding_efficiency)
-    trial.set_user_attr("tokenize_seconds", result.tokenize_seconds)
-    trial.set_user_attr("tokenize_cache", "hit" if result.tokenize_cache_hit else "miss")
-    trial.set_user_attr("trainable_params", result.trainable_params)
-    trial.set_user_attr("trainable_fraction", result.trainable_fraction)
-    trial.set_user_attr("max_length_effective", result.max_length)
-    trial.set_user_attr("truncated_fraction", result.truncated_fraction)
-    trial.set_user_attr("stopped_reason", result.stopped_reason)
-    # Issue 12: how the throughput was measured, and whether the host (not the precision) set the pace.
-    trial.set_user_attr("throughput_all_samples_per_s", result.throughput_all_samples_per_s)
-    trial.set_user_attr("throughput_steady_state", result.steady_state)
-    trial.set_user_attr("compile_seconds", result.compile_seconds)
-    trial.set_user_attr("device_busy_fraction", result.device_busy_fraction)
-    trial.set_user_attr("host_limited", result.host_limited)
-    trial.set_user_attr("checkpoint_dtype", result.checkpoint_dtype)
 
 
 def _upload_config(trial: optuna.Trial, store: FileSystemArtifactStore, config: TrainConfig) -> None:
@@ -134,8 +119,8 @@ def _set_constraints(trial: optuna.Trial, space: SearchSpace, result: TrialResul
         violation = constraint_violation(key, limit, value)
         trial.set_constraint(key, violation)
         recorded[key] = {"limit": limit, "value": value, "satisfied": violation <= 0}
-    trial.set_user_attr("constraints", recorded)
-    trial.set_user_attr("feasible", all(c["satisfied"] for c in recorded.values()))
+    trial.set_user_attr(CONSTRAINTS_ATTR, recorded)
+    trial.set_user_attr(FEASIBLE_ATTR, all(c["satisfied"] for c in recorded.values()))
 
 
 def _one_line(err: BaseException) -> str:
@@ -144,22 +129,22 @@ def _one_line(err: BaseException) -> str:
 
 
 def _interrupted(trial: optuna.Trial, err: TrialInterrupted) -> BaseException:
-    trial.set_user_attr("fail_reason", INTERRUPTED)
-    trial.set_user_attr("interrupted_at_step", err.step)
+    trial.set_user_attr(FAIL_REASON_ATTR, INTERRUPTED)
+    trial.set_user_attr(INTERRUPTED_AT_STEP_ATTR, err.step)
     return TrialFailedError(f"{INTERRUPTED} at step {err.step}; the next run resumes it")
 
 
 def _invalid(trial: optuna.Trial, err: InvalidTrialError) -> BaseException:
     # Bad input, not a bug: one line in the log, no traceback.
     reason = _one_line(err)
-    trial.set_user_attr("fail_reason", reason)
+    trial.set_user_attr(FAIL_REASON_ATTR, reason)
     _logger.warning("trial %d failed: %s", trial.number, reason)
     return TrialFailedError(reason)
 
 
 def _failed(trial: optuna.Trial, err: Exception) -> BaseException:
     reason = _one_line(err)
-    trial.set_user_attr("fail_reason", reason)
+    trial.set_user_attr(FAIL_REASON_ATTR, reason)
     _logger.error("trial %d failed: %s", trial.number, reason, exc_info=err)
     return TrialFailedError(reason)
 
@@ -210,7 +195,7 @@ class Objective:
         finally:
             # After training, so tf32_enabled is the state this trial ran with.
             with contextlib.suppress(RuntimeError):  # --device cuda without CUDA: nothing to describe
-                trial.set_user_attr("hardware", hardware_metadata(resolve_device(self.device)))
+                trial.set_user_attr(HARDWARE_ATTR, hardware_metadata(resolve_device(self.device)))
             if saved is not None:
                 saved.close(finished=not interrupted)
 
@@ -220,15 +205,16 @@ class Objective:
         system_attrs = trial.storage.get_trial(trial._trial_id).system_attrs
         original = system_attrs.get("failed_trial")
         if original is not None:
-            for key in _OUTCOME_ATTRS:
+            # A retry starts with a copy of its predecessor's user attrs: clear what that attempt found.
+            for key in OUTCOME_ATTRS:
                 if key in trial.user_attrs:
                     trial.set_user_attr(key, None)
-        trial.set_user_attr("worker", worker_identity(trial.number))
+        trial.set_user_attr(WORKER_ATTR, worker_identity(trial.number))
         check_enqueued(self.space, system_attrs.get("fixed_params") or {})
         params = self.space.suggest(trial)
         seed = (self.base_seed + (trial.number if original is None else original)) % _SEED_MODULUS
         config = executor_config(params, self.space, seed=seed, device=self.device, cache_dir=self.cache_dir)
-        trial.set_user_attr("config", config.to_dict())
+        trial.set_user_attr(CONFIG_ATTR, config.to_dict())
         return config, original
 
     def _checkpoints(self, trial: optuna.Trial, config: TrainConfig, original: int | None) -> TrialCheckpoints | None:
@@ -268,20 +254,20 @@ class Objective:
         # Same effective batch, half the activation memory; the executor released the first attempt's memory.
         smaller = dataclasses.replace(config, batch_size=config.batch_size // 2, grad_accum_steps=config.grad_accum_steps * 2)
         fallback = {"from_batch_size": config.batch_size, "to_batch_size": smaller.batch_size, "grad_accum_steps": smaller.grad_accum_steps}
-        trial.set_user_attr("oom_fallback", fallback)
-        trial.set_user_attr("config", smaller.to_dict())
+        trial.set_user_attr(OOM_FALLBACK_ATTR, fallback)
+        trial.set_user_attr(CONFIG_ATTR, smaller.to_dict())
         _logger.warning("trial %d ran out of memory at batch size %d; retrying with %s", trial.number, config.batch_size, fallback)
         # A fresh start: the checkpoint to resume from, if any, belongs to the larger batch.
         fresh = dataclasses.replace(checkpointing, resume_from=None) if checkpointing else None
         return run(smaller, report=self._report(trial), checkpointing=fresh)
 
     def _finish(self, trial: optuna.Trial, config: TrainConfig, result: TrialResult) -> float | tuple[float, ...]:
-        _record(trial, result)
+        record_result(trial, result)
         if config.max_length == "auto":
             # The length auto chose, per model, on the study (one per model at a fixed max_length_percentile).
-            chosen = trial.study.user_attrs.get("max_length_auto", {})
+            chosen = trial.study.user_attrs.get(MAX_LENGTH_AUTO_ATTR, {})
             if chosen.get(config.model) != result.max_length:
-                trial.study.set_user_attr("max_length_auto", {**chosen, config.model: result.max_length})
+                trial.study.set_user_attr(MAX_LENGTH_AUTO_ATTR, {**chosen, config.model: result.max_length})
         problem = _non_finite(result, self.space.objective_names)
         if problem:
             raise NonFiniteLossError(result.steps, problem)

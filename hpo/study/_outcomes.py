@@ -25,7 +25,6 @@ SKIP_UNSUPPORTED = "unsupported_precision"
 SKIP_NON_FINITE = "non_finite_loss"
 SKIP_OOM = "oom"
 SKIP_REASONS: tuple[str, ...] = (SKIP_UNSUPPORTED, SKIP_NON_FINITE, SKIP_OOM)
-BASELINE_ATTR = "fp32_baseline"
 INTERRUPTED = "interrupted"
 
 

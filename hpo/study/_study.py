@@ -13,12 +13,21 @@ import optuna
 import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
+from hpo._attrs import (
+    BASELINE_ATTR,
+    DATASET_FINGERPRINT_ATTR,
+    LABEL_NAMES_ATTR,
+    SEARCH_SPACE_ATTR,
+    fail_reason_of,
+    is_baseline,
+    skip_reason_of,
+)
 from hpo._errors import UserError
 from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError
 from hpo.storage._storage import sqlite_file_lock
 from hpo.study._liveness import fail_dead_local_trials
-from hpo.study._outcomes import BASELINE_ATTR, INTERRUPTED, SKIP_UNSUPPORTED
+from hpo.study._outcomes import INTERRUPTED, SKIP_UNSUPPORTED
 from trial_executor import TextClassificationData
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -31,9 +40,9 @@ class TooManyFailuresError(RuntimeError):
 
 def _study_attrs(space: SearchSpace, data: TextClassificationData) -> dict[str, Any]:
     return {
-        "search_space": space.stored_form(),
-        "dataset_fingerprint": data.fingerprint,
-        "label_names": data.label_names,
+        SEARCH_SPACE_ATTR: space.stored_form(),
+        DATASET_FINGERPRINT_ATTR: data.fingerprint,
+        LABEL_NAMES_ATTR: data.label_names,
     }
 
 
@@ -106,7 +115,7 @@ def _enqueue_baseline(study: optuna.Study, space: SearchSpace, storage: optuna.s
     if params is None:
         return False
     with _study_lock(storage, study.study_name):
-        if any(t.user_attrs.get(BASELINE_ATTR) for t in study.get_trials(deepcopy=False)):
+        if any(is_baseline(t) for t in study.get_trials(deepcopy=False)):
             return False
         before = len(study.get_trials(deepcopy=False))
         study.enqueue_trial(params, user_attrs={BASELINE_ATTR: True}, skip_if_exists=True)
@@ -125,7 +134,7 @@ def _sampler_seed(seed: int) -> int:
 
 def counts_toward_budget(trial: FrozenTrial) -> bool:
     """Finished trials count; instant skips of a precision this machine cannot run do not."""
-    return trial.state in FINISHED and trial.user_attrs.get("skip_reason") != SKIP_UNSUPPORTED
+    return trial.state in FINISHED and skip_reason_of(trial) != SKIP_UNSUPPORTED
 
 
 def finished_count(study: optuna.Study) -> int:
@@ -158,11 +167,11 @@ def run_to_budget(
         finished = finished_count(study)
         if on_trial_finished is not None:
             on_trial_finished(trial, finished)
-        interrupted = trial.state == TrialState.FAIL and trial.user_attrs.get("fail_reason") == INTERRUPTED
+        interrupted = trial.state == TrialState.FAIL and fail_reason_of(trial) == INTERRUPTED
         if interrupted:
             optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, trial)
         # Bad enqueued values say nothing about the environment: they do not count as failures in a row.
-        invalid = str(trial.user_attrs.get("fail_reason", "")).startswith(f"{InvalidTrialError.__name__}:")
+        invalid = fail_reason_of(trial).startswith(f"{InvalidTrialError.__name__}:")
         failures = failures + 1 if trial.state == TrialState.FAIL and not (interrupted or invalid) else 0
         if failures >= MAX_CONSECUTIVE_FAILURES or finished >= n_trials:
             study.stop()
@@ -179,5 +188,5 @@ def run_to_budget(
     fail_dead_local_trials(study, max_retry)
     if failures >= MAX_CONSECUTIVE_FAILURES:
         last = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))[-1]
-        reason = str(last.user_attrs.get("fail_reason", "unknown error")).strip().splitlines()[0]
+        reason = fail_reason_of(last, "unknown error").strip().splitlines()[0]
         raise TooManyFailuresError(f"{failures} trials failed in a row (last, trial {last.number}: {reason})")
