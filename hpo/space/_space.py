@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import optuna
 from pydantic import Field, PrivateAttr, model_validator
@@ -56,6 +57,21 @@ class SuccessiveHalvingPrunerSpec(Strict):
 PrunerSpec = Annotated[
     NoPruner | MedianPrunerSpec | HyperbandPrunerSpec | SuccessiveHalvingPrunerSpec, Field(discriminator="type")
 ]
+# Each pruner spec -> the Optuna pruner it builds (None: no pruner but the spec's patience).
+# A new pruner type is a spec class in PrunerSpec and its builder here.
+PRUNER_BUILDERS: dict[type[Strict], Callable[[Any], optuna.pruners.BasePruner | None]] = {
+    NoPruner: lambda spec: None,
+    MedianPrunerSpec: lambda spec: optuna.pruners.MedianPruner(spec.n_startup_trials, spec.n_warmup_steps, spec.interval_steps),
+    HyperbandPrunerSpec: lambda spec: optuna.pruners.HyperbandPruner(spec.min_resource, spec.max_resource, spec.reduction_factor),
+    SuccessiveHalvingPrunerSpec: lambda spec: optuna.pruners.SuccessiveHalvingPruner(
+        spec.min_resource, spec.reduction_factor, spec.min_early_stopping_rate
+    ),
+}
+
+
+def tagged_types(union: Any) -> dict[str, type[Strict]]:
+    """``type`` tag -> model class, for a discriminated union such as :data:`Param` or :data:`PrunerSpec`."""
+    return {get_args(cls.model_fields["type"].annotation)[0]: cls for cls in get_args(get_args(union)[0])}
 
 
 class SearchSpace(Strict):
@@ -160,13 +176,7 @@ class SearchSpace(Strict):
 
     def build_pruner(self) -> optuna.pruners.BasePruner:
         spec = self.pruner
-        pruner: optuna.pruners.BasePruner | None = None
-        if isinstance(spec, MedianPrunerSpec):
-            pruner = optuna.pruners.MedianPruner(spec.n_startup_trials, spec.n_warmup_steps, spec.interval_steps)
-        elif isinstance(spec, HyperbandPrunerSpec):
-            pruner = optuna.pruners.HyperbandPruner(spec.min_resource, spec.max_resource, spec.reduction_factor)
-        elif isinstance(spec, SuccessiveHalvingPrunerSpec):
-            pruner = optuna.pruners.SuccessiveHalvingPruner(spec.min_resource, spec.reduction_factor, spec.min_early_stopping_rate)
+        pruner = PRUNER_BUILDERS[type(spec)](spec)
         if spec.patience is not None:
             return optuna.pruners.PatientPruner(pruner, patience=spec.patience)
         return pruner or optuna.pruners.NopPruner()

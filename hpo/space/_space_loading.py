@@ -19,10 +19,10 @@ from hpo.space._space import (
     DEFAULT_SPACE,
     RESERVED_KEYS,
     HyperbandPrunerSpec,
-    MedianPrunerSpec,
-    NoPruner,
+    Param,
+    PrunerSpec,
     SearchSpace,
-    SuccessiveHalvingPrunerSpec,
+    tagged_types,
 )
 from trial_executor import METRICS, PRECISIONS, TrainConfig
 
@@ -50,10 +50,7 @@ def _pydantic_message(error: dict[str, Any]) -> str:
     where = ".".join(loc)
     kind = error["type"]
     if kind == "extra_forbidden":
-        tagged = {
-            "categorical": CategoricalParam, "float": FloatParam, "int": IntParam, "none": NoPruner,
-            "median": MedianPrunerSpec, "hyperband": HyperbandPrunerSpec, "successive_halving": SuccessiveHalvingPrunerSpec,
-        }
+        tagged = {**tagged_types(Param), **tagged_types(PrunerSpec)}
         sections: dict[str, type[BaseModel]] = {"objective": Objective, "objectives": NamedObjective}
         section: type[BaseModel] | None = sections.get(loc[0], SearchSpace if len(loc) == 1 else None)
         tag = {"params": 2, "pruner": 1}.get(loc[0])
