@@ -41,8 +41,8 @@ def run(trials: int, rows: int, steps: int, data_dir: Path, seed: int) -> list[d
     import optuna
     import transformers
 
-    from hpo._objective import make_objective
-    from hpo._space_loading import parse_search_space
+    from hpo.space._space_loading import parse_search_space
+    from hpo.study._objective import make_objective
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     transformers.logging.set_verbosity_error()  # the pretrained model's new head is reported per trial

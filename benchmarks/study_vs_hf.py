@@ -145,7 +145,7 @@ def run_our_study(spec: dict[str, Any]) -> dict[str, Any]:
     import optuna
     from optuna.trial import FrozenTrial, TrialState
 
-    import hpo._objective  # noqa: F401  (imports torch and transformers before the clock starts, as HF's side does)
+    import hpo.study._objective  # noqa: F401  (imports torch and transformers before the clock starts, as HF's side does)
     from hpo._api import RunHooks, prepare_study, quiet_transformers, resolve_space, run_study
 
     data = load_sst2(Path(spec["data_dir"]), spec["rows"], ROW_SEED, spec["dev_rows"])

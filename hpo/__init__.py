@@ -1,51 +1,99 @@
 """Study orchestration: search spaces, storage, and running studies to a global budget.
 
-Names are imported on first use: reading a search space or a study must not pay for torch.
+The names are imported here directly, except those whose modules import torch (the objective,
+the Python API built on it, and the speed test): they are imported on first use through
+``__getattr__`` below, so that reading a space or a study (``status``, ``report``, ``export``,
+``best``) never pays for torch. This table and the one in ``trial_executor/__init__.py`` are
+the only deferred imports of the project.
 """
 
 from __future__ import annotations
 
-from trial_executor._lazy import lazy_exports
+import importlib
+from typing import TYPE_CHECKING, Any
 
-# name -> (module, name in that module)
-_EXPORTS: dict[str, tuple[str, str]] = {
-    "BASELINE_ATTR": ("hpo._outcomes", "BASELINE_ATTR"),
-    "CHECK_MODELS": ("hpo._check", "CHECK_MODELS"),
-    "CONSTRAINT_KEYS": ("hpo._measures", "CONSTRAINT_KEYS"),
-    "DEFAULT_SPACE": ("hpo._space", "DEFAULT_SPACE"),
-    "MEASUREMENTS": ("hpo._measures", "MEASUREMENTS"),
-    "RunHooks": ("hpo._api", "RunHooks"),
-    "OBJECTIVE_NAMES": ("hpo._measures", "OBJECTIVE_NAMES"),
-    "SKIP_NON_FINITE": ("hpo._outcomes", "SKIP_NON_FINITE"),
-    "SKIP_OOM": ("hpo._outcomes", "SKIP_OOM"),
-    "SKIP_REASONS": ("hpo._outcomes", "SKIP_REASONS"),
-    "SKIP_UNSUPPORTED": ("hpo._outcomes", "SKIP_UNSUPPORTED"),
-    "PrecisionRow": ("hpo._report", "PrecisionRow"),
-    "SearchSpace": ("hpo._space", "SearchSpace"),
-    "SearchSpaceError": ("hpo._space", "SearchSpaceError"),
-    "SpeedRow": ("hpo._check", "SpeedRow"),
-    "StorageError": ("hpo._storage", "StorageError"),
-    "StudyReport": ("hpo._report", "StudyReport"),
-    "TrialFailedError": ("hpo._outcomes", "TrialFailedError"),
-    "UserError": ("hpo._errors", "UserError"),
-    "build_report": ("hpo._report", "build_report"),
-    "counts_toward_budget": ("hpo._study", "counts_toward_budget"),
-    "create_storage": ("hpo._storage", "create_storage"),
-    "executor_config": ("hpo._objective", "executor_config"),
-    "finished_count": ("hpo._study", "finished_count"),
-    "load": ("hpo._api", "load"),
-    "load_search_space": ("hpo._space_loading", "load_search_space"),
-    "make_objective": ("hpo._objective", "make_objective"),
-    "mask_url": ("hpo._storage", "mask_url"),
-    "measured_value": ("hpo._measures", "measured_value"),
-    "optimize": ("hpo._api", "optimize"),
-    "open_study": ("hpo._study", "open_study"),
-    "parse_search_space": ("hpo._space_loading", "parse_search_space"),
-    "resolve_storage_url": ("hpo._storage", "resolve_storage_url"),
-    "run_to_budget": ("hpo._study", "run_to_budget"),
-    "speed_test": ("hpo._check", "speed_test"),
+from hpo._errors import UserError
+from hpo.reporting import PrecisionRow, StudyReport, build_report
+from hpo.space import (
+    CONSTRAINT_KEYS,
+    DEFAULT_SPACE,
+    MEASUREMENTS,
+    OBJECTIVE_NAMES,
+    SearchSpace,
+    SearchSpaceError,
+    load_search_space,
+    measured_value,
+    parse_search_space,
+)
+from hpo.storage import StorageError, create_storage, mask_url, resolve_storage_url
+from hpo.study import (
+    BASELINE_ATTR,
+    SKIP_NON_FINITE,
+    SKIP_OOM,
+    SKIP_REASONS,
+    SKIP_UNSUPPORTED,
+    TrialFailedError,
+    counts_toward_budget,
+    finished_count,
+    open_study,
+    run_to_budget,
+)
+
+if TYPE_CHECKING:
+    from hpo._api import RunHooks, load, optimize
+    from hpo.cli._speed_test import CHECK_MODELS, SpeedRow, speed_test
+    from hpo.study._objective import executor_config, make_objective
+
+# The deferred (torch-bound) names, by module: the same names as the block above.
+_TORCH_BOUND = {
+    "hpo._api": ("RunHooks", "load", "optimize"),
+    "hpo.cli._speed_test": ("CHECK_MODELS", "SpeedRow", "speed_test"),
+    "hpo.study._objective": ("executor_config", "make_objective"),
 }
+_MODULE_OF = {name: module for module, names in _TORCH_BOUND.items() for name in names}
 
-__all__ = sorted(_EXPORTS)
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(_MODULE_OF[name]), name)
+    return value
+
+
+__all__ = [
+    "BASELINE_ATTR",
+    "CHECK_MODELS",
+    "CONSTRAINT_KEYS",
+    "DEFAULT_SPACE",
+    "MEASUREMENTS",
+    "OBJECTIVE_NAMES",
+    "SKIP_NON_FINITE",
+    "SKIP_OOM",
+    "SKIP_REASONS",
+    "SKIP_UNSUPPORTED",
+    "PrecisionRow",
+    "RunHooks",
+    "SearchSpace",
+    "SearchSpaceError",
+    "SpeedRow",
+    "StorageError",
+    "StudyReport",
+    "TrialFailedError",
+    "UserError",
+    "build_report",
+    "counts_toward_budget",
+    "create_storage",
+    "executor_config",
+    "finished_count",
+    "load",
+    "load_search_space",
+    "make_objective",
+    "mask_url",
+    "measured_value",
+    "open_study",
+    "optimize",
+    "parse_search_space",
+    "resolve_storage_url",
+    "run_to_budget",
+    "speed_test",
+]

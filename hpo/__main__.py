@@ -10,8 +10,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from hpo._cli import exit_code_of
 from hpo._errors import did_you_mean
+from hpo.cli._parsing import exit_code_of
 
 PROG = "python -m hpo"
 # command -> what it does; each is the module hpo.<command> with a main(argv) -> exit code.

@@ -19,18 +19,19 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from hpo._best_model import keep_if_best, keeping_best_model
-from hpo._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
-from hpo._dashboard_view import name_objectives, note_skipped
 from hpo._errors import UserError
-from hpo._inspect import load_existing_study, open_existing_storage
-from hpo._run_checks import check_run_options
-from hpo._space import DEFAULT_SPACE, SearchSpace, SearchSpaceError
-from hpo._space_loading import load_search_space, parse_search_space
-from hpo._storage import GRPC_SCHEME, Heartbeat, create_storage, resolve_storage_url
-from hpo._study import open_study, run_to_budget
-from hpo._tracking import Tracker, Tracking, make_trackers
-from hpo._warm_start import DEFAULT_WARM_START_TRIALS, enqueue_warm_start, load_warm_start_source
+from hpo.reporting._dashboard_view import name_objectives, note_skipped
+from hpo.reporting._tracking import Tracker, Tracking, make_trackers
+from hpo.space._params import SearchSpaceError
+from hpo.space._space import DEFAULT_SPACE, SearchSpace
+from hpo.space._space_loading import load_search_space, parse_search_space
+from hpo.storage._best_model import keep_if_best, keeping_best_model
+from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
+from hpo.storage._inspect import load_existing_study, open_existing_storage
+from hpo.storage._storage import GRPC_SCHEME, Heartbeat, create_storage, resolve_storage_url
+from hpo.study._run_checks import check_run_options
+from hpo.study._study import open_study, run_to_budget
+from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS, enqueue_warm_start, load_warm_start_source
 from trial_executor import StepProgress, TextClassificationData, demo_dataset, load_text_classification
 
 DEFAULT_STUDY_NAME = "precision-demo"
@@ -137,7 +138,7 @@ def prepare_study(
     """Create or resume ``study_name`` in ``storage`` (URL; default ``$HPO_STORAGE``, else the demo SQLite file).
 
     ``warm_start_from``: an earlier study in the same storage whose ``warm_start_trials`` best
-    trials are enqueued (see :mod:`hpo._warm_start`); checked before anything is written.
+    trials are enqueued (see :mod:`hpo.study._warm_start`); checked before anything is written.
     """
     space.check_task(data.task)
     url = resolve_storage_url(storage)
@@ -185,9 +186,9 @@ def run_study(
 ) -> None:
     """Run ``prepared`` until the study has ``n_trials`` finished trials (see :func:`hpo.run_to_budget`).
 
-    ``trackers`` (from :func:`hpo._tracking.make_trackers`) get one run per trial.
+    ``trackers`` (from :func:`hpo.reporting._tracking.make_trackers`) get one run per trial.
     """
-    from hpo._objective import make_objective
+    from hpo.study._objective import make_objective
 
     hooks = hooks or RunHooks()
     quiet_transformers()

@@ -1,85 +1,10 @@
-"""``python -m hpo.dashboard``: browse studies in optuna-dashboard, on the same storage and artifact store as the workers.
+"""``python -m hpo.dashboard``: the ``dashboard`` command; it lives in :mod:`hpo.cli._dashboard`."""
 
-The storage is opened through the package's storage factory (connections checked with
-``pool_pre_ping``, password masked in everything printed). Each trial shows its params,
-objective values, learning curve, user attributes (``hardware``, throughput, ``config``...)
-and artifacts (its resolved ``config.json``) when the dashboard is given the study's
-``--artifact-store``. The dashboard has no authentication: it listens on 127.0.0.1 unless
-``--host`` says otherwise (then use a private network, an SSH tunnel or an authenticating proxy).
-"""
-
-from __future__ import annotations
-
-import argparse
-import signal
 import sys
-from collections.abc import Sequence
-from types import FrameType
 
-from hpo._checkpoints import DEFAULT_ARTIFACT_DIR
-from hpo._cli import Parser, add_storage_argument, command_prog, port, run_storage_command
-from hpo._dashboard import address, existing_artifact_store, is_loopback, make_dashboard_server
-from hpo._inspect import open_existing_storage
-from hpo._storage import STORAGE_ENV, mask_url
+from hpo.cli._dashboard import main
 
-PROG = command_prog("dashboard")
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8080
-
-
-def build_parser() -> Parser:
-    parser = Parser(
-        PROG, __doc__,
-        epilog=(
-            "examples:\n"
-            f"  {PROG}                                   # sqlite:///hpo-studies.db on http://127.0.0.1:8080/\n"
-            f"  {PROG} --storage \"${STORAGE_ENV}\" --artifact-store /shared/hpo-artifacts --port 8081\n"
-            f"  ssh -L 8080:127.0.0.1:8080 head-node     # then, on the head node: {PROG}"
-        ),
-    )
-    add_storage_argument(parser)
-    parser.add_argument(
-        "--host", default=DEFAULT_HOST,
-        help="address to listen on; anything but 127.0.0.1/localhost exposes the unauthenticated dashboard (default: %(default)s)",
-    )
-    parser.add_argument("--port", type=port, default=DEFAULT_PORT, help="port to listen on (default: %(default)s)")
-    parser.add_argument(
-        "--artifact-store", default=DEFAULT_ARTIFACT_DIR,
-        help="the studies' artifact directory (python -m hpo.run --artifact-store), for the trials' artifacts (default: %(default)s)",
-    )
-    return parser
-
-
-def _stop(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Serve the dashboard until interrupted; return the process exit code."""
-
-    def body(args: argparse.Namespace, url: str) -> int:
-        storage = open_existing_storage(url)
-        artifacts = existing_artifact_store(args.artifact_store)
-        server = make_dashboard_server(storage, args.host, args.port, artifacts)
-        if not is_loopback(args.host):
-            print(f"warning: the dashboard has no authentication and listens on {args.host}:{args.port}: anyone who reaches it "
-                  "can read and change the studies; use --host 127.0.0.1 with an SSH tunnel, or a private network", file=sys.stderr)
-        if artifacts is None:
-            print(f"warning: no artifact store at {args.artifact_store}; trials' artifacts are not shown "
-                  "(pass the --artifact-store the study ran with)", file=sys.stderr)
-        shown = f"artifacts in {args.artifact_store}" if artifacts is not None else "no artifacts"
-        print(f"Serving optuna-dashboard for {mask_url(url)} ({shown}) at {address(args.host, args.port)}  (Ctrl-C to stop)", flush=True)
-        signal.signal(signal.SIGTERM, _stop)
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            print(f"{PROG}: stopped", file=sys.stderr)
-        finally:
-            server.server_close()
-        return 0
-
-    return run_storage_command(PROG, build_parser(), argv, body)
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,61 +1,10 @@
-"""``python -m hpo.export``: every trial of a study as CSV or JSON, one flat row per trial.
+"""``python -m hpo.export``: the ``export`` command; it lives in :mod:`hpo.cli._export`."""
 
-Columns: ``number``, ``state``, start and completion times, ``duration_s``,
-``values.<objective>``, ``params.<name>``, then every user attribute with nested dicts as
-dotted keys (``hardware.device_name``, ``metrics.accuracy``, ``config.batch_size``). In CSV,
-lists are JSON text and missing values are empty.
-"""
-
-from __future__ import annotations
-
-import argparse
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
-from hpo._cli import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
-from hpo._errors import UserError
-from hpo._export import export_rows, rows_csv, rows_json
-from hpo._inspect import load_existing_study, open_existing_storage
+from hpo.cli._export import main
 
-PROG = command_prog("export")
-
-
-def build_parser() -> Parser:
-    parser = Parser(
-        PROG, __doc__,
-        epilog=(
-            "examples:\n"
-            f"  {PROG} --study-name precision-demo --format csv --out trials.csv\n"
-            f"  {PROG} --study-name sst2 --format json --storage postgresql://user:pass@db:5432/hpo > trials.json"
-        ),
-    )
-    parser.add_argument("--study-name", required=True, help="the study to export")
-    parser.add_argument("--format", choices=("csv", "json"), required=True, help="csv or json")
-    parser.add_argument("--out", default=None, help="file to write (default: standard output)")
-    add_storage_argument(parser)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Write the export; return the process exit code."""
-
-    def body(args: argparse.Namespace, url: str) -> int:
-        study = load_existing_study(open_existing_storage(url), url, args.study_name)
-        rows = export_rows(study)
-        text = rows_csv(rows) if args.format == "csv" else rows_json(rows)
-        if args.out is None:
-            sys.stdout.write(text)
-            return 0
-        try:
-            Path(args.out).write_text(text, encoding="utf-8")
-        except OSError as err:
-            raise UserError(f"cannot write --out {args.out}: {err.strerror}; pick a writable path") from None
-        print(f"Wrote {len(rows)} trials of study {study.study_name!r} to {args.out}")
-        return 0
-
-    return run_storage_command(PROG, build_parser(), argv, body)
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
-    sys.exit(exit_code_of(main))
+    sys.exit(main())

@@ -20,7 +20,7 @@ from sqlalchemy import event, orm
 from hpo import create_storage
 
 if TYPE_CHECKING:
-    from hpo._retrying_storage import RetryingStorage
+    from hpo.storage._retrying_storage import RetryingStorage
 
 _WRITES = ("INSERT", "UPDATE", "DELETE")
 

@@ -27,8 +27,8 @@ from optuna.trial import TrialState
 from test_errors import _hpo, assert_one_clean_line
 
 from hpo import create_storage, make_objective, mask_url, open_study, parse_search_space, run_to_budget
-from hpo._storage import mask_secrets
-from hpo.run import trial_line
+from hpo.cli._run import trial_line
+from hpo.storage._storage import mask_secrets
 from trial_executor import demo_dataset
 
 SECRET_TAIL = "tail-of-the-pw"

@@ -17,8 +17,8 @@ from test_api import TINY
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import hpo
-from hpo._best_model import BEST_MODEL_ATTR, export_best_model
-from hpo._checkpoints import artifact_store
+from hpo.storage._best_model import BEST_MODEL_ATTR, export_best_model
+from hpo.storage._checkpoints import artifact_store
 from trial_executor import TextClassificationData, demo_dataset
 
 FP32 = {**TINY, "params": {k: v for k, v in TINY["params"].items() if k != "fp_precision"}, "fixed": {**TINY["fixed"], "max_steps": 6}}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, assert_one_line_flag_error
 
-from hpo.check import main
+from hpo.cli._check import main
 
 
 def test_check_on_cpu_times_every_supported_precision(tmp_path: Path) -> None:

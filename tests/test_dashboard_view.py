@@ -12,7 +12,7 @@ from optuna_dashboard._serializer import serialize_attrs
 from test_api import TINY
 
 import hpo
-from hpo._dashboard_view import SKIP_HEADINGS, ReadableStorage
+from hpo.reporting._dashboard_view import SKIP_HEADINGS, ReadableStorage
 from trial_executor import demo_dataset
 
 SPACE = {**TINY, "params": {**TINY["params"], "fp_precision": {"type": "categorical", "choices": ["fp32", "tf32"]}}}

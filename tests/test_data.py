@@ -88,7 +88,7 @@ def test_saved_datasets_directory_with_class_labels_and_validation_split(tmp_pat
 
 
 def test_bad_data_on_the_command_line_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from hpo.run import main
+    from hpo.cli._run import main
 
     path = write_tsv(tmp_path / "d.tsv", [("x", 1), ("y", 0)], header=("text", "gold"))
     db = tmp_path / "s.db"

@@ -154,7 +154,7 @@ def test_non_files_are_named_for_what_they_are(tmp_path: Path) -> None:
 def test_bad_values_on_the_command_line_are_one_line_and_write_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, expected: str
 ) -> None:
-    from hpo.run import main
+    from hpo.cli._run import main
 
     path = tmp_path / "d.jsonl"
     path.write_text(body * 3)

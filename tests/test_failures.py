@@ -20,8 +20,8 @@ import torch
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo import create_storage, finished_count, make_objective, open_study, parse_search_space, run_to_budget
-from hpo._study import counts_toward_budget
-from hpo.run import _summary, trial_line
+from hpo.cli._run import _summary, trial_line
+from hpo.study._study import counts_toward_budget
 from trial_executor import demo_dataset
 
 DATA = demo_dataset(n_train=96, n_valid=24, seed=1)
@@ -139,5 +139,5 @@ def test_unexpected_error_fails_the_trial_with_a_one_line_reason(tmp_path: Path,
     assert not [v for v in failed.user_attrs.values() if "Traceback" in str(v)]
     assert failed.user_attrs["hardware"]["device_type"] == "cpu"
     # The traceback is in the worker's log, not in the study.
-    (record,) = [r for r in caplog.records if r.name == "hpo._objective"]
+    (record,) = [r for r in caplog.records if r.name == "hpo.study._objective"]
     assert record.exc_info is not None and "Traceback" in caplog.text and "trial 0 failed" in record.getMessage()

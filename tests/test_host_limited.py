@@ -6,8 +6,8 @@ from pathlib import Path
 
 import optuna
 
-from hpo._report import build_report, summary_lines
-from hpo._status import status_lines, study_status
+from hpo.reporting._report import build_report, summary_lines
+from hpo.reporting._status import status_lines, study_status
 
 
 def test_report_and_status_name_the_host_limited_trials(tmp_path: Path) -> None:

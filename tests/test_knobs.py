@@ -183,7 +183,7 @@ def test_the_objective_records_the_knobs(data: TextClassificationData) -> None:
     import optuna
 
     from hpo import parse_search_space
-    from hpo._objective import make_objective
+    from hpo.study._objective import make_objective
 
     space = parse_search_space({
         "objective": {"metric": "loss", "direction": "minimize"},

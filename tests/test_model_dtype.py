@@ -10,8 +10,8 @@ import torch
 import yaml
 from conftest import SMALL_SPACE
 
-from hpo._objective import make_objective
-from hpo._space_loading import parse_search_space
+from hpo.space._space_loading import parse_search_space
+from hpo.study._objective import make_objective
 from trial_executor import ModelLimitError, TrainConfig, demo_dataset, run_trial
 from trial_executor._models import checkpoint_dtype, load_model
 
@@ -67,7 +67,7 @@ def test_max_length_beyond_the_models_positions_is_refused_before_training(data)
 def test_max_length_beyond_the_models_positions_is_one_line_on_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from hpo.run import main
+    from hpo.cli._run import main
 
     space = tmp_path / "space.yaml"
     params = {**SMALL_SPACE["params"], "max_length": {"type": "categorical", "choices": [64, 2048]}}

@@ -1,6 +1,6 @@
 """Each Optuna internal the storage wrapper still relies on, pinned: an Optuna upgrade that moves one fails here.
 
-``hpo/_retrying_storage.py`` and ``hpo/_write_tokens.py`` use, beyond Optuna's public API:
+``hpo/storage/_retrying_storage.py`` and ``hpo/storage/_write_tokens.py`` use, beyond Optuna's public API:
 - ``optuna.storages._CachedStorage``, the cache Optuna puts around every RDBStorage, which the
   wrapper holds itself (and which then must not be added a second time);
 - ``BaseHeartbeat``'s interface, ``_get_stale_trial_ids`` included (called by fail_stale_trials);
@@ -30,9 +30,9 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from hpo import create_storage
-from hpo._retrying_storage import RetryingStorage
-from hpo._storage import Heartbeat
-from hpo._write_tokens import TABLE_NAME
+from hpo.storage._retrying_storage import RetryingStorage
+from hpo.storage._storage import Heartbeat
+from hpo.storage._write_tokens import TABLE_NAME
 
 
 @pytest.fixture

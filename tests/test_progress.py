@@ -17,7 +17,7 @@ import optuna
 import yaml
 from conftest import ROOT, run_cli
 
-from hpo._progress import StudyProgress, best_so_far
+from hpo.reporting._progress import StudyProgress, best_so_far
 from trial_executor import StepProgress, TrainConfig, demo_dataset, run_trial
 
 SPACE = {

@@ -14,8 +14,8 @@ from conftest import ROOT
 from PIL import Image
 
 from hpo import create_storage, make_objective, open_study, parse_search_space, run_to_budget
-from hpo._report import build_report, precision_table
-from hpo.report import main
+from hpo.cli._report import main
+from hpo.reporting._report import build_report, precision_table
 from trial_executor import demo_dataset
 
 DATA = demo_dataset(n_train=96, n_valid=24, seed=2)

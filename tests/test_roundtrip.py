@@ -14,7 +14,7 @@ from conftest import ROOT, cli_args, run_cli
 from optuna.trial import TrialState
 from test_api import TINY
 
-from hpo._cli import BROKEN_PIPE_EXIT
+from hpo.cli._parsing import BROKEN_PIPE_EXIT
 
 
 def _hpo(*args: str, cwd: Path, stdout: int | None = subprocess.PIPE) -> subprocess.Popen[str]:

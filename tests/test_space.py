@@ -10,7 +10,7 @@ import yaml
 from conftest import SMALL_SPACE, assert_one_line_flag_error, run_cli
 
 from hpo import DEFAULT_SPACE, load_search_space
-from hpo.run import main
+from hpo.cli._run import main
 
 
 def _bad(**changes: object) -> dict[str, object]:

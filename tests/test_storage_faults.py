@@ -24,7 +24,7 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState, create_trial
 
 if TYPE_CHECKING:
-    from hpo._retrying_storage import RetryingStorage
+    from hpo.storage._retrying_storage import RetryingStorage
 
 
 MIN = [StudyDirection.MINIMIZE]
@@ -33,7 +33,7 @@ BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 @pytest.fixture(autouse=True)
 def _short_retry_delay(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("hpo._retrying_storage._FIRST_DELAY", 0.05)  # the test is about what a retry does, not when
+    monkeypatch.setattr("hpo.storage._retrying_storage._FIRST_DELAY", 0.05)  # the test is about what a retry does, not when
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ import pytest
 import sqlalchemy
 
 from hpo import create_storage
-from hpo._cli import run_guarded
-from hpo._retrying_storage import StorageFailedError, is_lost_connection
-from hpo._storage import Heartbeat
+from hpo.cli._parsing import run_guarded
+from hpo.storage._retrying_storage import StorageFailedError, is_lost_connection
+from hpo.storage._storage import Heartbeat
 
 
 def _storage_with_a_study(tmp_path: Path, **kwargs: object) -> tuple[optuna.storages.BaseStorage, int, Path]:

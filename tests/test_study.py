@@ -16,7 +16,7 @@ from conftest import ROOT, cli_args, run_cli, write_tsv
 from optuna.trial import TrialState
 
 from hpo import create_storage, finished_count, load_search_space, open_study, parse_search_space
-from hpo.run import main
+from hpo.cli._run import main
 from trial_executor import demo_dataset, make_synthetic_reviews
 
 HARDWARE_TYPES = {

@@ -14,7 +14,7 @@ from conftest import run_cli
 from optuna.trial import TrialState
 
 import hpo
-from hpo._export import best_space
+from hpo.reporting._export import best_space
 from trial_executor import DataError, TrainConfig, load_text_classification, run_trial
 from trial_executor._metrics import evaluation_metrics
 

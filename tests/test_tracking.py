@@ -15,7 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from test_api import TINY
 
 import hpo
-from hpo.run import main
+from hpo.cli._run import main
 from trial_executor import demo_dataset
 
 # Evaluated at steps 2 and 4: a learning curve of two points per run.

@@ -108,7 +108,7 @@ def test_a_killed_worker_trial_is_retried_from_its_checkpoint(pg_database: str, 
     }
     assert all([meta["filename"] for meta in metas] == ["config.json"] for metas in listed.values()), listed
     assert listed[retry.number] == listed[victim.number]
-    # Besides them, the store keeps one file: the study's best model (hpo._best_model).
+    # Besides them, the store keeps one file: the study's best model (hpo.storage._best_model).
     best_model = optuna.load_study(study_name="kill", storage=pg_database).user_attrs["best_model"]
     assert best_model["trial"] in {t.number for t in trials if t.state == TrialState.COMPLETE}
     expected = {m["artifact_id"] for metas in listed.values() for m in metas} | {best_model["artifact_id"]}

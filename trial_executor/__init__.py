@@ -1,53 +1,88 @@
 """Runs one training trial from a plain config; knows nothing of Optuna.
 
-Names are imported on first use: reading a search space or a study must not pay for torch.
+The config, data and result types are imported here directly. The names whose modules import
+torch (seconds at start-up) are deferred: they are imported on first use, through ``__getattr__``
+below, so that reading a search space or a study never pays for torch. ``hpo/__init__.py`` does
+the same for its own torch-bound names; those two tables are the only deferred imports of the
+project. Type checkers and editors read the deferred names from the ``TYPE_CHECKING`` block.
 """
 
 from __future__ import annotations
 
-from trial_executor._lazy import lazy_exports
+import importlib
+from typing import TYPE_CHECKING, Any
 
-# name -> (module, name in that module)
-_EXPORTS: dict[str, tuple[str, str]] = {
-    "CHECKPOINT_FILE": ("trial_executor._checkpoint", "CHECKPOINT_FILE"),
-    "METRICS": ("trial_executor._config", "METRICS"),
-    "MINIMIZED_METRICS": ("trial_executor._config", "MINIMIZED_METRICS"),
-    "PRECISIONS": ("trial_executor._config", "PRECISIONS"),
-    "PRECISION_ALIASES": ("trial_executor._config", "PRECISION_ALIASES"),
-    "PRESETS": ("trial_executor._models", "PRESETS"),
-    "STOPPED_EARLY_STOPPING": ("trial_executor._loop", "STOPPED_EARLY_STOPPING"),
-    "STOPPED_PRUNED": ("trial_executor._loop", "STOPPED_PRUNED"),
-    "TASKS": ("trial_executor._config", "TASKS"),
-    "TASK_METRICS": ("trial_executor._config", "TASK_METRICS"),
-    "Checkpointing": ("trial_executor._checkpoint", "Checkpointing"),
-    "DataError": ("trial_executor._data", "DataError"),
-    "LoraUnavailableError": ("trial_executor._lora", "LoraUnavailableError"),
-    "ModelLimitError": ("trial_executor._models", "ModelLimitError"),
-    "ModelNotFoundError": ("trial_executor._models", "ModelNotFoundError"),
-    "NonFiniteLossError": ("trial_executor._failures", "NonFiniteLossError"),
-    "PrecisionPolicy": ("trial_executor._precision", "PrecisionPolicy"),
-    "ProgressFn": ("trial_executor._loop", "ProgressFn"),
-    "ReportFn": ("trial_executor._loop", "ReportFn"),
-    "StepProgress": ("trial_executor._loop", "StepProgress"),
-    "TextClassificationData": ("trial_executor._data", "TextClassificationData"),
-    "TrainConfig": ("trial_executor._config", "TrainConfig"),
-    "TrialInterrupted": ("trial_executor._checkpoint", "TrialInterrupted"),
-    "TrialOutOfMemoryError": ("trial_executor._failures", "TrialOutOfMemoryError"),
-    "TrialResult": ("trial_executor._result", "TrialResult"),
-    "UnsupportedPrecisionError": ("trial_executor._precision", "UnsupportedPrecisionError"),
-    "check_max_length": ("trial_executor._models", "check_max_length"),
-    "check_model_name": ("trial_executor._models", "check_model_name"),
-    "demo_dataset": ("trial_executor._synthetic", "demo_dataset"),
-    "hardware_metadata": ("trial_executor._hardware", "hardware_metadata"),
-    "load_text_classification": ("trial_executor._data", "load_text_classification"),
-    "lora_available": ("trial_executor._lora", "peft_available"),
-    "make_synthetic_reviews": ("trial_executor._synthetic", "make_synthetic_reviews"),
-    "precision_support": ("trial_executor._precision", "precision_support"),
-    "resolve_device": ("trial_executor._hardware", "resolve_device"),
-    "run_trial": ("trial_executor._loop", "run_trial"),
-    "tf32_enabled": ("trial_executor._precision", "tf32_enabled"),
+from trial_executor._config import METRICS, MINIMIZED_METRICS, PRECISION_ALIASES, PRECISIONS, TASK_METRICS, TASKS, TrainConfig
+from trial_executor._data import DataError, TextClassificationData, load_text_classification
+from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
+from trial_executor._result import TrialResult
+from trial_executor._synthetic import demo_dataset, make_synthetic_reviews
+
+if TYPE_CHECKING:
+    from trial_executor._checkpoint import CHECKPOINT_FILE, Checkpointing, TrialInterrupted
+    from trial_executor._hardware import hardware_metadata, resolve_device
+    from trial_executor._loop import STOPPED_EARLY_STOPPING, STOPPED_PRUNED, ProgressFn, ReportFn, StepProgress, run_trial
+    from trial_executor._lora import LoraUnavailableError
+    from trial_executor._lora import peft_available as lora_available
+    from trial_executor._models import PRESETS, ModelLimitError, ModelNotFoundError, check_max_length, check_model_name
+    from trial_executor._precision import PrecisionPolicy, UnsupportedPrecisionError, precision_support, tf32_enabled
+
+# The deferred (torch-bound) names, by module: the same names as the block above.
+_TORCH_BOUND = {
+    "trial_executor._checkpoint": ("CHECKPOINT_FILE", "Checkpointing", "TrialInterrupted"),
+    "trial_executor._hardware": ("hardware_metadata", "resolve_device"),
+    "trial_executor._lora": ("LoraUnavailableError", "lora_available"),
+    "trial_executor._loop": ("STOPPED_EARLY_STOPPING", "STOPPED_PRUNED", "ProgressFn", "ReportFn", "StepProgress", "run_trial"),
+    "trial_executor._models": ("PRESETS", "ModelLimitError", "ModelNotFoundError", "check_max_length", "check_model_name"),
+    "trial_executor._precision": ("PrecisionPolicy", "UnsupportedPrecisionError", "precision_support", "tf32_enabled"),
 }
+_MODULE_OF = {name: module for module, names in _TORCH_BOUND.items() for name in names}
+_NAME_THERE = {"lora_available": "peft_available"}
 
-__all__ = sorted(_EXPORTS)
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(_MODULE_OF[name]), _NAME_THERE.get(name, name))
+    return value
+
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "METRICS",
+    "MINIMIZED_METRICS",
+    "PRECISIONS",
+    "PRECISION_ALIASES",
+    "PRESETS",
+    "STOPPED_EARLY_STOPPING",
+    "STOPPED_PRUNED",
+    "TASKS",
+    "TASK_METRICS",
+    "Checkpointing",
+    "DataError",
+    "LoraUnavailableError",
+    "ModelLimitError",
+    "ModelNotFoundError",
+    "NonFiniteLossError",
+    "PrecisionPolicy",
+    "ProgressFn",
+    "ReportFn",
+    "StepProgress",
+    "TextClassificationData",
+    "TrainConfig",
+    "TrialInterrupted",
+    "TrialOutOfMemoryError",
+    "TrialResult",
+    "UnsupportedPrecisionError",
+    "check_max_length",
+    "check_model_name",
+    "demo_dataset",
+    "hardware_metadata",
+    "load_text_classification",
+    "lora_available",
+    "make_synthetic_reviews",
+    "precision_support",
+    "resolve_device",
+    "run_trial",
+    "tf32_enabled",
+]

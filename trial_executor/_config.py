@@ -6,9 +6,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from trial_executor._precisions import PRECISION_ALIASES, PRECISIONS
+
 # Plain names, here rather than beside the code that uses them, so that reading a config
 # (the orchestrator, read-only commands) does not import torch.
-PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
 # What the labels ask of the model, and what each kind of task is measured by (the first: the
 # default early-stopping metric). Regression and multi-label metrics: trial_executor._metrics.
 TASKS: tuple[str, ...] = ("classification", "regression", "multi_label")
@@ -25,9 +26,6 @@ DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 # (measured: tiny-bert 0.3M params loses ~35% in bf16, minilm-l6 22M params gains ~40%).
 CHUNKING_MIN_PARAMS = 5_000_000
 _ACCEPTED_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
-# Other names for a precision, as some HPO scripts and launchers spell them (accelerate's
-# --mixed-precision no|fp16|bf16): normalised when the config is built.
-PRECISION_ALIASES: dict[str, str] = {"none": "fp32", "no": "fp32"}
 FINETUNE_MODES: tuple[str, ...] = ("full", "lora")
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from trial_executor._config import CHUNKING_MIN_PARAMS, TrainConfig
+from trial_executor._precisions import BY_NAME
 
 PENDING_GPU = "pending a GPU measurement"
 
@@ -93,7 +94,7 @@ def resolve_knobs(config: TrainConfig, device: torch.device, *, packed_supported
     # Static shapes (buckets, HF forward: the packed token count varies) can be captured as CUDA graphs.
     static = buckets and not packed
     capture = compile_ and device.type == "cuda" and static
-    half = config.fp_precision in ("fp16", "bf16")
+    half = BY_NAME[config.fp_precision].autocast_dtype is not None
     return Knobs(
         chunk_by_length=pick(config.chunk_by_length, chunk_default),
         packed_forward=packed,

@@ -168,3 +168,11 @@ def bound_native_caches() -> None:
     """Cap the CPU kernel caches before their first use; a capacity the user set is kept."""
     for variable in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
         os.environ.setdefault(variable, NATIVE_CACHE_CAPACITY)
+
+
+def is_oom(err: BaseException) -> bool:
+    """Whether ``err`` is the device or the host running out of memory."""
+    # The CPU allocator reports exhaustion as a plain RuntimeError.
+    return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(err, RuntimeError) and "can't allocate memory" in str(err)
+    )

@@ -36,7 +36,7 @@ from trial_executor._config import MINIMIZED_METRICS, TASK_METRICS, TrainConfig
 from trial_executor._data import TextClassificationData
 from trial_executor._evaluation import eval_rows, evaluate
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
-from trial_executor._hardware import MemoryWindow, bound_native_caches, release_memory, resolve_device
+from trial_executor._hardware import MemoryWindow, bound_native_caches, is_oom, release_memory, resolve_device
 from trial_executor._lora import load_trainable_state_dict, trainable_state_dict
 from trial_executor._models import check_max_length, checkpoint_dtype, preload_model
 from trial_executor._precision import PrecisionPolicy
@@ -69,13 +69,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def _is_oom(err: BaseException) -> bool:
-    # The CPU allocator reports exhaustion as a plain RuntimeError.
-    return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
-        isinstance(err, RuntimeError) and "can't allocate memory" in str(err)
-    )
 
 
 def run_trial(
@@ -112,7 +105,7 @@ def run_trial(
     except TrialInterrupted as err:
         failure = TrialInterrupted(err.step, err.checkpoint)
     except Exception as err:
-        if not _is_oom(err):
+        if not is_oom(err):
             raise
         failure = TrialOutOfMemoryError(
             config.batch_size, config.grad_accum_steps,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trial_executor._config import PRECISIONS
+from trial_executor._precisions import BY_NAME, PRECISIONS, Precision
 
 
 class UnsupportedPrecisionError(RuntimeError):
@@ -56,27 +56,34 @@ def _cpu_autocast_supports(dtype: torch.dtype) -> bool:
         return False
 
 
+def _autocast_dtype(precision: Precision) -> torch.dtype | None:
+    return getattr(torch, precision.autocast_dtype) if precision.autocast_dtype else None
+
+
+def _cuda_reason(precision: Precision, device: torch.device) -> str | None:
+    major, minor = torch.cuda.get_device_capability(device)
+    needed = precision.min_cuda_capability
+    if needed is None or (major, minor) >= needed:
+        return None
+    what = "TF32" if precision.tf32 else precision.name
+    return f"{what} needs compute capability >= {needed[0]}.{needed[1]}; {torch.cuda.get_device_name(device)} has {major}.{minor}"
+
+
+def _cpu_reason(precision: Precision) -> str | None:
+    if precision.tf32:
+        return "TF32 is a mode of NVIDIA tensor cores; this trial runs on the CPU"
+    dtype = _autocast_dtype(precision)
+    if dtype is None or _cpu_autocast_supports(dtype):
+        return None
+    return f"this torch build has no CPU {precision.autocast_dtype} autocast"
+
+
 def precision_support(device: torch.device) -> dict[str, str | None]:
     """Map each precision to ``None`` when ``device`` can run it, else to the reason it cannot."""
     if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        name = torch.cuda.get_device_name(device)
-        ampere = major >= 8
-        return {
-            "fp32": None,
-            "tf32": None if ampere else f"TF32 needs compute capability >= 8.0; {name} has {major}.{minor}",
-            "fp16": None,
-            "bf16": None
-            if torch.cuda.is_bf16_supported(including_emulation=False)
-            else f"bf16 needs compute capability >= 8.0; {name} has {major}.{minor}",
-        }
+        return {name: _cuda_reason(p, device) for name, p in BY_NAME.items()}
     if device.type == "cpu":
-        return {
-            "fp32": None,
-            "tf32": "TF32 is a mode of NVIDIA tensor cores; this trial runs on the CPU",
-            "fp16": None if _cpu_autocast_supports(torch.float16) else "this torch build has no CPU float16 autocast",
-            "bf16": None if _cpu_autocast_supports(torch.bfloat16) else "this torch build has no CPU bfloat16 autocast",
-        }
+        return {name: _cpu_reason(p) for name, p in BY_NAME.items()}
     return {p: (None if p == "fp32" else f"{p} is not supported on device type {device.type}") for p in PRECISIONS}
 
 
@@ -98,14 +105,13 @@ class PrecisionPolicy:
         reason = precision_support(device)[name]
         if reason is not None:
             raise UnsupportedPrecisionError(f"{name} unsupported: {reason}")
-        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(name)
+        precision = BY_NAME[name]
         return cls(
             name=name,
             device_type=device.type,
-            autocast_dtype=dtype,
-            # bf16 has fp32's exponent range, so only fp16 gradients underflow without scaling.
-            use_grad_scaler=name == "fp16",
-            tf32=name == "tf32",
+            autocast_dtype=_autocast_dtype(precision),
+            use_grad_scaler=precision.grad_scaler,
+            tf32=precision.tf32,
         )
 
     def apply_global_state(self, cudnn_benchmark: bool) -> None:

@@ -1,0 +1,132 @@
+"""Every user attribute the package stores on a trial or a study: its key, and how it is written and read.
+
+Trials and studies are read back by commands that run long after the writer (``status``,
+``report``, ``export``, ``best``) and by other versions of the package, so each key is named
+once here and read through the helpers below, never as a string literal elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
+
+    from trial_executor import TrialResult
+
+# Trial attrs: what ran, where, and by whom.
+CONFIG_ATTR = "config"  # the trial's resolved TrainConfig as a dict
+HARDWARE_ATTR = "hardware"
+WORKER_ATTR = "worker"  # host, pid and start time of the process running the trial
+BASELINE_ATTR = "fp32_baseline"  # the enqueued fp32 trial speedups are measured against
+# Where an enqueued known configuration came from: "space:<index>" (the space's enqueue list) or
+# "study:<name>:<number>" (--warm-start); each is enqueued once per study.
+ENQUEUED_FROM_ATTR = "enqueued_from"
+# Trial attrs: how it ended (a retry clears the OUTCOME_ATTRS its predecessor left).
+FAIL_REASON_ATTR = "fail_reason"
+SKIP_REASON_ATTR = "skip_reason"
+SKIP_DETAIL_ATTR = "skip_detail"
+SKIP_STEP_ATTR = "skip_step"
+OOM_BATCH_SIZE_ATTR = "oom_batch_size"
+OOM_FALLBACK_ATTR = "oom_fallback"
+INTERRUPTED_AT_STEP_ATTR = "interrupted_at_step"
+OUTCOME_ATTRS = (FAIL_REASON_ATTR, SKIP_REASON_ATTR, SKIP_DETAIL_ATTR, SKIP_STEP_ATTR, OOM_BATCH_SIZE_ATTR, OOM_FALLBACK_ATTR)
+CONSTRAINTS_ATTR = "constraints"
+FEASIBLE_ATTR = "feasible"
+# Trial attrs: resuming from a checkpoint, and tracking runs.
+CHECKPOINT_ATTR = "checkpoint"
+RESUMED_FROM_TRIAL_ATTR = "resumed_from_trial"
+RESUMED_AT_STEP_ATTR = "resumed_at_step"
+MLFLOW_RUN_ID_ATTR = "mlflow_run_id"
+TENSORBOARD_RUN_ATTR = "tensorboard_run"
+# Trial attrs: what the run measured, each from the executor's TrialResult.
+METRICS_ATTR = "metrics"
+THROUGHPUT_ATTR = "throughput_samples_per_s"
+PEAK_MEMORY_ATTR = "peak_memory_mb"
+STEPS_ATTR = "steps"
+HOST_LIMITED_ATTR = "host_limited"
+RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
+    METRICS_ATTR: lambda r: r.metrics,
+    "precision_effective": lambda r: r.precision_effective,
+    THROUGHPUT_ATTR: lambda r: r.throughput_samples_per_s,
+    "throughput_tokens_per_s": lambda r: r.throughput_tokens_per_s,
+    PEAK_MEMORY_ATTR: lambda r: r.peak_memory_mb,
+    "train_seconds": lambda r: r.train_seconds,
+    "eval_seconds": lambda r: r.eval_seconds,
+    STEPS_ATTR: lambda r: r.steps,
+    "padding_efficiency": lambda r: r.padding_efficiency,
+    "tokenize_seconds": lambda r: r.tokenize_seconds,
+    "tokenize_cache": lambda r: "hit" if r.tokenize_cache_hit else "miss",
+    "trainable_params": lambda r: r.trainable_params,
+    "trainable_fraction": lambda r: r.trainable_fraction,
+    "max_length_effective": lambda r: r.max_length,
+    "truncated_fraction": lambda r: r.truncated_fraction,
+    "stopped_reason": lambda r: r.stopped_reason,
+    # How the throughput was measured, and whether the host (not the precision) set the pace.
+    "throughput_all_samples_per_s": lambda r: r.throughput_all_samples_per_s,
+    "throughput_steady_state": lambda r: r.steady_state,
+    "compile_seconds": lambda r: r.compile_seconds,
+    "device_busy_fraction": lambda r: r.device_busy_fraction,
+    HOST_LIMITED_ATTR: lambda r: r.host_limited,
+    "checkpoint_dtype": lambda r: r.checkpoint_dtype,
+    # Pruning saw evaluations on this many sampled rows; the objective is on every row when metrics_full_split.
+    "eval_sample_rows": lambda r: r.eval_sample_rows,
+    "metrics_full_split": lambda r: r.metrics_full_split,
+    "eval_precision": lambda r: r.eval_precision,
+}
+
+# Study attrs.
+SEARCH_SPACE_ATTR = "search_space"  # the space's stored form: a resumed study must be run with the same
+DATASET_FINGERPRINT_ATTR = "dataset_fingerprint"
+LABEL_NAMES_ATTR = "label_names"
+MAX_LENGTH_AUTO_ATTR = "max_length_auto"  # model -> the length max_length: auto chose
+BEST_MODEL_ATTR = "best_model"
+
+
+def record_result(trial: optuna.Trial, result: TrialResult) -> None:
+    """Store what the executor measured as the trial's user attrs (:data:`RESULT_ATTRS`)."""
+    for key, value_of in RESULT_ATTRS.items():
+        trial.set_user_attr(key, value_of(result))
+
+
+def config_of(trial: FrozenTrial) -> dict[str, Any]:
+    """The trial's resolved config; ``{}`` before it was built (e.g. a trial still waiting)."""
+    return trial.user_attrs.get(CONFIG_ATTR) or {}
+
+
+def config_or_params(trial: FrozenTrial) -> dict[str, Any]:
+    """The trial's resolved config, else its sampled params (a trial whose config was never built)."""
+    return trial.user_attrs.get(CONFIG_ATTR) or dict(trial.params)
+
+
+def skip_reason_of(trial: FrozenTrial) -> str | None:
+    """Why the trial was pruned as skipped (``SKIP_*`` of :mod:`hpo.study._outcomes`), else ``None``."""
+    return trial.user_attrs.get(SKIP_REASON_ATTR)
+
+
+def fail_reason_of(trial: FrozenTrial, default: str = "") -> str:
+    return str(trial.user_attrs.get(FAIL_REASON_ATTR, default))
+
+
+def throughput_of(trial: FrozenTrial) -> float | None:
+    """Training samples per second (steady state when it was reached), ``None`` if never measured."""
+    return trial.user_attrs.get(THROUGHPUT_ATTR)
+
+
+def hardware_of(trial: FrozenTrial) -> dict[str, Any]:
+    return trial.user_attrs.get(HARDWARE_ATTR) or {}
+
+
+def is_host_limited(trial: FrozenTrial) -> bool:
+    return bool(trial.user_attrs.get(HOST_LIMITED_ATTR))
+
+
+def is_baseline(trial: FrozenTrial) -> bool:
+    return bool(trial.user_attrs.get(BASELINE_ATTR))
+
+
+def stored_space(study: optuna.Study) -> dict[str, Any]:
+    """The search space the study was made with (its stored form), ``{}`` for a study made elsewhere."""
+    return study.user_attrs.get(SEARCH_SPACE_ATTR) or {}

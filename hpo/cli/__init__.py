@@ -1,0 +1,8 @@
+"""The commands (``python -m hpo <command>``) and their shared parsing.
+
+Each command is a module ``hpo.cli._<command>`` with ``main(argv) -> exit code``, run as
+``python -m hpo.<command>`` through a thin entry module. Nothing is imported here: a command
+pays only for what it uses (``check`` imports torch, ``status`` must not).
+"""
+
+__all__: list[str] = []

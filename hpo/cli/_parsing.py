@@ -1,0 +1,135 @@
+"""What every command line of this package shares: one-line errors, masked URLs, exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import optuna
+from sqlalchemy.exc import SQLAlchemyError
+
+from hpo._errors import UserError
+from hpo.storage._retrying_storage import storage_failure_in
+from hpo.storage._storage import STORAGE_ENV, mask_secrets, mask_url, resolve_storage_url
+
+
+def command_prog(command: str) -> str:
+    """How the user started ``command``, for usage and error lines: ``python -m hpo run`` or ``python -m hpo.run``."""
+    started = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    if started.name == "__main__.py" and started.parent.name == "hpo":
+        return f"python -m hpo {command}"
+    return f"python -m hpo.{command}"
+
+
+class Parser(argparse.ArgumentParser):
+    """``argparse`` that reports a bad flag in one line, without the usage dump."""
+
+    def __init__(self, prog: str, description: str | None, epilog: str) -> None:
+        super().__init__(prog=prog, description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An ``argparse`` type for a whole number of ``low`` or more."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    return parse
+
+
+def between(low: float, high: float, what: str) -> Callable[[str], float]:
+    """An ``argparse`` type for a finite number strictly between ``low`` and ``high``, described as ``what``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not (math.isfinite(value) and low < value < high):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return parse
+
+
+def port(text: str) -> int:
+    """An ``argparse`` type for a TCP port."""
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"expected a port number between 1 and 65535, got {text!r}")
+    return int(text)
+
+
+def run_guarded(
+    prog: str, url: str, body: Callable[[], int], *,
+    user_errors: tuple[type[Exception], ...] = (UserError,), failures: tuple[type[Exception], ...] = (),
+) -> int:
+    """Run ``body``; each error below is one line on stderr with ``url``'s password masked.
+
+    ``user_errors`` (bad input) exit 2; ``failures`` and storage errors exit 1.
+    """
+    try:
+        return body()
+    except user_errors as err:
+        print(f"{prog}: error: {mask_secrets(str(err), url)}", file=sys.stderr)
+        return 2
+    except failures as err:
+        print(f"{prog}: error: {mask_secrets(str(err), url)}", file=sys.stderr)
+        return 1
+    except SQLAlchemyError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"{prog}: error: storage {mask_url(url)} failed: {mask_secrets(first, url)}", file=sys.stderr)
+        return 1
+    except Exception as err:
+        failure = storage_failure_in(err)  # a storage that waiting cannot fix, however Optuna re-raised it
+        if failure is None:
+            raise
+        print(f"{prog}: error: {mask_secrets(str(failure), url)}", file=sys.stderr)
+        return 1
+
+
+def add_storage_argument(parser: argparse.ArgumentParser, what: str = "database URL") -> None:
+    """``--storage URL``, defaulting to ``$HPO_STORAGE``, else the demo's SQLite file."""
+    parser.add_argument("--storage", default=None, help=f"{what} (default: ${STORAGE_ENV}, else sqlite:///hpo-studies.db)")
+
+
+def run_storage_command(
+    prog: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None, body: Callable[[argparse.Namespace, str], int]
+) -> int:
+    """Parse ``argv``, resolve ``--storage``, and run ``body(args, url)`` under :func:`run_guarded`; its exit code."""
+    args = parser.parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    url = resolve_storage_url(args.storage)
+    return run_guarded(prog, url, lambda: body(args, url))
+
+
+# 128 + SIGPIPE: what a shell reports for a command whose reader went away (`yes | head`).
+BROKEN_PIPE_EXIT = 141
+
+
+def exit_code_of(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
+    """``main(argv)``'s exit code; a reader that went away (``| head``) ends the command quietly, no traceback."""
+    try:
+        code = main(argv)
+        sys.stdout.flush()  # here, where a closed pipe can still be caught
+        return code
+    except BrokenPipeError:
+        # Python flushes stdout again on exit: point it at /dev/null so that flush has nowhere to fail.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT

@@ -1,0 +1,64 @@
+"""``python -m hpo.report``: what each precision did in a study, as Markdown and a plot.
+
+Writes ``report.md`` and ``precision_tradeoff.png`` (the objective metric against training
+samples/s, one colour per precision, the front circled) into ``--out`` and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from hpo._errors import UserError
+from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
+from hpo.reporting._report import build_report, front_table, markdown, plot_tradeoff, precision_table, summary_lines
+from hpo.storage._inspect import load_existing_study, open_existing_storage
+from hpo.storage._storage import mask_url
+
+PROG = command_prog("report")
+PLOT_NAME = "precision_tradeoff.png"
+REPORT_NAME = "report.md"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog=PROG, description=__doc__,
+        epilog=(
+            "examples:\n"
+            f"  {PROG} --study-name precision-demo                  # ./hpo-report-precision-demo/report.md\n"
+            f"  {PROG} --study-name sst2 --storage postgresql://user:pass@db:5432/hpo --out reports/sst2"
+        ),
+    )
+    parser.add_argument("--study-name", required=True, help="the study to report on")
+    add_storage_argument(parser, "database URL the study lives in")
+    parser.add_argument("--out", default=None, help="directory for report.md and the plot (default: ./hpo-report-<study>)")
+    return parser
+
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write the report; return the process exit code."""
+
+    def body(args: argparse.Namespace, url: str) -> int:
+        study = load_existing_study(open_existing_storage(url), url, args.study_name)
+        out = Path(args.out or f"hpo-report-{args.study_name}")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"cannot create --out directory {out}: {err.strerror}") from None
+        report = build_report(study, mask_url(url))
+        (out / REPORT_NAME).write_text(markdown(report, PLOT_NAME), encoding="utf-8")
+        plot_tradeoff(report, out / PLOT_NAME)
+        print("\n".join([
+            *summary_lines(report), "", *precision_table(report), "", f"{report.front_label}:", *front_table(report), "",
+            f"Wrote {out / REPORT_NAME} and {out / PLOT_NAME}",
+        ]))
+        return 0
+
+    return run_storage_command(PROG, build_parser(), argv, body)
+
+
+if __name__ == "__main__":
+    sys.exit(exit_code_of(main))

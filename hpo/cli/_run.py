@@ -1,0 +1,359 @@
+"""``python -m hpo.run``: run (or resume, or extend) a precision-search study.
+
+With no arguments it runs the demo study: the default search space on synthetic reviews,
+stored in a SQLite file in the working directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import math
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._api import (
+    CACHE_ENV,
+    DEFAULT_CACHE_DIR,
+    DEFAULT_N_TRIALS,
+    DEFAULT_STUDY_NAME,
+    PreparedStudy,
+    RunHooks,
+    prepare_study,
+    resolve_cache_dir,
+    resolve_data,
+    resolve_space,
+    run_study,
+)
+from hpo._attrs import (
+    CONSTRAINTS_ATTR,
+    FEASIBLE_ATTR,
+    PEAK_MEMORY_ATTR,
+    SKIP_DETAIL_ATTR,
+    THROUGHPUT_ATTR,
+    fail_reason_of,
+    skip_reason_of,
+)
+from hpo._errors import UserError
+from hpo.cli._parsing import Parser, at_least, between, command_prog, run_guarded
+from hpo.reporting._progress import StudyProgress, best_so_far
+from hpo.reporting._tracking import Tracker, make_trackers
+from hpo.space._measures import measured_value
+from hpo.space._space import DEFAULT_SPACE
+from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
+from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
+from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, quiet_trial_failures
+from hpo.study._run_checks import check_run_options
+from hpo.study._study import TooManyFailuresError, finished_count
+from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
+from hpo.study._workers import WORKER_INDEX_ENV, StopSignal, run_workers
+from trial_executor import DataError
+from trial_executor._precisions import MIXED_PRECISION
+
+PROG = command_prog("run")
+
+
+_positive_int = at_least(1)
+_positive_float = between(0.0, math.inf, "a positive number of seconds")
+_fraction = between(0.0, 1.0, "a number between 0 and 1 (exclusive)")
+
+
+def _gpu_list(text: str) -> list[str]:
+    gpus = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() for part in gpus):
+        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1,2, got {text!r}")
+    return gpus
+
+
+def _add_model_and_tracking(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", default=None,
+        help="train this model in every trial, in place of the space's model (a preset, a local save_pretrained directory)",
+    )
+    parser.add_argument(
+        "--track", nargs="+", action="append", default=[], metavar="KIND",
+        help="log each trial as a run: `--track mlflow` ($MLFLOW_TRACKING_URI, else ./mlflow.db) or `--track tensorboard DIR` "
+             "(repeatable; needs pip install 'precision-hpo[tracking]')",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog=PROG,
+        description=__doc__,
+        epilog=(
+            "examples:\n"
+            f"  {PROG}                                   # demo study, SQLite file in this directory\n"
+            f"  {PROG} --n-trials 20                     # extend the same study to 20 finished trials\n"
+            f"  {PROG} --storage postgresql://user:pass@db:5432/hpo --study-name sst2 \\\n"
+            "      --data train.tsv --text-column sentence --label-column label --space search_spaces/default.yaml"
+        ),
+    )
+    parser.add_argument("--space", default=str(DEFAULT_SPACE), help="search-space YAML (default: %(default)s)")
+    parser.add_argument(
+        "--storage", default=None,
+        help=f"database URL: sqlite:///file.db or postgresql://user:pass@host:5432/db (default: ${STORAGE_ENV}, else sqlite:///hpo-studies.db)",
+    )
+    parser.add_argument("--study-name", default=DEFAULT_STUDY_NAME, help="study to create or resume (default: %(default)s)")
+    parser.add_argument(
+        "--n-trials", type=_positive_int, default=DEFAULT_N_TRIALS,
+        help="the study's total budget of finished (complete + pruned) trials, across all runs and workers (default: %(default)s)",
+    )
+    parser.add_argument("--timeout", type=_positive_float, default=None, help="stop starting new trials after this many seconds")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the sampler and each trial (trial seed = seed + trial number)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where trials train (default: %(default)s)")
+    parser.add_argument(
+        "--fix", action="append", default=[], metavar="NAME=VALUE",
+        help="pin a searched parameter for this run (repeatable), e.g. --fix batch_size=16; the stored space is unchanged",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true",
+        help="no progress bars: one plain line per finished trial (bars show only when stdout is a terminal)",
+    )
+    parser.add_argument(
+        "--mixed-precision", choices=tuple(MIXED_PRECISION), default=None,
+        help="accelerate's spelling of --fix fp_precision=fp32|fp16|bf16",
+    )
+    _add_model_and_tracking(parser)
+    parser.add_argument(
+        "--warm-start", default=None, metavar="STUDY",
+        help="first run the best trials of this earlier study in the same storage (their params that fit the space; once per study)",
+    )
+    parser.add_argument(
+        "--warm-start-trials", type=_positive_int, default=DEFAULT_WARM_START_TRIALS,
+        help="how many of --warm-start's best trials to run (default: %(default)s)",
+    )
+    _add_workers(parser)
+    _add_data(parser)
+    return parser
+
+
+def _add_workers(parser: argparse.ArgumentParser) -> None:
+    workers = parser.add_argument_group("workers and failures")
+    workers.add_argument(
+        "--workers", type=_positive_int, default=1,
+        help="worker processes on this machine, all on the same study and budget (default: %(default)s)",
+    )
+    workers.add_argument("--gpus", type=_gpu_list, default=None, help="GPU indices; worker i sees only GPU i mod N, e.g. 0,1,2,3")
+    workers.add_argument(
+        "--heartbeat-interval", type=_positive_int, default=Heartbeat.interval,
+        help="seconds between a running trial's heartbeats (default: %(default)s)",
+    )
+    workers.add_argument(
+        "--grace-period", type=_positive_int, default=Heartbeat.grace_period,
+        help="seconds without a heartbeat before a trial counts as dead and is failed and retried (default: %(default)s)",
+    )
+    workers.add_argument(
+        "--max-retry", type=at_least(0), default=Heartbeat.max_retry,
+        help="times a dead or interrupted trial is retried (default: %(default)s)",
+    )
+    workers.add_argument(
+        "--artifact-store", default=DEFAULT_ARTIFACT_DIR,
+        help="directory for trial checkpoints, shared by every worker of the study (default: %(default)s)",
+    )
+    workers.add_argument("--keep-checkpoints", action="store_true", help="keep finished trials' checkpoints (default: removed)")
+
+
+def _add_data(parser: argparse.ArgumentParser) -> None:
+    data = parser.add_argument_group("data (default: the built-in synthetic reviews)")
+    data.add_argument("--data", default=None, help="training data: a CSV, TSV or JSONL file, or a directory saved with datasets' save_to_disk")
+    data.add_argument("--text-column", default="text", help="column holding the text (default: %(default)s)")
+    data.add_argument("--text-pair-column", default=None, help="optional column with a second text (sentence pairs)")
+    data.add_argument("--label-column", default="label", help="column holding the label: an integer or a name (classes), a number (regression) or a label set (multi-label; see the space's task:) (default: %(default)s)")
+    held_out = data.add_mutually_exclusive_group()
+    held_out.add_argument("--valid-data", default=None, help="validation file, same format and columns as --data")
+    held_out.add_argument(
+        "--valid-fraction", type=_fraction, default=0.1, help="seeded share of --data held out for validation (default: %(default)s)"
+    )
+    data.add_argument(
+        "--empty-text", choices=("drop", "fail"), default="drop", help="rows with empty text: drop them with a warning, or fail (default: %(default)s)"
+    )
+    data.add_argument(
+        "--cache-dir", default=None,
+        help=f"tokenized-data cache shared by trials and workers on this machine (default: ${CACHE_ENV}, else {DEFAULT_CACHE_DIR})",
+    )
+
+
+def _format_value(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _objective_values(trial: FrozenTrial, names: Sequence[str]) -> str:
+    values = trial.values if trial.state == TrialState.COMPLETE else [measured_value(trial.user_attrs, n) for n in names]
+    return "  ".join(f"{name}={_format_value(value)}" for name, value in zip(names, values, strict=True))
+
+
+def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
+    """One line per finished trial: number, state, objective values, params, samples/s, peak memory."""
+    params = " ".join(f"{k}={_format_value(v)}" for k, v in trial.params.items())
+    attrs = trial.user_attrs
+    if skip_reason_of(trial) == SKIP_UNSUPPORTED:
+        return f"trial {trial.number:>3}  SKIPPED   {params}  ({attrs.get(SKIP_DETAIL_ATTR)})"
+    if skip_reason_of(trial) in (SKIP_NON_FINITE, SKIP_OOM):
+        return f"trial {trial.number:>3}  PRUNED    {params}  ({skip_reason_of(trial)}: {attrs.get(SKIP_DETAIL_ATTR)})"
+    if trial.state == TrialState.FAIL:
+        return f"trial {trial.number:>3}  FAIL      {params}  ({fail_reason_of(trial, 'see the log above')})"
+    parts = [f"trial {trial.number:>3}", f"{trial.state.name:<9}", _objective_values(trial, names), params]
+    if "throughput_samples_per_s" in attrs:
+        parts.append(f"{attrs[THROUGHPUT_ATTR]:.0f} samples/s")
+        parts.append(f"{attrs[PEAK_MEMORY_ATTR]:.0f} MB peak")
+    if attrs.get(FEASIBLE_ATTR) is False:
+        parts.append(f"(violates {', '.join(k for k, c in attrs[CONSTRAINTS_ATTR].items() if not c['satisfied'])})")
+    return "  ".join(parts)
+
+
+def _summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]) -> str:
+    trials = study.get_trials(deepcopy=False)
+    by_state = {s: sum(t.state == s for t in trials) for s in TrialState}
+    skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in trials)
+    diverged = sum(skip_reason_of(t) == SKIP_NON_FINITE for t in trials)
+    oom = sum(skip_reason_of(t) == SKIP_OOM for t in trials)
+    why = f" ({diverged} {SKIP_NON_FINITE}, {oom} {SKIP_OOM})" if diverged or oom else ""
+    shown = mask_url(url)
+    lines = [
+        "",
+        f"Study {study.study_name!r} in {shown}: {finished_count(study)} of {budget} budgeted trials finished "
+        f"({by_state[TrialState.COMPLETE]} complete, {by_state[TrialState.PRUNED] - skipped} pruned{why}, "
+        f"{by_state[TrialState.FAIL]} failed; {skipped} skipped as unsupported on this machine, not counted)",
+    ]
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    # Among trials meeting the space's constraints: the best trial, or the Pareto front.
+    front = study.best_trials if len(names) > 1 else []
+    if len(names) == 1:
+        with contextlib.suppress(ValueError):  # nothing completed, or nothing feasible
+            front = [study.best_trial]
+    for best in front:
+        label = "Best trial" if len(names) == 1 else "Pareto-front trial"
+        lines.append(f"{label} {best.number}: {_objective_values(best, names)}")
+        lines += [f"  {k}: {_format_value(v)}" for k, v in best.params.items()]
+    if not complete:
+        lines.append("No trial has completed yet.")
+    elif not front:
+        lines.append("No completed trial meets the space's constraints.")
+    lines.append(f"Browse it:  optuna-dashboard {shown}")
+    if shown != url:
+        lines.append(f"  (the password is masked: run `optuna-dashboard \"${STORAGE_ENV}\"` with ${STORAGE_ENV} set to the full URL)")
+    return "\n".join(lines)
+
+
+def _quiet_libraries() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    quiet_trial_failures()
+
+
+def _without_workers_flag(argv: Sequence[str]) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--workers":
+            skip = True
+        elif not arg.startswith("--workers="):
+            out.append(arg)
+    return out
+
+
+def _run_workers(study: optuna.Study, names: Sequence[str], argv: Sequence[str], args: argparse.Namespace) -> int:
+    """``--workers N``: the workers run the trials; this process shows the study bar and their lines."""
+    progress = StudyProgress(args.n_trials, finished_count(study), bars=StudyProgress.wants_bars(sys.stdout, args.quiet), quiet=args.quiet)
+
+    def tick() -> None:
+        # A display refresh must never stop the workers: the database may be restarting.
+        with contextlib.suppress(Exception):
+            progress.study_position(finished_count(study), best_so_far(study, names))
+
+    with progress.showing():
+        code = run_workers(
+            _without_workers_flag(argv), args.workers, args.gpus,
+            output=lambda index, line: progress.line(f"[worker {index}] {line}"), tick=tick,
+        )
+        tick()
+    return code
+
+
+def _run_here(prepared: PreparedStudy, trackers: list[Tracker], url: str, args: argparse.Namespace, stop: StopSignal) -> int:
+    """Run trials in this process until the budget, a timeout or a signal; print the summary."""
+    study, names, data = prepared.study, prepared.space.objective_names, prepared.data
+    if stop.requested():
+        return stop.exit_code
+    print(
+        f"Study {args.study_name!r} in {mask_url(url)}: {finished_count(study)} of {args.n_trials} "
+        f"budgeted trials already finished; training on {len(data.train_texts)} rows, validating on {len(data.valid_texts)}.",
+        flush=True,
+    )
+    # Workers of --workers N share one terminal: bars from several processes would tear each other.
+    bars = StudyProgress.wants_bars(sys.stdout, args.quiet) and WORKER_INDEX_ENV not in os.environ
+    progress = StudyProgress(args.n_trials, finished_count(study), bars=bars, quiet=args.quiet)
+
+    def finished(trial: FrozenTrial, finished: int) -> None:
+        progress.trial_finished(trial_line(trial, names), finished, best_so_far(study, names))
+
+    with progress.showing():
+        run_study(
+            prepared, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed, device=args.device,
+            cache_dir=args.cache_dir, artifacts=args.artifact_store, keep_checkpoints=args.keep_checkpoints,
+            max_retry=args.max_retry,
+            hooks=RunHooks(on_trial_finished=finished, progress=progress.trial_step, stop_requested=stop.requested),
+            trackers=trackers,
+        )
+    if stop.requested():
+        print(f"{PROG}: stopped by a signal; the interrupted trial was checkpointed and re-queued: "
+              "rerun the same command to resume the study", file=sys.stderr, flush=True)
+        return stop.exit_code
+    print(_summary(study, url, args.n_trials, names), flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the study; return the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    _quiet_libraries()
+    stop = StopSignal()
+    stop.install()
+    url = resolve_storage_url(args.storage)
+
+    def body() -> int:
+        # Everything that can be wrong with the input is checked before anything is written.
+        check_run_options(
+            seed=args.seed, device=args.device, study_name=args.study_name, artifact_store=args.artifact_store,
+            cache_dir=resolve_cache_dir(args.cache_dir),
+        )
+        fix = args.fix + ([f"fp_precision={MIXED_PRECISION[args.mixed_precision]}"] if args.mixed_precision else [])
+        space = resolve_space(Path(args.space), fix=fix, model=args.model)
+        data = resolve_data(
+            args.data, seed=args.seed, text_column=args.text_column, label_column=args.label_column,
+            text_pair_column=args.text_pair_column, valid_data=args.valid_data, valid_fraction=args.valid_fraction,
+            empty_text=args.empty_text, task=space.task,
+        )
+        trackers = make_trackers(args.track, args.study_name)
+        heartbeat = Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
+        prepared = prepare_study(
+            space, data, storage=url, study_name=args.study_name, seed=args.seed, heartbeat=heartbeat,
+            warm_start_from=args.warm_start, warm_start_trials=args.warm_start_trials,
+        )
+        study, names = prepared.study, space.objective_names
+        if args.workers > 1:
+            print(f"Starting {args.workers} workers on study {args.study_name!r}", flush=True)
+            return _run_workers(study, names, argv, args)
+        return _run_here(prepared, trackers, url, args, stop)
+
+    try:
+        return run_guarded(PROG, url, body, user_errors=(UserError, DataError), failures=(TooManyFailuresError,))
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, the running trial marked FAIL by Optuna
+        print(f"{PROG}: interrupted; rerun the same command to resume the study", file=sys.stderr)
+        return stop.exit_code or 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

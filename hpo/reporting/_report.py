@@ -1,0 +1,356 @@
+"""A study's precision report: per-precision outcomes, speedups against the fp32 baseline, the Pareto front."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._attrs import (
+    PEAK_MEMORY_ATTR,
+    SKIP_REASON_ATTR,
+    THROUGHPUT_ATTR,
+    config_of,
+    config_or_params,
+    fail_reason_of,
+    hardware_of,
+    is_baseline,
+    is_host_limited,
+    skip_reason_of,
+    stored_space,
+    throughput_of,
+)
+from hpo.space._measures import measured_value
+from trial_executor import METRICS, PRECISIONS
+
+_COLOURS = {"fp32": "tab:blue", "tf32": "tab:purple", "fp16": "tab:orange", "bf16": "tab:green"}
+_DONE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+# Config fields that do not change how fast a training step runs (evaluation is not in throughput).
+_SPEED_NEUTRAL = {
+    "fp_precision", "learning_rate", "weight_decay", "warmup_ratio", "lr_schedule", "max_grad_norm", "seed",
+    "epochs", "max_steps", "eval_every", "eval_batch_size", "cache_dir", "device",
+}
+
+
+@dataclass(frozen=True)
+class PrecisionRow:
+    """One precision's trials: counts, the quality metric, speed, memory and how the rest ended."""
+
+    precision: str
+    trials: int
+    completed: int
+    best: float | None
+    median: float | None
+    median_samples_per_s: float | None
+    speedup: float | None
+    matched_speedup: float | None
+    matched_trials: int
+    median_peak_memory_mb: float | None
+    outcomes: dict[str, int]
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    """Everything the Markdown report, the table on stdout and the plot show."""
+
+    study_name: str
+    storage: str
+    objectives: list[tuple[str, str]]
+    constraints: dict[str, float]
+    metric: str
+    maximize_metric: bool
+    states: dict[str, int]
+    devices: list[str]
+    baseline: str
+    rows: list[PrecisionRow]
+    front: list[FrozenTrial]
+    front_label: str
+    trials: list[FrozenTrial]
+    host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
+
+
+def precision_of(trial: FrozenTrial) -> str:
+    """The precision a trial was asked for (searched or fixed), ``unknown`` for studies made elsewhere."""
+    config = config_of(trial)
+    return str(trial.params.get("fp_precision", config.get("fp_precision", "unknown")))
+
+
+def outcome(trial: FrozenTrial) -> str:
+    """``complete``, a ``skip_reason``, ``pruned`` (by the pruner) or ``failed <ErrorType>``."""
+    if trial.state == TrialState.COMPLETE:
+        return "complete"
+    if trial.state == TrialState.PRUNED:
+        return skip_reason_of(trial) or "pruned"
+    if trial.state == TrialState.FAIL:
+        reason = fail_reason_of(trial)
+        return f"failed {reason.split(':', 1)[0]}" if ":" in reason else "failed"
+    return trial.state.name.lower()
+
+
+def _measured(trial: FrozenTrial) -> bool:
+    # Trials that trained in full or until the pruner stopped them; skipped ones measured nothing comparable.
+    return trial.state in (TrialState.COMPLETE, TrialState.PRUNED) and SKIP_REASON_ATTR not in trial.user_attrs \
+        and measured_value(trial.user_attrs, THROUGHPUT_ATTR) is not None
+
+
+def _speed_key(trial: FrozenTrial) -> str:
+    """Everything but precision that sets a step's speed: the machine, and the speed-relevant config."""
+    config = config_or_params(trial)
+    device = hardware_of(trial).get("device_name")
+    return json.dumps([device, {k: v for k, v in config.items() if k not in _SPEED_NEUTRAL}], sort_keys=True)
+
+
+def _matched_speedups(trials: list[FrozenTrial]) -> dict[int, float]:
+    """Trial number -> its samples/s over the median fp32 trial's with the same speed key."""
+    fp32: dict[str, list[float]] = {}
+    for t in trials:
+        if precision_of(t) == "fp32" and _measured(t):
+            fp32.setdefault(_speed_key(t), []).append(throughput_of(t))
+    return {
+        t.number: throughput_of(t) / statistics.median(fp32[_speed_key(t)])
+        for t in trials
+        if _measured(t) and _speed_key(t) in fp32 and statistics.median(fp32[_speed_key(t)]) > 0
+    }
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _objectives(study: optuna.Study) -> tuple[list[tuple[str, str]], dict[str, float]]:
+    space = stored_space(study)
+    directions = ["maximize" if d == StudyDirection.MAXIMIZE else "minimize" for d in study.directions]
+    if space.get("objectives"):
+        names = [o["name"] for o in space["objectives"]]
+    elif space.get("objective"):
+        names = [space["objective"]["metric"]]
+    else:  # a study this service did not create: its values have no names
+        names = [f"value {i}" for i in range(len(directions))]
+    return list(zip(names, directions, strict=True)), dict(space.get("constraints") or {})
+
+
+def _value(trial: FrozenTrial, name: str, objectives: list[tuple[str, str]]) -> float | None:
+    names = [n for n, _ in objectives]
+    if trial.state == TrialState.COMPLETE and name in names:
+        return trial.values[names.index(name)]
+    return measured_value(trial.user_attrs, name)
+
+
+def _baseline(trials: list[FrozenTrial]) -> tuple[float | None, str]:
+    marked = [t for t in trials if is_baseline(t)]
+    measured = [t for t in marked if _measured(t)]
+    if measured:
+        base = measured[0]
+        speed = throughput_of(base)
+        return speed, f"trial {base.number}, the enqueued fp32 baseline ({speed:.1f} samples/s)"
+    why = f"the fp32 baseline trial {marked[0].number} ended {outcome(marked[0])}" if marked else "the study has no fp32 baseline trial"
+    fp32 = [throughput_of(t) for t in trials if precision_of(t) == "fp32" and _measured(t)]
+    if fp32:
+        speed = statistics.median(fp32)
+        return speed, f"the median of {len(fp32)} measured fp32 trials ({speed:.1f} samples/s), since {why}"
+    return None, f"none: no fp32 trial was measured ({why})"
+
+
+def _front(study: optuna.Study, objectives: list[tuple[str, str]]) -> tuple[list[FrozenTrial], str]:
+    if len(objectives) > 1:
+        front = sorted(study.best_trials, key=lambda t: t.number)
+        return front, "Pareto front (study.best_trials: no other feasible trial is at least as good in every objective)"
+    try:
+        return [study.best_trial], "Best trial"
+    except ValueError:  # nothing completed, or nothing meets the constraints
+        return [], "Best trial"
+
+
+def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
+    """Summarise ``study`` by precision; ``storage_shown`` is the (masked) URL to print."""
+    trials = [t for t in study.get_trials(deepcopy=False) if t.state in _DONE]
+    objectives, constraints = _objectives(study)
+    quality = [(n, d) for n, d in objectives if n in METRICS] or [("accuracy", "maximize")]
+    metric, maximize = quality[0][0], quality[0][1] == "maximize"
+    base_speed, baseline = _baseline(trials)
+    matched = _matched_speedups(trials)
+    found = {precision_of(t) for t in trials}
+    order = [p for p in PRECISIONS if p in found] + sorted(found - set(PRECISIONS))
+    rows = []
+    for precision in order:
+        mine = [t for t in trials if precision_of(t) == precision]
+        complete = [t for t in mine if t.state == TrialState.COMPLETE]
+        scores = [v for v in (_value(t, metric, objectives) for t in complete) if v is not None]
+        measured = [t for t in mine if _measured(t)]
+        speed = _median([throughput_of(t) for t in measured])
+        ratios = [matched[t.number] for t in measured if t.number in matched]
+        rows.append(PrecisionRow(
+            precision=precision, trials=len(mine), completed=len(complete),
+            best=(max if maximize else min)(scores) if scores else None,
+            median=statistics.median(scores) if scores else None,
+            median_samples_per_s=speed,
+            speedup=speed / base_speed if speed is not None and base_speed else None,
+            matched_speedup=statistics.median(ratios) if ratios else None, matched_trials=len(ratios),
+            median_peak_memory_mb=_median([t.user_attrs.get(PEAK_MEMORY_ATTR) for t in measured]),
+            outcomes=dict(Counter(outcome(t) for t in mine if t.state != TrialState.COMPLETE)),
+        ))
+    front, front_label = _front(study, objectives)
+    hardware = [hardware_of(t) for t in trials]
+    devices = sorted({f"{h.get('device_name')} ({h.get('device_type')}, torch {h.get('torch_version')})" for h in hardware if h})
+    states = Counter(t.state.name for t in study.get_trials(deepcopy=False))
+    return StudyReport(
+        study_name=study.study_name, storage=storage_shown, objectives=objectives, constraints=constraints,
+        metric=metric, maximize_metric=maximize, states=dict(states), devices=devices, baseline=baseline,
+        rows=rows, front=front, front_label=front_label, trials=sorted(trials, key=lambda t: t.number),
+        host_limited=sorted(t.number for t in trials if is_host_limited(t)),
+    )
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value).replace("|", "\\|")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|", *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def precision_table(report: StudyReport) -> list[str]:
+    """The per-precision table, as Markdown lines."""
+    header = [
+        "precision", "trials", "completed", f"best {report.metric}", f"median {report.metric}", "median samples/s",
+        "speedup vs fp32", "matched speedup (trials)", "median peak MB", "not completed",
+    ]
+    rows = [
+        [
+            r.precision, str(r.trials), str(r.completed), _fmt(r.best), _fmt(r.median), _fmt(r.median_samples_per_s),
+            f"{r.speedup:.2f}x" if r.speedup is not None else "-",
+            f"{r.matched_speedup:.2f}x ({r.matched_trials})" if r.matched_speedup is not None else "-",
+            _fmt(r.median_peak_memory_mb),
+            ", ".join(f"{k}: {v}" for k, v in sorted(r.outcomes.items())) or "-",
+        ]
+        for r in report.rows
+    ]
+    return _table(header, rows)
+
+
+def _params(trial: FrozenTrial) -> str:
+    return ", ".join(f"{k}={_fmt(v)}" for k, v in trial.params.items())
+
+
+def front_table(report: StudyReport) -> list[str]:
+    """The Pareto front (or best trial) with its objective values and params, as Markdown lines."""
+    if not report.front:
+        return ["No completed trial meets the constraints yet." if report.constraints else "No trial has completed yet."]
+    names = [n for n, _ in report.objectives]
+    extra = [m for m in ("throughput_samples_per_s", "peak_memory_mb") if m not in names]
+    header = ["trial", *names, *extra, "params"]
+    rows = [
+        [str(t.number), *(_fmt(_value(t, n, report.objectives)) for n in [*names, *extra]), _params(t)]
+        for t in report.front
+    ]
+    return _table(header, rows)
+
+
+def summary_lines(report: StudyReport) -> list[str]:
+    objectives = ", ".join(f"{n} ({d})" for n, d in report.objectives)
+    lines = [
+        f"Study {report.study_name!r} in {report.storage}",
+        f"Objectives: {objectives}" + (f"; constraints: {report.constraints}" if report.constraints else ""),
+        "Trials: " + (", ".join(f"{n} {s.lower()}" for s, n in sorted(report.states.items())) or "none yet"),
+        f"Speedups are against {report.baseline}.",
+    ]
+    if report.devices:
+        lines.append("Hardware: " + "; ".join(report.devices))
+    if report.host_limited:
+        lines.append(
+            f"Host-limited trials (the device waited for the executor, so their speed says little about their precision): "
+            f"{', '.join(map(str, report.host_limited))}."
+        )
+    return lines
+
+
+def markdown(report: StudyReport, plot_name: str) -> str:
+    """The full ``report.md``."""
+    lines = [f"# Precision report: {report.study_name}", "", *(f"- {line}" for line in summary_lines(report)), ""]
+    lines += ["## By precision", "", *precision_table(report), ""]
+    lines += [
+        "Medians of samples/s and peak memory are over trials that trained (complete, or stopped by the pruner); "
+        "they mix batch sizes and models, and so does `speedup vs fp32`. `matched speedup` compares each trial "
+        "only with fp32 trials on the same device with the same speed-relevant settings (batch size, model, "
+        "max_length, ...; not learning rate or schedule): the median ratio, and how many trials had such a match. "
+        "`not completed` counts skip reasons (`unsupported_precision`, `non_finite_loss`, `oom`), "
+        "`pruned` (stopped by the pruner) and `failed <error type>`.",
+        "",
+        f"## {report.front_label}", "", *front_table(report), "",
+        f"![{report.metric} vs samples/s]({plot_name})", "",
+        "## All trials", "",
+    ]
+    header = ["trial", "state", "outcome", "precision", report.metric, "samples/s", "peak MB", "params"]
+    rows = [
+        [
+            str(t.number) + (" (fp32 baseline)" if is_baseline(t) else ""), t.state.name, outcome(t),
+            _fmt(precision_of(t)), _fmt(_value(t, report.metric, report.objectives)),
+            _fmt(throughput_of(t)), _fmt(t.user_attrs.get(PEAK_MEMORY_ATTR)), _params(t),
+        ]
+        for t in report.trials
+    ]
+    return "\n".join([*lines, *_table(header, rows), ""])
+
+
+def _tradeoff_front(points: list[tuple[FrozenTrial, float, float]], maximize: bool) -> list[FrozenTrial]:
+    """Trials no other trial beats on both throughput and the metric (for single-objective studies)."""
+    sign = 1 if maximize else -1
+    return [
+        t for t, x, y in points
+        if not any(x2 >= x and sign * y2 >= sign * y and (x2 > x or sign * y2 > sign * y) for _, x2, y2 in points)
+    ]
+
+
+def plot_tradeoff(report: StudyReport, path: Path) -> None:
+    """``metric`` against training samples/s, one colour per precision, the front circled."""
+    # Figure without pyplot: the Agg canvas, no global backend state, no display needed.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 5), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    points = []
+    for t in report.trials:
+        x, y = throughput_of(t), _value(t, report.metric, report.objectives)
+        if t.state == TrialState.COMPLETE and x is not None and y is not None:
+            points.append((t, float(x), float(y)))
+    for precision in [r.precision for r in report.rows]:
+        mine = [(x, y) for t, x, y in points if precision_of(t) == precision]
+        if mine:
+            ax.scatter(*zip(*mine, strict=True), s=40, alpha=0.8, color=_COLOURS.get(precision, "tab:gray"), label=precision)
+    if len(report.objectives) > 1:
+        front_ids, label = {t.number for t in report.front}, "Pareto front (all objectives)"
+    else:
+        front_ids = {t.number for t in _tradeoff_front(points, report.maximize_metric)}
+        label = f"trade-off front ({report.metric} vs samples/s)"
+    front = sorted(((x, y) for t, x, y in points if t.number in front_ids))
+    if front:
+        ax.scatter(*zip(*front, strict=True), s=140, facecolors="none", edgecolors="black", linewidths=1.5, label=label)
+    baseline = [(x, y) for t, x, y in points if is_baseline(t)]
+    if baseline:
+        ax.scatter(*zip(*baseline, strict=True), s=160, marker="*", color="black", label="fp32 baseline")
+    if not points:
+        ax.text(0.5, 0.5, "no completed trials yet", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("training samples/s")
+    ax.set_ylabel(report.metric)
+    ax.set_title(f"{report.study_name}: {report.metric} vs throughput by precision")
+    ax.grid(alpha=0.3)
+    if points:
+        ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path)
+

@@ -1,0 +1,135 @@
+"""Where each study stands: trials by state, the best so far, and who runs what, with heartbeat ages."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+from dataclasses import dataclass, field
+
+import optuna
+import sqlalchemy
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._attrs import WORKER_ATTR, is_host_limited, skip_reason_of
+from hpo.storage._inspect import objective_names
+from hpo.study._liveness import worker_is_gone
+from hpo.study._outcomes import SKIP_UNSUPPORTED
+
+# Optuna's RDB storage keeps one row per running trial here while heartbeats are on.
+_HEARTBEATS = sqlalchemy.table(
+    "trial_heartbeats", sqlalchemy.column("trial_id", sqlalchemy.Integer), sqlalchemy.column("heartbeat", sqlalchemy.DateTime)
+)
+
+
+@dataclass
+class RunningTrial:
+    number: int
+    worker: str
+    running_for: datetime.timedelta | None
+    since_heartbeat: datetime.timedelta | None  # None: no heartbeat recorded (heartbeats off)
+    worker_gone: bool = False  # its worker ran on this machine and has exited
+
+
+@dataclass
+class StudyStatus:
+    name: str
+    objectives: list[tuple[str, str]]
+    counts: dict[str, int]
+    skipped: int = 0
+    best: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    running: list[RunningTrial] = field(default_factory=list)
+    host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
+
+
+def _heartbeat_ages(storage: optuna.storages.BaseStorage, trial_ids: list[int]) -> dict[int, datetime.timedelta]:
+    """Time since each trial's last heartbeat, by the database's clock; empty when the storage has none."""
+    engine = getattr(storage, "engine", None)
+    if not trial_ids or not isinstance(engine, sqlalchemy.Engine):
+        return {}
+    with engine.connect() as connection:
+        # Optuna stamps heartbeats with the database's now(), so ages are taken against the same clock.
+        now = connection.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar_one()
+        rows = connection.execute(
+            sqlalchemy.select(_HEARTBEATS.c.trial_id, _HEARTBEATS.c.heartbeat).where(_HEARTBEATS.c.trial_id.in_(trial_ids))
+        ).all()
+    if isinstance(now, str):  # SQLite's CURRENT_TIMESTAMP without a declared type
+        now = datetime.datetime.fromisoformat(now)
+    now = now.replace(tzinfo=None)
+    return {trial_id: max(now - beat.replace(tzinfo=None), datetime.timedelta(0)) for trial_id, beat in rows}
+
+
+def _worker(trial: FrozenTrial) -> str:
+    worker = trial.user_attrs.get(WORKER_ATTR)
+    if isinstance(worker, dict):
+        return f"{worker.get('host', '?')} pid {worker.get('pid', '?')}"
+    return "unknown worker"
+
+
+def _best(study: optuna.Study, names: list[str]) -> list[tuple[int, dict[str, float]]]:
+    if len(names) > 1:
+        return [(t.number, dict(zip(names, t.values, strict=True))) for t in study.best_trials]
+    with contextlib.suppress(ValueError):  # nothing completed, or nothing feasible
+        best = study.best_trial
+        return [(best.number, {names[0]: best.values[0]})]
+    return []
+
+
+def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> StudyStatus:
+    """Counts by state, the best trial (or Pareto front), and every running trial's worker and heartbeat age."""
+    trials = study.get_trials(deepcopy=False)
+    names = objective_names(study)
+    counts = {state.name: sum(t.state == state for t in trials) for state in TrialState}
+    status = StudyStatus(study.study_name, [(n, d.name.lower()) for n, d in zip(names, study.directions, strict=True)], counts)
+    status.skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in trials)
+    status.best = _best(study, names)
+    status.host_limited = sorted(t.number for t in trials if is_host_limited(t))
+    running = [t for t in trials if t.state == TrialState.RUNNING]
+    ages = _heartbeat_ages(storage, [t._trial_id for t in running])
+    now = datetime.datetime.now()
+    for trial in running:
+        started = now - trial.datetime_start if trial.datetime_start else None
+        status.running.append(RunningTrial(trial.number, _worker(trial), started, ages.get(trial._trial_id), worker_is_gone(trial)))
+    return status
+
+
+def _ago(delta: datetime.timedelta | None) -> str:
+    if delta is None:
+        return "?"
+    seconds = int(delta.total_seconds())
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m {seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def _values(values: dict[str, float]) -> str:
+    return " ".join(f"{name}={value:.4g}" for name, value in values.items())
+
+
+def status_lines(status: StudyStatus) -> list[str]:
+    """The study's status as indented text lines."""
+    goal = ", ".join(f"{direction} {name}" for name, direction in status.objectives)
+    order = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
+    shown = [f"{state.lower()} {status.counts[state]}" for state in order if status.counts[state] or state != "WAITING"]
+    if status.skipped:
+        shown[1] += f" ({status.skipped} of them skipped as unsupported)"
+    lines = [f"{status.name}  ({goal})", f"  trials: {sum(status.counts.values())}: {', '.join(shown)}"]
+    if not status.best:
+        lines.append("  best: none yet (no completed trial meets the objectives and constraints)")
+    elif len(status.objectives) == 1:
+        number, values = status.best[0]
+        lines.append(f"  best: trial {number}  {_values(values)}")
+    else:
+        lines.append(f"  Pareto front: {len(status.best)} trials")
+        lines += [f"    trial {number}  {_values(values)}" for number, values in status.best]
+    if status.host_limited:
+        shown_trials = ", ".join(map(str, status.host_limited))
+        lines.append(f"  host-limited: trials {shown_trials} (the device waited for the executor; speed not the precision's)")
+    for run in status.running:
+        beat = "no heartbeat" if run.since_heartbeat is None else f"last heartbeat {_ago(run.since_heartbeat)} ago"
+        dead = "; its worker process is gone: the next run on this machine fails and re-queues it" if run.worker_gone else ""
+        lines.append(f"  running: trial {run.number} on {run.worker}, for {_ago(run.running_for)}, {beat}{dead}")
+    return lines

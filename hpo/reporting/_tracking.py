@@ -1,0 +1,226 @@
+"""Experiment tracking: one MLflow run, or one TensorBoard run directory, per trial.
+
+``--track mlflow`` logs to ``$MLFLOW_TRACKING_URI``, else MLflow's own default (a SQLite file
+``mlflow.db`` in the working directory; MLflow 3 refuses new ``./mlruns`` file stores), in the
+experiment named after the study. ``--track tensorboard DIR`` writes event files under
+``DIR/<study>/trial-<n>``. Both optional: ``pip install 'precision-hpo[tracking]'``.
+
+Each run gets the trial's config as params, every evaluation's metrics at its optimizer step
+(``eval/<name>``; ``train_loss`` among them), the running training loss by step
+(``train/loss``), the final measurements, the hardware metadata as tags, and the trial's final
+state; the trial's user attr ``mlflow_run_id`` / ``tensorboard_run`` names its run.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._attrs import HARDWARE_ATTR, MLFLOW_RUN_ID_ATTR, STEPS_ATTR, TENSORBOARD_RUN_ATTR, config_or_params
+from hpo._errors import UserError
+from hpo.reporting._export import flatten
+from trial_executor import StepProgress
+
+INSTALL_HINT = "install it with pip install 'precision-hpo[tracking]'"
+TRACK_KINDS = ("mlflow", "tensorboard")
+# Measurements logged once, when the trial ends.
+FINAL_MEASURES = ("throughput_samples_per_s", "throughput_tokens_per_s", "peak_memory_mb", "train_seconds")
+_MLFLOW_STATUS = {TrialState.COMPLETE: "FINISHED", TrialState.PRUNED: "KILLED", TrialState.FAIL: "FAILED"}
+
+
+def _finite(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def _final_metrics(trial: FrozenTrial) -> dict[str, float]:
+    attrs = trial.user_attrs
+    return _finite({name: attrs[name] for name in FINAL_MEASURES if name in attrs})
+
+
+def _tags(trial: FrozenTrial) -> dict[str, str]:
+    attrs = trial.user_attrs
+    tags = {f"hardware.{k}": str(v) for k, v in flatten(attrs.get(HARDWARE_ATTR) or {}).items()}
+    tags["state"] = trial.state.name
+    for key in ("skip_reason", "skip_detail", "fail_reason", "precision_effective", "stopped_reason"):
+        if attrs.get(key) is not None:
+            tags[key] = str(attrs[key])[:5000]
+    return tags
+
+
+class MlflowTracker:
+    """One MLflow run per trial, in the experiment named after the study."""
+
+    def __init__(self, study_name: str, tracking_uri: str | None = None) -> None:
+        try:
+            from mlflow.tracking import MlflowClient
+        except ImportError:
+            raise UserError(f"--track mlflow needs the optional package mlflow; {INSTALL_HINT}") from None
+        logging.getLogger("mlflow").setLevel(logging.WARNING)  # table creation notices would tear the bars
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+        try:
+            self.experiment_id = self._experiment(study_name)
+        except Exception as err:
+            raise UserError(f"--track mlflow: cannot reach tracking store {self.client.tracking_uri}: {err}") from None
+        self.runs: dict[int, str] = {}
+
+    def _experiment(self, name: str) -> str:
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        try:
+            return self.client.create_experiment(name)
+        except Exception:  # another worker created it first
+            found = self.client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    def start(self, trial: optuna.Trial) -> None:
+        run = self.client.create_run(
+            self.experiment_id, run_name=f"trial-{trial.number}",
+            tags={"optuna.study": trial.study.study_name, "optuna.trial": str(trial.number)},
+        )
+        self.runs[trial.number] = run.info.run_id
+        trial.set_user_attr(MLFLOW_RUN_ID_ATTR, run.info.run_id)
+
+    def _log(self, run_id: str | None, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        if run_id is not None and metrics:
+            now = int(time.time() * 1000)
+            self.client.log_batch(run_id, metrics=[Metric(k, v, now, step) for k, v in metrics.items()])
+
+    def evaluation(self, number: int, step: int, metrics: dict[str, float]) -> None:
+        self._log(self.runs.get(number), {f"eval/{k}": v for k, v in _finite(metrics).items()}, step)
+
+    def step(self, number: int, update: StepProgress) -> None:
+        self._log(self.runs.get(number), _finite({"train/loss": update.train_loss, "train/samples_per_s": update.samples_per_s}), update.step)
+
+    def finish(self, trial: FrozenTrial) -> None:
+        from mlflow.entities import Param, RunTag
+
+        run_id = self.runs.pop(trial.number, None)
+        if run_id is None:
+            return
+        config = config_or_params(trial)
+        params = [Param(k, str(v)[:6000]) for k, v in flatten(config).items()]
+        tags = [RunTag(k, v) for k, v in _tags(trial).items()]
+        self.client.log_batch(run_id, params=params, tags=tags)
+        self._log(run_id, {f"final/{k}": v for k, v in _final_metrics(trial).items()}, int(trial.user_attrs.get(STEPS_ATTR) or 0))
+        self.client.set_terminated(run_id, status=_MLFLOW_STATUS.get(trial.state, "FAILED"))
+
+
+class TensorBoardTracker:
+    """One event-file directory per trial: ``DIR/<study>/trial-<n>``."""
+
+    def __init__(self, study_name: str, directory: str | Path) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise UserError(f"--track tensorboard needs the optional package tensorboard; {INSTALL_HINT}") from None
+        self.writer_class = SummaryWriter
+        self.root = Path(directory) / study_name
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"--track tensorboard: cannot create {self.root}: {err.strerror}; pass a writable DIR") from None
+        if not os.access(self.root, os.W_OK):
+            raise UserError(f"--track tensorboard: {self.root} is not writable; pass a writable DIR")
+        self.writers: dict[int, Any] = {}
+
+    def start(self, trial: optuna.Trial) -> None:
+        path = self.root / f"trial-{trial.number}"
+        self.writers[trial.number] = self.writer_class(log_dir=str(path))
+        trial.set_user_attr(TENSORBOARD_RUN_ATTR, str(path))
+
+    def _scalars(self, number: int, metrics: dict[str, float], step: int) -> None:
+        writer = self.writers.get(number)
+        if writer is not None:
+            for name, value in metrics.items():
+                writer.add_scalar(name, value, step)
+
+    def evaluation(self, number: int, step: int, metrics: dict[str, float]) -> None:
+        self._scalars(number, {f"eval/{k}": v for k, v in _finite(metrics).items()}, step)
+
+    def step(self, number: int, update: StepProgress) -> None:
+        self._scalars(number, _finite({"train/loss": update.train_loss, "train/samples_per_s": update.samples_per_s}), update.step)
+
+    def finish(self, trial: FrozenTrial) -> None:
+        steps = int(trial.user_attrs.get(STEPS_ATTR) or 0)
+        self._scalars(trial.number, {f"final/{k}": v for k, v in _final_metrics(trial).items()}, steps)
+        writer = self.writers.pop(trial.number, None)
+        if writer is None:
+            return
+        tags = _tags(trial)
+        writer.add_text("state", tags.pop("state"), steps)
+        writer.add_text("tags", "\n".join(f"    {k}: {v}" for k, v in tags.items()), steps)
+        config = config_or_params(trial)
+        hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flatten(config).items()}
+        values = dict(zip([f"value/{i}" for i in range(len(trial.values or []))], trial.values or [], strict=True))
+        writer.add_hparams(hparams, _finite(values) or {"value/0": float("nan")}, run_name=".")
+        writer.close()
+
+
+Tracker = MlflowTracker | TensorBoardTracker
+_logger = logging.getLogger(__name__)
+
+
+class Tracking:
+    """The trackers of a run, called from the objective's hooks; a tracker's failure is a warning, never a failed trial."""
+
+    def __init__(self, trackers: Sequence[Tracker]) -> None:
+        self.trackers = list(trackers)
+
+    def _each(self, what: str, *args: Any) -> None:
+        for tracker in self.trackers:
+            try:
+                getattr(tracker, what)(*args)
+            except Exception as err:
+                _logger.warning("%s tracking failed (%s): %s", type(tracker).__name__, what, err)
+
+    def start(self, trial: optuna.Trial) -> None:
+        self._each("start", trial)
+
+    def evaluation(self, trial: optuna.Trial, step: int, metrics: dict[str, float]) -> None:
+        self._each("evaluation", trial.number, step, metrics)
+
+    def step(self, number: int, update: StepProgress) -> None:
+        self._each("step", number, update)
+
+    def finish(self, trial: FrozenTrial) -> None:
+        self._each("finish", trial)
+
+
+def parse_track(items: Iterable[str | Sequence[str]]) -> list[tuple[str, str | None]]:
+    """``--track`` values (``mlflow``, ``mlflow URI``, ``tensorboard DIR``) -> ``(kind, argument)``; one-line errors."""
+    parsed: list[tuple[str, str | None]] = []
+    for item in items:
+        words = [item] if isinstance(item, str) else list(item)
+        kind, rest = (words[0] if words else ""), words[1:]
+        if kind not in TRACK_KINDS:
+            raise UserError(f"--track: unknown tracker {kind!r}; use --track mlflow or --track tensorboard DIR")
+        if kind == "tensorboard" and len(rest) != 1:
+            raise UserError("--track tensorboard needs a directory: --track tensorboard DIR")
+        if kind == "mlflow" and len(rest) > 1:
+            raise UserError("--track mlflow takes at most a tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlflow.db)")
+        parsed.append((kind, rest[0] if rest else None))
+    return parsed
+
+
+def make_trackers(items: Iterable[str | Sequence[str]], study_name: str) -> list[Tracker]:
+    """The trackers ``items`` name (see :func:`parse_track`), each checked to work before any trial runs."""
+    trackers: list[Tracker] = []
+    for kind, argument in parse_track(items):
+        if kind == "mlflow":
+            trackers.append(MlflowTracker(study_name, argument))
+        else:
+            trackers.append(TensorBoardTracker(study_name, argument or "runs"))
+    return trackers

@@ -1,0 +1,76 @@
+"""What a study optimises and constrains: the measures a trial records, and how to read them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from hpo._attrs import METRICS_ATTR
+from trial_executor import METRICS, MINIMIZED_METRICS
+
+# What a trial measures besides the evaluation metrics; each can be an objective or a constraint.
+MEASUREMENTS: tuple[str, ...] = ("throughput_samples_per_s", "throughput_tokens_per_s", "peak_memory_mb")
+OBJECTIVE_NAMES: tuple[str, ...] = (*METRICS, *MEASUREMENTS)
+CONSTRAINT_KEYS: tuple[str, ...] = tuple(f"{bound}_{name}" for name in OBJECTIVE_NAMES for bound in ("max", "min"))
+_MINIMIZED = {*MINIMIZED_METRICS, "peak_memory_mb"}
+
+Direction = Literal["maximize", "minimize"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def natural_direction(name: str) -> Direction:
+    """How a measure is best optimised: loss, rmse and peak memory down, the rest up."""
+    return "minimize" if name in _MINIMIZED else "maximize"
+
+
+class Objective(Strict):
+    """The single-objective form: ``objective: {metric: accuracy, direction: maximize}``.
+
+    ``direction`` defaults to the metric's natural one (``rmse``, ``loss``: minimize).
+    """
+
+    metric: str = "accuracy"
+    direction: Direction = "maximize"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _natural_direction(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("direction") is None and isinstance(data.get("metric", "accuracy"), str):
+            return {**data, "direction": natural_direction(data.get("metric", "accuracy"))}
+        return data
+
+
+class NamedObjective(Strict):
+    """One entry of ``objectives:``; ``direction`` defaults to the measure's natural one."""
+
+    name: str
+    direction: Direction
+
+    @model_validator(mode="before")
+    @classmethod
+    def _natural_direction(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("direction") is None and isinstance(data.get("name"), str):
+            return {**data, "direction": natural_direction(data["name"])}
+        return data
+
+
+def measured_value(user_attrs: Mapping[str, Any], name: str) -> float | None:
+    """A trial's recorded value of ``name`` (final evaluation metric or measurement), if any."""
+    if name in MEASUREMENTS:
+        return user_attrs.get(name)
+    return user_attrs.get(METRICS_ATTR, {}).get(name)
+
+
+def constraint_violation(key: str, limit: float, value: float) -> float:
+    """Optuna's convention: <= 0 satisfies ``max_<measure>: limit`` / ``min_<measure>: limit``."""
+    return value - limit if key.startswith("max_") else limit - value
+
+
+def constraint_measure(key: str) -> str:
+    """``max_peak_memory_mb`` -> ``peak_memory_mb``."""
+    return key.split("_", 1)[1]

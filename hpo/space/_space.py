@@ -1,0 +1,271 @@
+"""Search spaces as typed objects, sampled through an Optuna trial (reading YAML into them: :mod:`hpo.space._space_loading`)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+import optuna
+from pydantic import Field, PrivateAttr, model_validator
+
+from hpo.space._fixes import canonical_precision, parse_fixes
+from hpo.space._measures import NamedObjective, Objective, Strict
+from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
+from trial_executor import METRICS, TASK_METRICS
+
+DEFAULT_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
+# Set per run or per trial from the command line, never searched or fixed in a space.
+RESERVED_KEYS = {"seed": "--seed", "device": "--device", "cache_dir": "--cache-dir"}
+
+
+Param = Annotated[CategoricalParam | FloatParam | IntParam, Field(discriminator="type")]
+
+
+class NoPruner(Strict):
+    type: Literal["none"]
+    # patience (every pruner): wrap it in optuna's PatientPruner, which prunes a trial whose
+    # reported metric has not improved for this many reports (with type none: patience alone).
+    patience: int | None = Field(default=None, ge=0)
+
+
+class MedianPrunerSpec(Strict):
+    patience: int | None = Field(default=None, ge=0)
+    type: Literal["median"]
+    n_startup_trials: int = Field(default=5, ge=0)
+    n_warmup_steps: int = Field(default=0, ge=0)
+    interval_steps: int = Field(default=1, ge=1)
+
+
+class HyperbandPrunerSpec(Strict):
+    patience: int | None = Field(default=None, ge=0)
+    type: Literal["hyperband"]
+    min_resource: int = Field(default=1, ge=1)
+    max_resource: int | Literal["auto"] = "auto"
+    reduction_factor: int = Field(default=3, ge=2)
+
+
+class SuccessiveHalvingPrunerSpec(Strict):
+    patience: int | None = Field(default=None, ge=0)
+    type: Literal["successive_halving"]
+    min_resource: int | Literal["auto"] = "auto"
+    reduction_factor: int = Field(default=4, ge=2)
+    min_early_stopping_rate: int = Field(default=0, ge=0)
+
+
+PrunerSpec = Annotated[
+    NoPruner | MedianPrunerSpec | HyperbandPrunerSpec | SuccessiveHalvingPrunerSpec, Field(discriminator="type")
+]
+# Each pruner spec -> the Optuna pruner it builds (None: no pruner but the spec's patience).
+# A new pruner type is a spec class in PrunerSpec and its builder here.
+PRUNER_BUILDERS: dict[type[Strict], Callable[[Any], optuna.pruners.BasePruner | None]] = {
+    NoPruner: lambda spec: None,
+    MedianPrunerSpec: lambda spec: optuna.pruners.MedianPruner(spec.n_startup_trials, spec.n_warmup_steps, spec.interval_steps),
+    HyperbandPrunerSpec: lambda spec: optuna.pruners.HyperbandPruner(spec.min_resource, spec.max_resource, spec.reduction_factor),
+    SuccessiveHalvingPrunerSpec: lambda spec: optuna.pruners.SuccessiveHalvingPruner(
+        spec.min_resource, spec.reduction_factor, spec.min_early_stopping_rate
+    ),
+}
+
+
+def tagged_types(union: Any) -> dict[str, type[Strict]]:
+    """``type`` tag -> model class, for a discriminated union such as :data:`Param` or :data:`PrunerSpec`."""
+    return {get_args(cls.model_fields["type"].annotation)[0]: cls for cls in get_args(get_args(union)[0])}
+
+
+class TPESamplerSpec(Strict):
+    """Optuna's TPE, set for short fine-tuning studies (a budget of a few dozen trials at most).
+
+    ``n_startup_trials`` 4, not Optuna's 10: with 8 to 20 trials, ten random ones would leave
+    TPE almost nothing to choose. ``multivariate`` (with ``group``) models the parameters
+    jointly: learning rate and batch size interact. ``constant_liar`` makes workers sharing
+    the study avoid proposing what another worker is running; with one worker it changes nothing.
+    """
+
+    type: Literal["tpe"]
+    n_startup_trials: int = Field(default=4, ge=0)
+    multivariate: bool = True
+    group: bool = True
+    constant_liar: bool = True
+
+    @model_validator(mode="after")
+    def _group_needs_multivariate(self) -> TPESamplerSpec:
+        if self.group and not self.multivariate:
+            raise ValueError("group: true needs multivariate: true; set multivariate: true or group: false")
+        return self
+
+
+class RandomSamplerSpec(Strict):
+    type: Literal["random"]
+
+
+SamplerSpec = Annotated[TPESamplerSpec | RandomSamplerSpec, Field(discriminator="type")]
+
+
+class SearchSpace(Strict):
+    """What to search (``params``), what to hold (``fixed``), what to optimise and how to prune.
+
+    Exactly one of ``objective`` (one metric) and ``objectives`` (several: the study is
+    multi-objective and its best trials are a Pareto front) is set; with neither, the
+    objective is accuracy, maximised. ``constraints`` (``max_<measure>``/``min_<measure>``)
+    mark trials feasible or not for the sampler; ``oom_fallback`` retries a trial that ran
+    out of memory once with half the micro-batch and twice the accumulation steps. ``task``
+    says what the labels are for (classification, regression, multi_label); ``auto`` decides it
+    from the labels where that is unambiguous.
+    """
+
+    objective: Objective | None = None
+    objectives: list[NamedObjective] | None = Field(default=None, min_length=1)
+    # What the labels are for; auto: what the data's labels say (trial_executor._values).
+    task: Literal["auto", "classification", "regression", "multi_label"] = "auto"
+    pruner: PrunerSpec = NoPruner(type="none")
+    sampler: SamplerSpec = TPESamplerSpec(type="tpe")
+    params: dict[str, Param] = Field(min_length=1)
+    # Known-good configurations (searched params; the rest sampled) run first, once per study.
+    enqueue: list[dict[str, Any]] = Field(default_factory=list)
+    fixed: dict[str, Any] = Field(default_factory=dict)
+    constraints: dict[str, float] = Field(default_factory=dict)
+    oom_fallback: bool = False
+    # --fix NAME=VALUE for this run (see parse_fixes): not part of the space, never stored.
+    _fixes: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_objective(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("objective") is None and data.get("objectives") is None:
+            return {**data, "objective": {}}
+        return data
+
+    @property
+    def objective_specs(self) -> list[tuple[str, str]]:
+        """``(name, direction)`` of every objective, in order; the first is the primary one."""
+        if self.objectives is not None:
+            return [(o.name, o.direction) for o in self.objectives]
+        objective = self.objective or Objective()
+        return [(objective.metric, objective.direction)]
+
+    @property
+    def objective_names(self) -> list[str]:
+        return [name for name, _ in self.objective_specs]
+
+    @property
+    def directions(self) -> list[str]:
+        return [direction for _, direction in self.objective_specs]
+
+    @property
+    def is_multi_objective(self) -> bool:
+        return len(self.objective_specs) > 1
+
+    @property
+    def reports_intermediate_values(self) -> bool:
+        """Pruners see one evaluation metric per evaluation: only single eval-metric objectives report."""
+        return not self.is_multi_objective and self.objective_names[0] in METRICS
+
+    def check_task(self, task: str) -> None:
+        """Refuse an objective or early-stopping metric that ``task``'s data (see ``TASK_METRICS``) does not measure."""
+        measured = TASK_METRICS[task]
+        where = "objective.metric" if self.objectives is None else "objectives"
+        searched = self.params.get("early_stopping_metric")
+        stopping = searched.choices if isinstance(searched, CategoricalParam) else [self.fixed.get("early_stopping_metric")]
+        named = [(where, name) for name in self.objective_names] + [("early_stopping_metric", m) for m in stopping]
+        for key, name in named:
+            if name in METRICS and name not in measured:
+                raise SearchSpaceError(
+                    f"{key}: {name!r} is not measured on {task} data; use one of {', '.join(measured)} "
+                    f"(e.g. objective: {{metric: {measured[0]}}})"
+                )
+
+    @property
+    def fixes(self) -> dict[str, Any]:
+        """Parameters pinned for this run with ``--fix`` (see :meth:`with_fixes`)."""
+        return dict(self._fixes)
+
+    def with_fixes(self, fixes: dict[str, Any]) -> SearchSpace:
+        """This space with ``fixes`` (from :meth:`parse_fixes`) pinned for the run; its stored form is unchanged."""
+        copy = self.model_copy()
+        copy._fixes = dict(fixes)
+        return copy
+
+    def baseline_params(self) -> dict[str, Any] | None:
+        """fp32 plus every other searched parameter at its default (or its ``--fix`` value).
+
+        ``None`` when fp32 (or an alias of it, e.g. ``none``) is not searched, or a fix pins
+        another precision.
+        """
+        precision = self.params.get("fp_precision")
+        if not isinstance(precision, CategoricalParam):
+            return None
+        fp32 = next((c for c in precision.choices if canonical_precision(c) == "fp32"), None)
+        if fp32 is None or canonical_precision(self._fixes.get("fp_precision", fp32)) != "fp32":
+            return None
+        values = {name: fp32 if name == "fp_precision" else p.default_value() for name, p in self.params.items()}
+        return {**values, **self._fixes}
+
+    def parse_fixes(self, items: list[str]) -> dict[str, Any]:
+        """``["NAME=VALUE", ...]`` (``--fix``) -> ``{name: value}``, each value one the space can sample.
+
+        Values take the parameter's type and must be one of its choices (``fp_precision``
+        aliases such as ``none`` match ``fp32``) or inside its range, on its step grid.
+        Raises :class:`SearchSpaceError` with one line on a malformed item, an unknown or
+        non-searched name, or a value out of bounds.
+        """
+        return parse_fixes(self, items)
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Sample every parameter (enqueued trials get their enqueued values)."""
+        values: dict[str, Any] = {}
+        for name, p in self.params.items():
+            if isinstance(p, CategoricalParam):
+                values[name] = trial.suggest_categorical(name, p.choices)
+            elif isinstance(p, FloatParam):
+                values[name] = trial.suggest_float(name, p.low, p.high, log=p.log, step=p.step)
+            else:
+                values[name] = trial.suggest_int(name, p.low, p.high, log=p.log, step=p.step)
+        return values
+
+    def build_pruner(self) -> optuna.pruners.BasePruner:
+        spec = self.pruner
+        pruner = PRUNER_BUILDERS[type(spec)](spec)
+        if spec.patience is not None:
+            return optuna.pruners.PatientPruner(pruner, patience=spec.patience)
+        return pruner or optuna.pruners.NopPruner()
+
+    def build_sampler(self, seed: int) -> optuna.samplers.BaseSampler:
+        """The space's sampler, seeded with ``seed`` (TPE also handles several objectives and constraints)."""
+        spec = self.sampler
+        if isinstance(spec, RandomSamplerSpec):
+            return optuna.samplers.RandomSampler(seed=seed)
+        with warnings.catch_warnings():
+            # multivariate, group and constant_liar are "experimental" since Optuna 2.x: our defaults, not the user's concern.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(
+                seed=seed, n_startup_trials=spec.n_startup_trials, multivariate=spec.multivariate, group=spec.group,
+                constant_liar=spec.constant_liar,
+            )
+
+    def stored_form(self) -> dict[str, Any]:
+        """The space as stored on the study; equal spaces give equal forms.
+
+        Keys added after the first studies were stored are left out while unused, so those
+        studies still resume with their original space file.
+        """
+        dumped = self.model_dump(mode="json")
+        unused_keys = (
+            ("objective", None), ("objectives", None), ("constraints", {}), ("oom_fallback", False), ("task", "auto"),
+            ("sampler", TPESamplerSpec(type="tpe").model_dump(mode="json")), ("enqueue", []),
+        )
+        for key, unused in unused_keys:
+            if dumped[key] == unused:
+                del dumped[key]
+        for param in dumped["params"].values():
+            if param["default"] is None:
+                del param["default"]
+        if dumped["pruner"]["patience"] is None:
+            del dumped["pruner"]["patience"]
+        return dumped
+
+    def to_json(self) -> str:
+        """Canonical JSON of :meth:`stored_form`."""
+        return json.dumps(self.stored_form(), sort_keys=True)

@@ -1,0 +1,235 @@
+"""Reading a search space: YAML parsed, validated into a :class:`SearchSpace`, every problem in one line."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import yaml
+from pydantic import BaseModel
+
+from hpo._errors import suggest_key
+from hpo.space._fixes import canonical_precision
+from hpo.space._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective
+from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError, same_choice
+from hpo.space._space import (
+    DEFAULT_SPACE,
+    RESERVED_KEYS,
+    HyperbandPrunerSpec,
+    Param,
+    PrunerSpec,
+    SamplerSpec,
+    SearchSpace,
+    tagged_types,
+)
+from trial_executor import METRICS, PRECISIONS, TrainConfig
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (plain YAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise SearchSpaceError(f"line {line}: duplicate key {key!r} (first on line {seen[key]}); keep one of them")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+_TAGS = {"categorical", "float", "int", "none", "median", "hyperband", "successive_halving", "tpe", "random"}
+
+
+def _pydantic_message(error: dict[str, Any]) -> str:
+    # Discriminated unions put the tag into the location (params.lr.float.low): drop it.
+    loc = [str(part) for i, part in enumerate(error["loc"]) if not (i in (1, 2) and part in _TAGS)]
+    where = ".".join(loc)
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        tagged = {**tagged_types(Param), **tagged_types(PrunerSpec), **tagged_types(SamplerSpec)}
+        sections: dict[str, type[BaseModel]] = {"objective": Objective, "objectives": NamedObjective}
+        section: type[BaseModel] | None = sections.get(loc[0], SearchSpace if len(loc) == 1 else None)
+        tag = {"params": 2, "pruner": 1, "sampler": 1}.get(loc[0])
+        if tag is not None and len(error["loc"]) > tag + 1:
+            section = tagged.get(str(error["loc"][tag]))
+        valid = [f for f in section.model_fields if f != "type"] if section else []
+        return f"{where}: unknown key{suggest_key(loc[-1], valid) if valid else ''}"
+    if kind == "union_tag_invalid":
+        got = error["input"].get("type") if isinstance(error["input"], dict) else error["input"]
+        return f"{where}: unknown type {got!r}; expected one of {error['ctx']['expected_tags']}"
+    if kind == "union_tag_not_found":
+        return f"{where}: missing 'type'"
+    if kind == "missing":
+        return f"{where}: required key is missing"
+    if kind == "too_short":
+        return f"{where}: must not be empty"
+    if kind == "value_error":
+        return f"{where}: {error['ctx']['error']}"
+    return f"{where}: {error['msg']}"
+
+
+def _check_default(name: str, p: CategoricalParam | FloatParam | IntParam) -> str | None:
+    if p.default is None:
+        return None
+    where = f"params.{name}.default"
+    if isinstance(p, CategoricalParam):
+        if not any(same_choice(c, p.default) for c in p.choices):
+            return f"{where}: {p.default!r} is not one of the choices {p.choices}"
+        return None
+    if not p.low <= p.default <= p.high:
+        return f"{where}: {p.default!r} is outside [{p.low}, {p.high}]"
+    if p.step and not math.isclose((p.default - p.low) / p.step, round((p.default - p.low) / p.step), abs_tol=1e-9):
+        return f"{where}: {p.default!r} is not on the step grid (low {p.low}, step {p.step})"
+    return None
+
+
+def _check_objectives(space: SearchSpace) -> str | None:
+    if space.objective is not None and space.objectives is not None:
+        return "give either objective (one metric) or objectives (a list), not both"
+    names = space.objective_names
+    where = "objective.metric" if space.objectives is None else "objectives"
+    for name in names:
+        if name not in OBJECTIVE_NAMES:
+            return f"{where}: unknown measure {name!r}{suggest_key(name, list(OBJECTIVE_NAMES))}"
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        return f"objectives: {repeated[0]!r} is listed twice"
+    if space.pruner.type != "none" or space.pruner.patience is not None:
+        if space.is_multi_objective:
+            # Optuna prunes on one reported value per step; a multi-objective trial has none.
+            return f"pruner: {space.pruner.type!r} cannot prune a study with several objectives; use pruner: {{type: none}}"
+        if names[0] not in METRICS:
+            return (
+                f"pruner: {space.pruner.type!r} needs an evaluation metric ({', '.join(METRICS)}) as the objective; "
+                f"{names[0]} is measured once, at the end; use pruner: {{type: none}}"
+            )
+    for key, limit in space.constraints.items():
+        if key not in CONSTRAINT_KEYS:
+            return f"constraints.{key}: unknown constraint{suggest_key(key, list(CONSTRAINT_KEYS))}"
+        if not math.isfinite(limit):
+            return f"constraints.{key}: the limit must be a finite number, got {limit}"
+    return None
+
+
+def _check_limits(space: SearchSpace) -> str | None:
+    """Bounds that the types alone do not say: the pruner's resources, worker processes per trial."""
+    pruner = space.pruner
+    if isinstance(pruner, HyperbandPrunerSpec) and pruner.max_resource != "auto" and pruner.min_resource > pruner.max_resource:
+        return f"pruner: min_resource ({pruner.min_resource}) must be <= max_resource ({pruner.max_resource}); lower min_resource or raise max_resource"
+    searched = space.params.get("num_workers")
+    if isinstance(searched, CategoricalParam):
+        values = [v for v in searched.choices if isinstance(v, int)]
+    else:
+        values = [searched.high] if isinstance(searched, IntParam) else [space.fixed.get("num_workers", 0)]
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    top = max(values, default=0)
+    if isinstance(top, int) and not isinstance(top, bool) and top > cpus:
+        where = "params.num_workers" if searched is not None else "fixed.num_workers"
+        return f"{where}: {top} DataLoader worker processes per trial exceeds this machine's {cpus} CPUs; use at most {cpus}"
+    return None
+
+
+def _check_enqueue(space: SearchSpace) -> str | None:
+    """Each ``enqueue`` entry names searched params only, with values the space can sample."""
+    for index, entry in enumerate(space.enqueue):
+        for name, value in entry.items():
+            where = f"enqueue[{index}].{name}"
+            if name not in space.params:
+                return f"{where}: not a searched parameter{suggest_key(str(name), list(space.params))}; enqueue sets params only"
+            if not space.params[name].contains(value):
+                return f"{where}: {value!r} is not a value of the searched {space.params[name].describe()}"
+    return None
+
+
+def _check_semantics(space: SearchSpace) -> str | None:
+    problem = _check_objectives(space) or _check_limits(space) or _check_enqueue(space)
+    if problem:
+        return problem
+    fields = [f for f in TrainConfig.field_names() if f not in RESERVED_KEYS]
+    for section, names in (("params", space.params), ("fixed", space.fixed)):
+        for name in names:
+            if name in RESERVED_KEYS:
+                return f"{section}.{name}: set per run with {RESERVED_KEYS[name]}; remove it from the space"
+            if name not in fields:
+                return f"{section}.{name}: unknown parameter{suggest_key(name, fields)}"
+    both = sorted(set(space.params) & set(space.fixed))
+    if both:
+        return f"{both[0]} is both searched (params) and fixed; keep it in one section"
+    for name, p in space.params.items():
+        if isinstance(p, (FloatParam, IntParam)):
+            if p.low > p.high:
+                return f"params.{name}: low ({p.low}) must be <= high ({p.high})"
+            if p.log and p.low <= 0:
+                return f"params.{name}: log scale needs low > 0, got {p.low}"
+            if p.log and p.step not in (None, 1):
+                return f"params.{name}: step cannot be combined with log: true"
+        problem = _check_default(name, p)
+        if problem:
+            return problem
+    precisions = space.params.get("fp_precision")
+    candidates = precisions.choices if isinstance(precisions, CategoricalParam) else [space.fixed.get("fp_precision", "fp32")]
+    for value in candidates:
+        if canonical_precision(value) not in PRECISIONS:
+            return f"unknown precision {value!r}; expected one of {', '.join(PRECISIONS)} (or none = fp32)"
+    finetune = space.params.get("finetune")
+    modes = finetune.choices if isinstance(finetune, CategoricalParam) else [space.fixed.get("finetune", "full")]
+    if "lora" in modes:
+        # Here, not at the top: _lora imports torch, which reading a space should not need.
+        from trial_executor._lora import INSTALL_HINT, peft_available
+
+        if not peft_available():
+            return INSTALL_HINT
+    try:
+        # Searched fields take their dataclass defaults here.
+        TrainConfig(**space.fixed)
+    except ValueError as err:
+        return f"fixed: {err}"
+    # Every value a trial can receive must make a valid executor config.
+    for name, p in space.params.items():
+        values = p.choices if isinstance(p, CategoricalParam) else [p.low, p.high]
+        for value in values:
+            try:
+                TrainConfig(**{**space.fixed, name: value})
+            except ValueError as err:
+                return f"params.{name}: value {value!r} is invalid: {err}"
+    return None
+
+
+def parse_search_space(raw: Any, source: str = "search space") -> SearchSpace:
+    """Validate already-parsed YAML; raise :class:`SearchSpaceError` with one line on failure."""
+    if not isinstance(raw, dict):
+        raise SearchSpaceError(f"{source}: expected a mapping with 'params' at the top level")
+    try:
+        space = SearchSpace.model_validate(raw)
+    except pydantic.ValidationError as err:
+        # An unknown key usually explains the errors that follow it (a typo'd "params").
+        first = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
+        raise SearchSpaceError(f"{source}: {_pydantic_message(first)}") from None
+    problem = _check_semantics(space)
+    if problem:
+        raise SearchSpaceError(f"{source}: {problem}")
+    return space
+
+
+def load_search_space(path: str | Path = DEFAULT_SPACE) -> SearchSpace:
+    """Read and validate a search-space YAML file."""
+    path = Path(path)
+    if not path.is_file():
+        raise SearchSpaceError(f"search space {path} not found; pass an existing YAML file with --space")
+    try:
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except SearchSpaceError as err:
+        raise SearchSpaceError(f"search space {path} {err}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise SearchSpaceError(f"search space {path}{where}: {problem}; fix the YAML syntax") from None
+    except UnicodeDecodeError:
+        raise SearchSpaceError(f"search space {path} is not UTF-8 text; re-save it as UTF-8") from None
+    return parse_search_space(raw, source=f"search space {path}")

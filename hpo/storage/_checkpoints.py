@@ -1,0 +1,109 @@
+"""Trial checkpoints in an Optuna artifact store, so a retried trial resumes where its predecessor stopped.
+
+A trial's latest checkpoint is uploaded at each evaluation and named in its user attr
+``checkpoint``. When a worker dies, Optuna's ``RetryHeartbeatStaleTrialCallback`` re-queues the
+trial with its user attrs, so the retry starts with its predecessor's ``checkpoint`` attr and
+resumes from it. Only the latest checkpoint of a retry chain is kept, and none once a trial
+finishes unless ``keep`` is set.
+
+Checkpoints are written to the store directly, not registered as trial artifacts: they come
+and go while the trial runs, and a registered artifact that is gone would stay listed in
+optuna-dashboard (Optuna can't remove a trial's system attr).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore, download_artifact
+
+from hpo._attrs import CHECKPOINT_ATTR, RESUMED_AT_STEP_ATTR, RESUMED_FROM_TRIAL_ATTR
+from hpo.storage._best_model import final_model_dir
+
+if TYPE_CHECKING:
+    from trial_executor import Checkpointing
+
+DEFAULT_ARTIFACT_DIR = "hpo-artifacts"
+_logger = logging.getLogger(__name__)
+
+
+def artifact_store(path: str | None) -> FileSystemArtifactStore:
+    """A local (or shared network) directory store: ``--artifact-store PATH``.
+
+    For S3-style stores, Optuna's ``optuna.artifacts.Boto3ArtifactStore`` has the same
+    interface; every worker of a study must reach the same store.
+    """
+    directory = Path(path or DEFAULT_ARTIFACT_DIR)
+    directory.mkdir(parents=True, exist_ok=True)
+    return FileSystemArtifactStore(str(directory))
+
+
+class TrialCheckpoints:
+    """Checkpointing for one Optuna trial: resume from the inherited checkpoint, upload new ones."""
+
+    def __init__(self, trial: optuna.Trial, store: FileSystemArtifactStore, *, keep: bool = False) -> None:
+        self.trial = trial
+        self.store = store
+        self.keep = keep
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"hpo-trial-{trial.number}-"))
+        # A retry starts with its predecessor's user attrs, the checkpoint pointer among them.
+        self.inherited: dict[str, Any] | None = trial.user_attrs.get(CHECKPOINT_ATTR)
+        self.latest = self.inherited
+        self.upload_failed = False
+
+    def checkpointing(self) -> Checkpointing:
+        # Imported here: the dashboard reads this module's store and must not pay for torch.
+        from trial_executor import Checkpointing
+
+        resume_from = None
+        if self.inherited is not None:
+            resume_from = self.scratch / "resume.pt"
+            try:
+                download_artifact(artifact_store=self.store, file_path=str(resume_from), artifact_id=self.inherited["artifact_id"])
+            except Exception:  # a lost checkpoint means starting over, not failing
+                resume_from = None
+            else:
+                self.trial.set_user_attr(RESUMED_FROM_TRIAL_ATTR, self.inherited["trial"])
+                self.trial.set_user_attr(RESUMED_AT_STEP_ATTR, self.inherited["step"])
+        return Checkpointing(
+            directory=self.scratch / "latest", resume_from=resume_from, on_saved=self._saved,
+            final_model=final_model_dir(self.trial),
+        )
+
+    def _saved(self, path: Path, step: int) -> None:
+        artifact_id = str(uuid.uuid4())
+        try:
+            with path.open("rb") as checkpoint:
+                self.store.write(artifact_id, checkpoint)
+        except Exception as err:  # a read-only or full store costs this checkpoint, not the trial
+            self._remove({"artifact_id": artifact_id})  # what a full disk left half-written
+            if not self.upload_failed:
+                kept = f"step {self.latest['step']}" if self.latest else "none"
+                _logger.warning(
+                    "trial %d: checkpoint at step %d not saved to the artifact store (%s); the trial goes on, "
+                    "a retry would resume from the last saved one (%s)", self.trial.number, step, err, kept,
+                )
+            self.upload_failed = True
+            return
+        previous, self.latest = self.latest, {"artifact_id": artifact_id, "step": step, "trial": self.trial.number}
+        self.trial.set_user_attr(CHECKPOINT_ATTR, self.latest)
+        if previous is not None:
+            self._remove(previous)
+
+    def _remove(self, pointer: dict[str, Any]) -> None:
+        with contextlib.suppress(Exception):
+            self.store.remove(pointer["artifact_id"])
+
+    def close(self, *, finished: bool) -> None:
+        """Drop local files; once the trial finished, drop its stored checkpoint too (unless ``keep``)."""
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        if finished and not self.keep and self.latest is not None:
+            self._remove(self.latest)
+            self.trial.set_user_attr(CHECKPOINT_ATTR, None)

@@ -1,0 +1,53 @@
+"""Reading studies that already exist: open the storage without writing, find a study, name its objectives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from hpo._attrs import stored_space
+from hpo._errors import UserError
+from hpo.storage._storage import create_storage, mask_url
+
+
+def _require_sqlite_file(url: str) -> None:
+    # Reading must not leave an empty database behind, which opening a missing SQLite file would.
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return  # create_storage explains a malformed URL
+    if parsed.drivername == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        path = Path(parsed.database).expanduser()
+        if not path.is_file():
+            raise UserError(f"no SQLite database at {path}; pass the --storage the study was run with")
+
+
+def open_existing_storage(url: str) -> optuna.storages.BaseStorage:
+    """The storage at ``url`` through :func:`hpo.create_storage`; a missing SQLite file is an error, not created."""
+    _require_sqlite_file(url)
+    return create_storage(url)
+
+
+def load_existing_study(storage: optuna.storages.BaseStorage, url: str, study_name: str) -> optuna.Study:
+    """The study named ``study_name``; an unknown name is a :class:`UserError` listing the studies found."""
+    names = optuna.get_all_study_names(storage)
+    if study_name not in names:
+        found = ", ".join(sorted(names)) or "none"
+        raise UserError(f"no study {study_name!r} in {mask_url(url)}; studies found: {found} (pass one with --study-name)")
+    return optuna.load_study(study_name=study_name, storage=storage)
+
+
+def objective_names(study: optuna.Study | optuna.study.FrozenStudy) -> list[str]:
+    """The objective names of a study run by ``hpo.run`` (from its stored search space), else ``value``/``value_i``."""
+    directions = study.directions
+    stored = stored_space(study)
+    if stored.get("objectives"):
+        names = [str(o.get("name")) for o in stored["objectives"]]
+    else:
+        names = [str((stored.get("objective") or {}).get("metric", "accuracy"))] if stored else []
+    if len(names) == len(directions):
+        return names
+    return ["value"] if len(directions) == 1 else [f"value_{i}" for i in range(len(directions))]

@@ -1,0 +1,351 @@
+"""A storage that waits out a lost database connection, and whose retried writes never lose or strand a trial.
+
+Design: composition above Optuna's cache.
+:class:`RetryingStorage` is a :class:`~optuna.storages.BaseStorage` holding
+``_CachedStorage(RDBStorage)``, the very cache Optuna itself puts around every RDBStorage
+(``optuna.storages.get_storage``). Each public call goes to the cache, and is repeated with
+backoff when it lost the database connection. Optuna uses a storage that is not an RDBStorage
+as it is, so there is one cache, ours, and nothing of Optuna's is patched.
+
+Why above the cache and not below it: the cache calls private RDBStorage methods
+(``_get_trials``, ``_create_new_trial``, ``_set_trial_param``, ``_get_best_trial_id``);
+a wrapper below it would have to provide them. Above it, repeating a whole call is safe: the
+cache updates itself only after its backend call has returned, so a call that failed left the
+cache as it was.
+
+Which errors are retried: a lost connection only (the connection invalidated, a network-level
+OperationalError, PostgreSQL's connection and shutdown SQLSTATEs, a deadlock, a locked SQLite
+file). A SQLite file that is missing, was deleted or replaced, or is read-only is not a lost
+connection: it fails at once with one line (:class:`StorageFailedError`).
+
+Why a retried write is safe:
+- creating a study or a trial, and changing a trial's state (claiming a WAITING trial,
+  finishing one), carry a write token committed with them (:mod:`hpo.storage._write_tokens`); a retry
+  first looks it up and, when the earlier attempt committed, returns what that attempt would
+  have returned: the new id, or True. A second insert under the same token fails instead of
+  leaving an orphan (this also stops ``RDBStorage._create_new_trial``'s own re-run of its
+  transaction). An unnamed study gets its name here, so a retry cannot invent a second one;
+- deleting a study: a KeyError on a retry means the earlier attempt deleted it;
+- every other write is idempotent: attributes, intermediate values and heartbeats are upserts,
+  and RDBStorage ignores the duplicate (trial, param) row of a parameter already set.
+
+The Optuna internals still relied on (``_CachedStorage``, the heartbeat interface, what
+:mod:`hpo.storage._write_tokens` needs) are each pinned by ``tests/test_optuna_internals.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Container, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import optuna
+from optuna.storages import BaseStorage, RDBStorage, _CachedStorage
+from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
+from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, InternalError, OperationalError, PendingRollbackError
+
+from hpo.storage._write_tokens import WriteTokens
+
+_logger = logging.getLogger("hpo.storage")
+# Long enough for a database restart or a short network outage; a longer one stops the worker.
+RETRY_SECONDS = 300.0
+_FIRST_DELAY, _MAX_DELAY = 0.5, 10.0
+_T = TypeVar("_T")
+# PostgreSQL SQLSTATEs of a lost or refused connection, a server shutting down, too many
+# connections, and a transaction rolled back by a serialization failure or a deadlock.
+_PG_TRANSIENT = ("08", "57P", "53300", "40001", "40P01")
+_SQLITE_TRANSIENT = ("database is locked", "database table is locked")
+
+
+class StorageFailedError(Exception):
+    """The storage cannot be used and waiting will not help (a SQLite file deleted, a read-only database)."""
+
+
+def storage_failure_in(err: BaseException) -> StorageFailedError | None:
+    """The :class:`StorageFailedError` behind ``err``, if any.
+
+    Optuna can mask it: when a trial's final write fails, ``_run_trial`` re-reads the trial,
+    which fails the same way, and its ``finally`` then raises an UnboundLocalError.
+    """
+    return next((link for link in _chain(err) if isinstance(link, StorageFailedError)), None)
+
+
+def _chain(err: BaseException) -> Iterator[BaseException]:
+    """``err`` and the exceptions it was raised from or while handling, innermost last."""
+    seen: set[int] = set()
+    link: BaseException | None = err
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
+
+
+def _dbapi_error_is_transient(err: DBAPIError) -> bool:
+    if err.connection_invalidated:
+        return True
+    if isinstance(err.orig, sqlite3.Error):
+        return any(text in str(err.orig) for text in _SQLITE_TRANSIENT)
+    sqlstate = getattr(err.orig, "pgcode", None) or getattr(err.orig, "sqlstate", None)
+    if sqlstate:
+        return str(sqlstate).startswith(_PG_TRANSIENT)
+    return isinstance(err, (OperationalError, InterfaceError))  # no SQLSTATE: the client lost the server
+
+
+def is_lost_connection(err: BaseException) -> bool:
+    """Whether ``err`` comes from a lost database connection, which a retry can outlast.
+
+    RDBStorage re-raises SQLAlchemy errors as StorageInternalError, and a query it retries in
+    the same session after a dropped connection fails with PendingRollbackError, the dropped
+    connection being that error's context; the first database error in the chain decides.
+    """
+    pending_rollback = False
+    for link in _chain(err):
+        if isinstance(link, DBAPIError):
+            return _dbapi_error_is_transient(link)
+        pending_rollback = pending_rollback or isinstance(link, PendingRollbackError)
+    return pending_rollback
+
+
+def _sqlite_error(err: BaseException) -> sqlite3.Error | None:
+    return next((link.orig for link in _chain(err) if isinstance(link, DBAPIError) and isinstance(link.orig, sqlite3.Error)), None)
+
+
+def _committed_row_conflict(err: BaseException) -> bool:
+    """An insert refused as a duplicate: maybe the token of an attempt that committed."""
+    return isinstance(err, optuna.exceptions.DuplicatedStudyError) or any(isinstance(link, IntegrityError) for link in _chain(err))
+
+
+class RetryingStorage(BaseStorage, BaseHeartbeat):
+    """Optuna's cached RDB storage, whose calls wait out a lost connection (see the module docstring).
+
+    Every call, heartbeats included, is retried with exponential backoff for up to
+    ``RETRY_SECONDS`` when the connection fails (a PostgreSQL restart, a network blip); a trial
+    in flight keeps training meanwhile and records its result once the database is back.
+    """
+
+    def __init__(self, rdb: RDBStorage) -> None:
+        self._rdb = rdb
+        self._cache = _CachedStorage(rdb)
+        self._tokens = WriteTokens(rdb)
+        self._sqlite_file = _SqliteFile.of(rdb)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_rdb": self._rdb, "_cache": self._cache}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._tokens = WriteTokens(self._rdb)
+        self._sqlite_file = _SqliteFile.of(self._rdb)
+
+    @property
+    def engine(self) -> Any:
+        """The SQLAlchemy engine, for the advisory locks and heartbeat queries of this project."""
+        return self._rdb.engine
+
+    # The retry loop ---------------------------------------------------------------------------
+
+    def _call(self, name: str, call: Callable[[], _T], token: str | None = None,
+              recovered: Callable[[int], _T] | None = None, done_on_retry: type[Exception] | None = None) -> _T:
+        """``call()``, repeated while it loses the connection.
+
+        With ``token``, a retry first checks whether an earlier attempt committed, and if so
+        returns ``recovered(id)`` of what it wrote. With ``done_on_retry``, that error on a
+        retry means an earlier attempt did the work.
+        """
+        deadline = time.monotonic() + RETRY_SECONDS
+        delay, attempt = _FIRST_DELAY, 0
+        with self._tokens.stamping(token):
+            while True:
+                try:
+                    self._sqlite_file.check()
+                    if attempt and token is not None and (row_id := self._tokens.find(token)) is not None:
+                        return recovered(row_id) if recovered else row_id  # type: ignore[return-value]
+                    return call()
+                except Exception as err:
+                    if token is not None and _committed_row_conflict(err):
+                        try:
+                            row_id = self._tokens.find(token)
+                        except Exception as lookup_err:
+                            if not is_lost_connection(lookup_err):
+                                raise
+                            row_id, err = None, lookup_err  # the next attempt looks the token up first
+                        if row_id is not None:
+                            return recovered(row_id) if recovered else row_id  # type: ignore[return-value]
+                    if attempt and done_on_retry is not None and isinstance(err, done_on_retry):
+                        return None  # type: ignore[return-value]
+                    if not is_lost_connection(err):
+                        explained = self._explained(err, name)
+                        if explained is err:
+                            raise
+                        raise explained from err
+                    if time.monotonic() + delay > deadline:
+                        raise
+                    attempt += 1
+                    _logger.warning("storage call %s lost its database connection; retry %d in %.1f s", name, attempt, delay)
+                    time.sleep(delay * (0.5 + random.random()))  # jitter: workers do not reconnect in lockstep
+                    delay = min(delay * 2, _MAX_DELAY)
+
+    def _explained(self, err: Exception, name: str) -> Exception:
+        """``err`` itself, or for a database that cannot be used as it is, one line that says so.
+
+        That is a SQLite error other than a constraint, or a server-side OperationalError or
+        InternalError that is not a lost connection (PostgreSQL read-only, disk full).
+        """
+        if isinstance(err, StorageFailedError):
+            return err
+        cause = _sqlite_error(err)
+        if cause is not None and not isinstance(cause, sqlite3.IntegrityError):
+            return StorageFailedError(
+                f"storage call {name} failed on SQLite database {self._sqlite_file.path}: {cause} "
+                "(not a lost connection, so not retried); make the file writable or restore it, then rerun to resume"
+            )
+        refused = next((link for link in _chain(err) if isinstance(link, (OperationalError, InternalError))), None)
+        if refused is None:
+            return err
+        first = str(refused.orig).strip().splitlines()[0] if str(refused.orig).strip() else type(refused.orig).__name__
+        return StorageFailedError(
+            f"storage call {name} failed on {self._rdb.engine.url.render_as_string(hide_password=True)}: {first} "
+            "(not a lost connection, so not retried); fix the database, then rerun to resume"
+        )
+
+    # Writes -----------------------------------------------------------------------------------
+
+    def create_new_study(self, directions: Sequence[StudyDirection], study_name: str | None = None) -> int:
+        # Named here, not by RDBStorage: a retry then re-sends the same name and cannot make a second study.
+        name = DEFAULT_STUDY_NAME_PREFIX + str(uuid.uuid4()) if study_name is None else study_name
+        return self._call("create_new_study", lambda: self._cache.create_new_study(directions, name), self._tokens.new())
+
+    def delete_study(self, study_id: int) -> None:
+        self._call("delete_study", lambda: self._cache.delete_study(study_id), done_on_retry=KeyError)
+
+    def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
+        self._call("set_study_user_attr", lambda: self._cache.set_study_user_attr(study_id, key, value))
+
+    def set_study_system_attr(self, study_id: int, key: str, value: Any) -> None:
+        self._call("set_study_system_attr", lambda: self._cache.set_study_system_attr(study_id, key, value))
+
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        def recovered(trial_id: int) -> int:
+            self._cache.get_all_trials(study_id, deepcopy=False)  # the cache learns the trial its failed call did not return
+            return trial_id
+
+        return self._call(
+            "create_new_trial", lambda: self._cache.create_new_trial(study_id, template_trial), self._tokens.new(), recovered
+        )
+
+    def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float, distribution: Any) -> None:
+        self._call("set_trial_param", lambda: self._cache.set_trial_param(trial_id, param_name, param_value_internal, distribution))
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
+        return self._call(
+            "set_trial_state_values",
+            lambda: self._cache.set_trial_state_values(trial_id, state, values),
+            self._tokens.new(),
+            recovered=lambda _: True,  # the state change this call asked for committed
+        )
+
+    def set_trial_intermediate_value(self, trial_id: int, step: int, intermediate_value: float) -> None:
+        self._call("set_trial_intermediate_value", lambda: self._cache.set_trial_intermediate_value(trial_id, step, intermediate_value))
+
+    def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+        self._call("set_trial_user_attr", lambda: self._cache.set_trial_user_attr(trial_id, key, value))
+
+    def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
+        self._call("set_trial_system_attr", lambda: self._cache.set_trial_system_attr(trial_id, key, value))
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        try:
+            self._call("record_heartbeat", lambda: self._cache.record_heartbeat(trial_id))
+        except StorageFailedError as err:
+            # Optuna's heartbeat thread would die with a traceback; the trial's next call on the
+            # worker's own thread fails the same way and stops the worker with one line.
+            _logger.debug("heartbeat of trial %d not recorded: %s", trial_id, err)
+
+    # Reads ------------------------------------------------------------------------------------
+
+    def get_study_id_from_name(self, study_name: str) -> int:
+        return self._call("get_study_id_from_name", lambda: self._cache.get_study_id_from_name(study_name))
+
+    def get_study_name_from_id(self, study_id: int) -> str:
+        return self._call("get_study_name_from_id", lambda: self._cache.get_study_name_from_id(study_id))
+
+    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
+        return self._call("get_study_directions", lambda: self._cache.get_study_directions(study_id))
+
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        return self._call("get_study_user_attrs", lambda: self._cache.get_study_user_attrs(study_id))
+
+    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
+        return self._call("get_study_system_attrs", lambda: self._cache.get_study_system_attrs(study_id))
+
+    def get_all_studies(self) -> list[optuna.study.FrozenStudy]:
+        return self._call("get_all_studies", self._cache.get_all_studies)
+
+    def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
+        return self._call(
+            "get_trial_id_from_study_id_trial_number", lambda: self._cache.get_trial_id_from_study_id_trial_number(study_id, trial_number)
+        )
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        return self._call("get_trial", lambda: self._cache.get_trial(trial_id))
+
+    def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+        return self._call("get_all_trials", lambda: self._cache.get_all_trials(study_id, deepcopy=deepcopy, states=states))
+
+    def get_best_trial(self, study_id: int) -> FrozenTrial:
+        return self._call("get_best_trial", lambda: self._cache.get_best_trial(study_id))
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        # Part of Optuna's heartbeat interface (BaseHeartbeat), called by fail_stale_trials.
+        return self._call("_get_stale_trial_ids", lambda: self._cache._get_stale_trial_ids(study_id))
+
+    def get_heartbeat_interval(self) -> int | None:
+        return self._rdb.get_heartbeat_interval()
+
+    def get_heartbeat_stale_trial_callback(self) -> Callable[[optuna.Study, FrozenTrial], None] | None:
+        return self._rdb.get_heartbeat_stale_trial_callback()
+
+    def remove_session(self) -> None:
+        self._rdb.remove_session()
+
+
+class _SqliteFile:
+    """The SQLite file under a storage: deleted or replaced while in use, it fails the next call."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._identity = self._stat()
+
+    @classmethod
+    def of(cls, rdb: RDBStorage) -> _SqliteFile:
+        database = rdb.engine.url.database if rdb.engine.dialect.name == "sqlite" else None
+        return cls(Path(database).expanduser().resolve() if database and database != ":memory:" else None)
+
+    def _stat(self) -> tuple[int, int] | None:
+        if self.path is None:
+            return None
+        stat = os.stat(self.path)
+        return stat.st_dev, stat.st_ino
+
+    def check(self) -> None:
+        if self.path is None:
+            return
+        try:
+            identity = self._stat()
+        except FileNotFoundError:
+            identity = None
+        if identity != self._identity:
+            what = "deleted" if identity is None else "replaced by another file"
+            raise StorageFailedError(
+                f"SQLite database {self.path} was {what} while in use (not a lost connection, so not retried); "
+                "restore the file, then rerun to resume"
+            )

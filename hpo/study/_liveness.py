@@ -1,0 +1,92 @@
+"""Which RUNNING trials belong to a worker process of this machine that is gone.
+
+Heartbeats find a dead worker's trial only once ``grace_period`` (default 2 min) has passed
+without a beat: a worker killed with SIGKILL and rerun at once would finish before then and
+leave the trial RUNNING. Each trial records its worker's identity (host, pid, and the
+process's boot, pid namespace and start time); a worker sweeps, when it starts and when it
+ends, the RUNNING trials whose process on this very machine no longer exists, and fails them
+as a stale heartbeat would (re-queued by the same retry policy). A trial from another
+machine, container or boot is left to the heartbeats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._attrs import FAIL_REASON_ATTR, WORKER_ATTR
+
+WORKER_DIED = "worker_died"
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _process_key(pid: int) -> str | None:
+    """``boot/pid-namespace/pid/start-time`` of a live process, unique on this machine across pid reuse; ``None`` if unknown."""
+    boot = _read("/proc/sys/kernel/random/boot_id")
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")  # the namespace this pid is numbered in
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields 3 (state) and 22 (start time, in clock ticks since boot), counted after the ")" that ends the command name.
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):  # exited, not yet reaped by its parent
+        return None
+    started = fields[19]
+    return f"{boot}/{namespace}/{pid}/{started}" if boot else None
+
+
+def worker_identity(trial_number: int) -> dict[str, Any]:
+    """What trial ``trial_number`` records about the process that runs it (user attr ``worker``)."""
+    return {
+        "host": socket.gethostname(), "pid": os.getpid(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "process": _process_key(os.getpid()), "trial": trial_number,
+    }
+
+
+def worker_is_gone(trial: FrozenTrial) -> bool:
+    """Whether ``trial``'s worker ran on this machine, in this pid namespace, and has exited."""
+    worker = trial.user_attrs.get(WORKER_ATTR)
+    # A retry starts with a copy of its predecessor's attrs, dead worker included, until its own worker writes its own.
+    if not isinstance(worker, dict) or worker.get("trial") != trial.number:
+        return False
+    if not isinstance(worker.get("process"), str) or not isinstance(worker.get("pid"), int):
+        return False
+    mine = _process_key(os.getpid())
+    if mine is None or worker["process"].rsplit("/", 2)[0] != mine.rsplit("/", 2)[0]:
+        return False  # another machine, container or boot: only its heartbeat can tell
+    return _process_key(worker["pid"]) != worker["process"]  # exited, or the pid now names another process
+
+
+def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[int]:
+    """Fail the study's RUNNING trials whose worker process on this machine is gone; their numbers.
+
+    Each is then re-queued (up to ``max_retry`` times) by Optuna's
+    ``RetryHeartbeatStaleTrialCallback``, exactly as a trial whose heartbeat went stale.
+    """
+    storage = study._storage
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not worker_is_gone(trial):
+            continue
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # another worker swept it first
+            storage.set_trial_user_attr(trial._trial_id, FAIL_REASON_ATTR, f"{WORKER_DIED}: its worker process exited mid-trial")
+            if storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
+                failed.append(trial._trial_id)
+    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+    for trial_id in failed:
+        retry(study, copy.deepcopy(storage.get_trial(trial_id)))
+    return [storage.get_trial(trial_id).number for trial_id in failed]

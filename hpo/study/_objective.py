@@ -1,0 +1,311 @@
+"""From an Optuna trial to a training run and back: sample, configure, train, record.
+
+How a trial ends is described in :mod:`hpo.study._outcomes`; which exception ends it how is the one
+table ``_OUTCOMES`` below. Building the trial's config happens inside the same handler, so a
+bad enqueued trial fails with a ``fail_reason`` and the worker goes on to the next trial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import logging
+import math
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+
+from hpo._attrs import (
+    CONFIG_ATTR,
+    CONSTRAINTS_ATTR,
+    FAIL_REASON_ATTR,
+    FEASIBLE_ATTR,
+    HARDWARE_ATTR,
+    INTERRUPTED_AT_STEP_ATTR,
+    MAX_LENGTH_AUTO_ATTR,
+    OOM_FALLBACK_ATTR,
+    OUTCOME_ATTRS,
+    SKIP_DETAIL_ATTR,
+    SKIP_REASON_ATTR,
+    WORKER_ATTR,
+    record_result,
+)
+from hpo.space._measures import MEASUREMENTS, constraint_measure, constraint_violation
+from hpo.space._space import SearchSpace
+from hpo.space._trial_values import InvalidTrialError, check_enqueued
+from hpo.storage._checkpoints import TrialCheckpoints
+from hpo.study._liveness import worker_identity
+from hpo.study._outcomes import INTERRUPTED, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, TrialFailedError
+from trial_executor import (
+    METRICS,
+    Checkpointing,
+    NonFiniteLossError,
+    StepProgress,
+    TextClassificationData,
+    TrainConfig,
+    TrialInterrupted,
+    TrialOutOfMemoryError,
+    TrialResult,
+    UnsupportedPrecisionError,
+    hardware_metadata,
+    resolve_device,
+    run_trial,
+)
+
+CONFIG_FILE = "config.json"
+_SEED_MODULUS = 2**32  # trial seeds (base seed + trial number) wrap into numpy's seed range
+
+_logger = logging.getLogger(__name__)
+
+
+def executor_config(
+    params: dict[str, Any], space: SearchSpace, *, seed: int, device: str, cache_dir: str | None
+) -> TrainConfig:
+    """The one place that turns sampled parameters into an executor config; :class:`InvalidTrialError` if invalid."""
+    values = {**space.fixed, **params, "seed": seed, "device": device, "cache_dir": cache_dir}
+    # Early stopping watches the space's objective metric unless the space names another.
+    if values.get("early_stopping_patience") is not None and values.get("early_stopping_metric") is None:
+        values["early_stopping_metric"] = space.objective_names[0] if space.objective_names[0] in METRICS else None
+    try:
+        return TrainConfig(**values)
+    except (TypeError, ValueError) as err:
+        raise InvalidTrialError(f"invalid trial config: {err}; fix the enqueued values or the space") from None
+
+
+def _skip(trial: optuna.Trial, reason: str, detail: str, **attrs: Any) -> optuna.TrialPruned:
+    trial.set_user_attr(SKIP_REASON_ATTR, reason)
+    trial.set_user_attr(SKIP_DETAIL_ATTR, detail[:1000])
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    return optuna.TrialPruned(f"{reason}: {detail}")
+
+
+def _upload_config(trial: optuna.Trial, store: FileSystemArtifactStore, config: TrainConfig) -> None:
+    # The trial's resolved config as a file artifact: optuna-dashboard lists it under the trial's Artifacts.
+    with tempfile.TemporaryDirectory(prefix=f"hpo-trial-{trial.number}-config-") as scratch:
+        path = Path(scratch) / CONFIG_FILE
+        path.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial, mimetype="application/json")
+
+
+def _result_value(result: TrialResult, name: str) -> float:
+    return float(getattr(result, name)) if name in MEASUREMENTS else float(result.metrics[name])
+
+
+def _non_finite(result: TrialResult, names: Sequence[str]) -> str | None:
+    """What is not finite in the result; eval loss counts too (NaN logits still give an accuracy)."""
+    checked = dict.fromkeys([*names, "loss", "train_loss"])
+    for name in checked:
+        if name in MEASUREMENTS or name in result.metrics:
+            value = _result_value(result, name)
+            if not math.isfinite(value):
+                return f"final {name} is {value}"
+    return None
+
+
+def _set_constraints(trial: optuna.Trial, space: SearchSpace, result: TrialResult) -> None:
+    # Trial.set_constraint is Optuna 5's API: TPE and NSGA-II read it for every trial, no
+    # constraints_func needed; the user attr keeps limit and measurement side by side.
+    recorded = {}
+    for key, limit in space.constraints.items():
+        value = _result_value(result, constraint_measure(key))
+        violation = constraint_violation(key, limit, value)
+        trial.set_constraint(key, violation)
+        recorded[key] = {"limit": limit, "value": value, "satisfied": violation <= 0}
+    trial.set_user_attr(CONSTRAINTS_ATTR, recorded)
+    trial.set_user_attr(FEASIBLE_ATTR, all(c["satisfied"] for c in recorded.values()))
+
+
+def _one_line(err: BaseException) -> str:
+    # One line, so the trial's printed line and the dashboard stay readable; the log has it all.
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"[:1000]
+
+
+def _interrupted(trial: optuna.Trial, err: TrialInterrupted) -> BaseException:
+    trial.set_user_attr(FAIL_REASON_ATTR, INTERRUPTED)
+    trial.set_user_attr(INTERRUPTED_AT_STEP_ATTR, err.step)
+    return TrialFailedError(f"{INTERRUPTED} at step {err.step}; the next run resumes it")
+
+
+def _invalid(trial: optuna.Trial, err: InvalidTrialError) -> BaseException:
+    # Bad input, not a bug: one line in the log, no traceback.
+    reason = _one_line(err)
+    trial.set_user_attr(FAIL_REASON_ATTR, reason)
+    _logger.warning("trial %d failed: %s", trial.number, reason)
+    return TrialFailedError(reason)
+
+
+def _failed(trial: optuna.Trial, err: Exception) -> BaseException:
+    reason = _one_line(err)
+    trial.set_user_attr(FAIL_REASON_ATTR, reason)
+    _logger.error("trial %d failed: %s", trial.number, reason, exc_info=err)
+    return TrialFailedError(reason)
+
+
+# How each exception ends a trial (see hpo.study._outcomes): the first row whose type matches.
+_OUTCOMES: tuple[tuple[type[Exception], Callable[[optuna.Trial, Any], BaseException]], ...] = (
+    (optuna.TrialPruned, lambda trial, err: err),  # the study's pruner, as Optuna expects it
+    (TrialInterrupted, _interrupted),  # FAIL "interrupted", re-queued by run_to_budget
+    (UnsupportedPrecisionError, lambda trial, err: _skip(trial, SKIP_UNSUPPORTED, str(err))),
+    (NonFiniteLossError, lambda trial, err: _skip(trial, SKIP_NON_FINITE, err.detail, skip_step=err.step)),
+    (TrialOutOfMemoryError, lambda trial, err: _skip(trial, SKIP_OOM, err.detail, oom_batch_size=err.batch_size)),
+    (InvalidTrialError, _invalid),  # FAIL with fail_reason, no traceback
+    (Exception, _failed),  # FAIL with fail_reason; the traceback goes to the log
+)
+
+
+def _outcome(trial: optuna.Trial, err: Exception) -> BaseException:
+    """What to raise to Optuna for ``err``, after recording why on ``trial``."""
+    return next(outcome(trial, err) for kind, outcome in _OUTCOMES if isinstance(err, kind))
+
+
+@dataclass
+class Objective:
+    """An Optuna objective that trains one config per trial and records what it measured (see :func:`make_objective`)."""
+
+    space: SearchSpace
+    data: TextClassificationData
+    base_seed: int
+    device: str
+    cache_dir: str | None = None
+    checkpoints: FileSystemArtifactStore | None = None
+    keep_checkpoints: bool = False
+    stop_requested: Callable[[], bool] | None = None
+    progress: Callable[[int, StepProgress], None] | None = None
+    on_evaluation: Callable[[optuna.Trial, int, dict[str, float]], None] | None = None
+
+    def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]:
+        saved: TrialCheckpoints | None = None
+        interrupted = False
+        try:
+            config, original = self._configure(trial)
+            saved = self._checkpoints(trial, config, original)
+            result = self._train(trial, config, saved.checkpointing() if saved else None)
+            return self._finish(trial, config, result)
+        except Exception as err:
+            interrupted = isinstance(err, TrialInterrupted)
+            raise _outcome(trial, err) from None
+        finally:
+            # After training, so tf32_enabled is the state this trial ran with.
+            with contextlib.suppress(RuntimeError):  # --device cuda without CUDA: nothing to describe
+                trial.set_user_attr(HARDWARE_ATTR, hardware_metadata(resolve_device(self.device)))
+            if saved is not None:
+                saved.close(finished=not interrupted)
+
+    def _configure(self, trial: optuna.Trial) -> tuple[TrainConfig, int | None]:
+        """The trial's validated config, and the number of the trial it retries (``None`` for a first attempt)."""
+        # Optuna 5's Trial has no system_attrs; the stored trial has them (a retry's "failed_trial").
+        system_attrs = trial.storage.get_trial(trial._trial_id).system_attrs
+        original = system_attrs.get("failed_trial")
+        if original is not None:
+            # A retry starts with a copy of its predecessor's user attrs: clear what that attempt found.
+            for key in OUTCOME_ATTRS:
+                if key in trial.user_attrs:
+                    trial.set_user_attr(key, None)
+        trial.set_user_attr(WORKER_ATTR, worker_identity(trial.number))
+        check_enqueued(self.space, system_attrs.get("fixed_params") or {})
+        params = self.space.suggest(trial)
+        seed = (self.base_seed + (trial.number if original is None else original)) % _SEED_MODULUS
+        config = executor_config(params, self.space, seed=seed, device=self.device, cache_dir=self.cache_dir)
+        trial.set_user_attr(CONFIG_ATTR, config.to_dict())
+        return config, original
+
+    def _checkpoints(self, trial: optuna.Trial, config: TrainConfig, original: int | None) -> TrialCheckpoints | None:
+        if self.checkpoints is None:
+            return None
+        try:
+            if original is None:
+                # A retry lists its predecessor's config.json already: Optuna copies the system attrs.
+                _upload_config(trial, self.checkpoints, config)
+            return TrialCheckpoints(trial, self.checkpoints, keep=self.keep_checkpoints)
+        except OSError as err:  # a read-only or full artifact store costs the checkpoints, not the trial
+            _logger.warning("trial %d runs without checkpoints: the artifact store cannot be written (%s)", trial.number, err)
+            return None
+
+    def _report(self, trial: optuna.Trial) -> Callable[[int, dict[str, float]], bool]:
+        metric = self.space.objective_names[0]
+
+        def callback(step: int, metrics: dict[str, float]) -> bool:
+            if self.on_evaluation is not None:  # experiment tracking sees every evaluation's metrics
+                self.on_evaluation(trial, step, metrics)
+            if not self.space.reports_intermediate_values:
+                return False
+            if math.isfinite(metrics[metric]):
+                trial.report(metrics[metric], step)
+            return trial.should_prune()
+
+        return callback
+
+    def _train(self, trial: optuna.Trial, config: TrainConfig, checkpointing: Checkpointing | None) -> TrialResult:
+        shown = functools.partial(self.progress, trial.number) if self.progress is not None else None
+        run = functools.partial(run_trial, data=self.data, stop_requested=self.stop_requested, progress=shown)
+        try:
+            return run(config, report=self._report(trial), checkpointing=checkpointing)
+        except TrialOutOfMemoryError:
+            if not self.space.oom_fallback or config.batch_size < 2:
+                raise
+        # Same effective batch, half the activation memory; the executor released the first attempt's memory.
+        smaller = dataclasses.replace(config, batch_size=config.batch_size // 2, grad_accum_steps=config.grad_accum_steps * 2)
+        fallback = {"from_batch_size": config.batch_size, "to_batch_size": smaller.batch_size, "grad_accum_steps": smaller.grad_accum_steps}
+        trial.set_user_attr(OOM_FALLBACK_ATTR, fallback)
+        trial.set_user_attr(CONFIG_ATTR, smaller.to_dict())
+        _logger.warning("trial %d ran out of memory at batch size %d; retrying with %s", trial.number, config.batch_size, fallback)
+        # A fresh start: the checkpoint to resume from, if any, belongs to the larger batch.
+        fresh = dataclasses.replace(checkpointing, resume_from=None) if checkpointing else None
+        return run(smaller, report=self._report(trial), checkpointing=fresh)
+
+    def _finish(self, trial: optuna.Trial, config: TrainConfig, result: TrialResult) -> float | tuple[float, ...]:
+        record_result(trial, result)
+        if config.max_length == "auto":
+            # The length auto chose, per model, on the study (one per model at a fixed max_length_percentile).
+            chosen = trial.study.user_attrs.get(MAX_LENGTH_AUTO_ATTR, {})
+            if chosen.get(config.model) != result.max_length:
+                trial.study.set_user_attr(MAX_LENGTH_AUTO_ATTR, {**chosen, config.model: result.max_length})
+        problem = _non_finite(result, self.space.objective_names)
+        if problem:
+            raise NonFiniteLossError(result.steps, problem)
+        if self.space.constraints:
+            _set_constraints(trial, self.space, result)
+        if result.stopped_early:
+            raise optuna.TrialPruned(f"pruned at step {result.steps}")
+        values = tuple(_result_value(result, name) for name in self.space.objective_names)
+        return values if self.space.is_multi_objective else values[0]
+
+
+def make_objective(
+    space: SearchSpace,
+    data: TextClassificationData,
+    *,
+    base_seed: int,
+    device: str,
+    cache_dir: str | None = None,
+    checkpoints: FileSystemArtifactStore | None = None,
+    keep_checkpoints: bool = False,
+    stop_requested: Callable[[], bool] | None = None,
+    progress: Callable[[int, StepProgress], None] | None = None,
+    on_evaluation: Callable[[optuna.Trial, int, dict[str, float]], None] | None = None,
+) -> Objective:
+    """An Optuna objective that trains one config per trial and records what it measured.
+
+    Each trial's seed is ``base_seed + trial.number`` (a retry keeps its original's seed). It
+    returns one value per objective of ``space`` (a float for one objective, a tuple for
+    several). See :mod:`hpo.study._outcomes` for how trials end; ``hardware`` and ``worker`` are
+    recorded whatever happens. An enqueued value outside ``space`` or a config the executor
+    refuses fails the trial with a ``fail_reason``. With ``checkpoints`` (an artifact store),
+    trials checkpoint at each evaluation and a retried trial resumes from its predecessor's
+    latest checkpoint; a store that cannot be written costs the checkpoints, not the trial.
+    ``stop_requested`` is polled during training (SIGINT/SIGTERM); ``progress(trial_number,
+    update)`` receives the executor's progress updates, ``on_evaluation(trial, step, metrics)``
+    every evaluation's metrics.
+    """
+    return Objective(
+        space, data, base_seed, device, cache_dir=cache_dir, checkpoints=checkpoints, keep_checkpoints=keep_checkpoints,
+        stop_requested=stop_requested, progress=progress, on_evaluation=on_evaluation,
+    )

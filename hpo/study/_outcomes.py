@@ -1,0 +1,55 @@
+"""What a finished trial's state and attrs mean: the vocabulary every command reads.
+
+How a trial ends:
+
+- COMPLETE: trained; its objective values are finite.
+- PRUNED with ``skip_reason``: ``unsupported_precision`` (the device cannot run the precision;
+  not counted toward the budget), ``non_finite_loss`` (the run diverged: NaN/inf loss, or a
+  non-finite final metric) or ``oom`` (out of memory, after the optional half-batch retry).
+  NaN never reaches the sampler as a value.
+- PRUNED without ``skip_reason``: stopped by the study's pruner.
+- FAIL with ``fail_reason`` ("Type: message"): anything else, a bug or a broken environment;
+  the traceback goes to the worker's log, never into the study.
+- FAIL with ``fail_reason`` ``interrupted``: the worker got SIGINT/SIGTERM; the trial saved a
+  checkpoint and is re-queued, so the next run resumes it (see :mod:`hpo.storage._checkpoints`).
+- FAIL with ``fail_reason`` ``InvalidTrialError: ...``: an enqueued value the space cannot
+  sample, or a config the executor refuses; bad input, not counted as a failure in a row.
+- FAIL with ``fail_reason`` ``worker_died: ...``: its worker process on this machine exited
+  mid-trial; re-queued like a stale heartbeat's trial (see :mod:`hpo.study._liveness`).
+"""
+
+import logging
+import re
+
+SKIP_UNSUPPORTED = "unsupported_precision"
+SKIP_NON_FINITE = "non_finite_loss"
+SKIP_OOM = "oom"
+SKIP_REASONS: tuple[str, ...] = (SKIP_UNSUPPORTED, SKIP_NON_FINITE, SKIP_OOM)
+INTERRUPTED = "interrupted"
+
+
+class TrialFailedError(RuntimeError):
+    """Raised to Optuna for a FAILed trial; its ``fail_reason`` says why (and an unexpected error's traceback is in the log)."""
+
+
+class QuietTrialFailures(logging.Filter):
+    """Drops Optuna's per-trial failure warnings (with a traceback) that repeat a recorded outcome.
+
+    A trial ending in :class:`TrialFailedError` has its ``fail_reason`` printed on its own line,
+    and one interrupted by a second Ctrl-C (``KeyboardInterrupt``) ends the run with one line.
+    """
+
+    _VALUE_NONE = re.compile(r"Trial \d+ failed with value None\.$")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, (TrialFailedError, KeyboardInterrupt)):
+            return False
+        return not self._VALUE_NONE.match(record.getMessage())
+
+
+def quiet_trial_failures() -> None:
+    """Install :class:`QuietTrialFailures` on the logger Optuna reports trial failures with (once)."""
+    logger = logging.getLogger("optuna.study._optimize")
+    if not any(isinstance(f, QuietTrialFailures) for f in logger.filters):
+        logger.addFilter(QuietTrialFailures())

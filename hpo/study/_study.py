@@ -1,0 +1,213 @@
+"""Opening a study safely and running it to its global budget of finished trials."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import optuna
+import sqlalchemy
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._attrs import (
+    BASELINE_ATTR,
+    DATASET_FINGERPRINT_ATTR,
+    ENQUEUED_FROM_ATTR,
+    LABEL_NAMES_ATTR,
+    SEARCH_SPACE_ATTR,
+    fail_reason_of,
+    is_baseline,
+    skip_reason_of,
+)
+from hpo._errors import UserError
+from hpo.space._space import SearchSpace
+from hpo.space._trial_values import InvalidTrialError
+from hpo.storage._storage import sqlite_file_lock
+from hpo.study._liveness import fail_dead_local_trials
+from hpo.study._outcomes import INTERRUPTED, SKIP_UNSUPPORTED
+from trial_executor import TextClassificationData
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+MAX_CONSECUTIVE_FAILURES = 3
+
+
+class TooManyFailuresError(RuntimeError):
+    """Trials keep failing; running more would only repeat the failure."""
+
+
+def _study_attrs(space: SearchSpace, data: TextClassificationData) -> dict[str, Any]:
+    return {
+        SEARCH_SPACE_ATTR: space.stored_form(),
+        DATASET_FINGERPRINT_ATTR: data.fingerprint,
+        LABEL_NAMES_ATTR: data.label_names,
+    }
+
+
+def open_study(
+    storage: optuna.storages.BaseStorage, study_name: str, space: SearchSpace, data: TextClassificationData, seed: int
+) -> optuna.Study:
+    """Create the study, or resume it when the search space and data are the ones it was made with."""
+    wanted = _study_attrs(space, data)
+    try:
+        existing = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        existing = None
+    if existing is not None:
+        stored = existing.user_attrs
+        if "search_space" in stored and stored["search_space"] != wanted["search_space"]:
+            raise UserError(
+                f"study {study_name!r} was created with a different search space; "
+                "rerun with its original --space, or pick a new --study-name"
+            )
+        if "dataset_fingerprint" in stored and stored["dataset_fingerprint"] != wanted["dataset_fingerprint"]:
+            raise UserError(
+                f"study {study_name!r} was created on different data (fingerprint {stored['dataset_fingerprint']}, "
+                f"now {wanted['dataset_fingerprint']}); rerun with its original data, or pick a new --study-name"
+            )
+    study = optuna.create_study(
+        storage=storage,
+        study_name=study_name,
+        directions=space.directions,
+        sampler=space.build_sampler(_sampler_seed(seed)),
+        pruner=space.build_pruner(),
+        load_if_exists=True,
+    )
+    for key, value in wanted.items():
+        if study.user_attrs.get(key) != value:
+            study.set_user_attr(key, value)
+    _enqueue_baseline(study, space, storage)
+    # A --fix pins its param in enqueued trials too, as in the baseline.
+    enqueue_once(study, storage, [(f"space:{i}", {**params, **space.fixes}) for i, params in enumerate(space.enqueue)])
+    return study
+
+
+@contextlib.contextmanager
+def _study_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Iterator[None]:
+    """Serialise a check-then-enqueue across workers opening the same study at once.
+
+    ``enqueue_trial(skip_if_exists=True)`` alone can enqueue twice when two processes check
+    before either writes. PostgreSQL: a transaction-scoped advisory lock (released even if the
+    worker dies); SQLite: a lock on the database file; other storages live in one process.
+    """
+    engine = getattr(storage, "engine", None)
+    if not isinstance(engine, sqlalchemy.Engine):
+        yield
+        return
+    key = int.from_bytes(hashlib.sha256(f"hpo-baseline:{study_name}".encode()).digest()[:8], "big", signed=True)
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as connection:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+            yield
+        return
+    with sqlite_file_lock(engine.url.database if engine.dialect.name == "sqlite" else None):
+        yield
+
+
+def _enqueue_baseline(study: optuna.Study, space: SearchSpace, storage: optuna.storages.BaseStorage) -> bool:
+    """Enqueue the fp32 baseline (every other parameter at its default) unless the study has one.
+
+    Speedups are measured against it. Only when ``fp_precision`` is searched and includes
+    fp32. Returns whether a trial was enqueued.
+    """
+    params = space.baseline_params()
+    if params is None:
+        return False
+    with _study_lock(storage, study.study_name):
+        if any(is_baseline(t) for t in study.get_trials(deepcopy=False)):
+            return False
+        before = len(study.get_trials(deepcopy=False))
+        study.enqueue_trial(params, user_attrs={BASELINE_ATTR: True}, skip_if_exists=True)
+        return len(study.get_trials(deepcopy=False)) > before
+
+
+def enqueue_once(
+    study: optuna.Study, storage: optuna.storages.BaseStorage, configurations: list[tuple[str, dict[str, Any]]]
+) -> int:
+    """Enqueue each ``(origin, params)`` unless a trial of the study already came from ``origin``.
+
+    A rerun or another worker opening the study enqueues nothing twice; params equal to an
+    existing trial's (the fp32 baseline's, say) are not enqueued again. Returns how many were.
+    """
+    if not configurations:
+        return 0
+    with _study_lock(storage, study.study_name):
+        done = {t.user_attrs.get(ENQUEUED_FROM_ATTR) for t in study.get_trials(deepcopy=False)}
+        before = len(study.get_trials(deepcopy=False))
+        for origin, params in configurations:
+            if origin not in done:
+                study.enqueue_trial(params, user_attrs={ENQUEUED_FROM_ATTR: origin}, skip_if_exists=True)
+        return len(study.get_trials(deepcopy=False)) - before
+
+
+def _sampler_seed(seed: int) -> int:
+    """The sampler's seed for this worker process: ``seed`` mixed with host and pid.
+
+    Workers of a study each run their own sampler; with one seed they would all propose the
+    very same trials. Trial training stays seeded by ``seed`` (see the objective).
+    """
+    salt = f"{seed}/{socket.gethostname()}/{os.getpid()}".encode()
+    return int.from_bytes(hashlib.sha256(salt).digest()[:4], "little")
+
+
+def counts_toward_budget(trial: FrozenTrial) -> bool:
+    """Finished trials count; instant skips of a precision this machine cannot run do not."""
+    return trial.state in FINISHED and skip_reason_of(trial) != SKIP_UNSUPPORTED
+
+
+def finished_count(study: optuna.Study) -> int:
+    return sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def run_to_budget(
+    study: optuna.Study,
+    objective: Callable[[optuna.Trial], float],
+    n_trials: int,
+    *,
+    timeout: float | None = None,
+    on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
+    stop_requested: Callable[[], bool] | None = None,
+    max_retry: int | None = None,
+) -> None:
+    """Run trials until the study, across all workers and runs, has ``n_trials`` finished ones.
+
+    A study already at its budget runs nothing, so rerunning a command after a crash runs
+    only the remainder. Raises :class:`TooManyFailuresError` after several failures in a row.
+    Stops after the current trial once ``stop_requested()``; a trial it interrupted is
+    re-queued (up to ``max_retry`` times) so that the next run resumes it.
+    ``on_trial_finished(trial, finished)`` gets each ended trial and the study's count toward
+    the budget.
+    """
+    failures = 0
+
+    def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
+        nonlocal failures
+        finished = finished_count(study)
+        if on_trial_finished is not None:
+            on_trial_finished(trial, finished)
+        interrupted = trial.state == TrialState.FAIL and fail_reason_of(trial) == INTERRUPTED
+        if interrupted:
+            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, trial)
+        # Bad enqueued values say nothing about the environment: they do not count as failures in a row.
+        invalid = fail_reason_of(trial).startswith(f"{InvalidTrialError.__name__}:")
+        failures = failures + 1 if trial.state == TrialState.FAIL and not (interrupted or invalid) else 0
+        if failures >= MAX_CONSECUTIVE_FAILURES or finished >= n_trials:
+            study.stop()
+        if stop_requested is not None and stop_requested():
+            study.stop()
+
+    # A worker of this machine killed mid-trial (SIGKILL, OOM killer) is found at once, not after the grace period.
+    fail_dead_local_trials(study, max_retry)
+    if finished_count(study) >= n_trials:
+        return
+    study.optimize(objective, timeout=timeout, callbacks=[after_trial], catch=(Exception,))
+    # Optuna sweeps dead workers' trials when a trial starts; sweep once more on the way out.
+    optuna.storages.fail_stale_trials(study)
+    fail_dead_local_trials(study, max_retry)
+    if failures >= MAX_CONSECUTIVE_FAILURES:
+        last = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))[-1]
+        reason = fail_reason_of(last, "unknown error").strip().splitlines()[0]
+        raise TooManyFailuresError(f"{failures} trials failed in a row (last, trial {last.number}: {reason})")

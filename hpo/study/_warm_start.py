@@ -1,0 +1,74 @@
+"""Warm start: the best trials of an earlier study in the same storage run first in this one."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._errors import UserError
+from hpo.space._space import SearchSpace
+from hpo.storage._inspect import open_existing_storage
+from hpo.storage._storage import mask_url
+from hpo.study._study import enqueue_once
+
+DEFAULT_WARM_START_TRIALS = 3
+
+
+def load_warm_start_source(url: str, source: str, study_name: str) -> optuna.Study:
+    """The earlier study named ``source`` in the storage at ``url``; checked before anything is written."""
+    if source == study_name:
+        raise UserError(f"--warm-start {source!r} names the study being run; pass an earlier study's name")
+    storage = open_existing_storage(url)
+    names = optuna.get_all_study_names(storage)
+    if source not in names:
+        found = ", ".join(sorted(names)) or "none"
+        raise UserError(f"--warm-start: no study {source!r} in {mask_url(url)}; studies found: {found}")
+    return optuna.load_study(study_name=source, storage=storage)
+
+
+def best_trials(source: optuna.Study, n: int) -> list[FrozenTrial]:
+    """Up to ``n`` best complete, feasible trials: by value, or the Pareto front's first for several objectives."""
+    if len(source.directions) > 1:
+        return sorted(source.best_trials, key=lambda t: t.number)[:n]
+    complete = [
+        t for t in source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.user_attrs.get("feasible") is not False
+    ]
+    maximize = source.direction == optuna.study.StudyDirection.MAXIMIZE
+    return sorted(complete, key=lambda t: (-t.value if maximize else t.value, t.number))[:n]
+
+
+def fitting_params(trial: FrozenTrial, space: SearchSpace, source_name: str) -> dict[str, Any] | None:
+    """The trial's values of the space's searched params, or ``None`` (with a one-line notice) when one does not fit.
+
+    Params the space no longer searches are left out; params the trial lacks are sampled.
+    A value outside the space skips the trial: it is never moved into the range.
+    """
+    params = {name: value for name, value in trial.params.items() if name in space.params}
+    for name, value in params.items():
+        if not space.params[name].contains(value):
+            _notice(f"trial {trial.number} of {source_name!r} skipped: {name}={value!r} is outside the "
+                    f"space's {space.params[name].describe()}")
+            return None
+    if not params:
+        _notice(f"trial {trial.number} of {source_name!r} skipped: it shares no searched parameter with this space")
+        return None
+    return params
+
+
+def enqueue_warm_start(study: optuna.Study, storage: optuna.storages.BaseStorage, space: SearchSpace, source: optuna.Study, n: int) -> int:
+    """Enqueue the params of ``source``'s ``n`` best trials that fit ``space`` (each once per study); return how many were."""
+    picked = [(t, fitting_params(t, space, source.study_name)) for t in best_trials(source, n)]
+    # A --fix pins its param in these trials too, as in the baseline.
+    configurations = [
+        (f"study:{source.study_name}:{t.number}", {**params, **space.fixes}) for t, params in picked if params is not None
+    ]
+    if not picked:
+        _notice(f"{source.study_name!r} has no complete trial; nothing enqueued")
+    return enqueue_once(study, storage, configurations)
+
+
+def _notice(message: str) -> None:
+    print(f"warm start: {message}", file=sys.stderr, flush=True)
