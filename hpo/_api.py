@@ -266,15 +266,14 @@ def optimize(
     ``model`` fixes the model in place of the space's; ``fix`` pins searched params
     (``["batch_size=16"]``). ``track``: experiment trackers, e.g. ``["mlflow"]`` or
     ``[("tensorboard", "runs")]`` (one run per trial; the optional ``tracking`` extra).
-    ``on_trial_finished(trial, finished)`` gets each ended trial. ``warm_start``: an earlier
-    study in the same storage; its ``warm_start_trials`` best trials' params that fit the space
-    run first (once per study).
+    ``on_trial_finished(trial, finished)`` gets each ended trial. ``warm_start``: an earlier study in
+    the same storage; its ``warm_start_trials`` best trials' params that fit the space run first (once).
+    ``artifact_store=None``: no checkpoints and no kept best model.
     Bad input raises :class:`hpo.UserError` (or :class:`trial_executor.DataError`) before
     anything is written. Rerunning the same call resumes the study.
     """
-    check_run_options(
-        seed=seed, device=device, study_name=study_name, artifact_store=artifact_store, cache_dir=resolve_cache_dir(cache_dir)
-    )
+    cache = resolve_cache_dir(cache_dir)
+    check_run_options(seed=seed, device=device, study_name=study_name, artifact_store=artifact_store, cache_dir=cache)
     resolved = resolve_space(space, fix=fix, model=model)
     loaded = resolve_data(
         data, seed=seed, text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,

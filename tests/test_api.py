@@ -42,8 +42,8 @@ def test_optimize_runs_a_study_from_a_dict_and_in_memory_data_then_load_reads_it
     assert seen == [1, 2]
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(complete) == 2 and all(0 <= t.value <= 1 for t in complete)
-    # The same call again extends the study to its new budget.
-    again = hpo.optimize(TINY, data, storage=storage, study_name="nb", n_trials=3, device="cpu", seed=5)
+    # The same call again extends the study to its new budget (here with no artifact store: no checkpoints).
+    again = hpo.optimize(TINY, data, storage=storage, study_name="nb", n_trials=3, device="cpu", seed=5, artifact_store=None)
     assert len(again.get_trials(states=(TrialState.COMPLETE,))) == 3
     loaded = hpo.load("nb", storage=storage)
     assert loaded.best_trial.number == again.best_trial.number

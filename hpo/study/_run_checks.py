@@ -60,10 +60,13 @@ def check_writable_directory(path: str | Path, flag: str) -> None:
         raise UserError(f"{flag} {directory} is not writable{where}; pass a writable directory")
 
 
-def check_run_options(*, seed: int, device: str, study_name: str, artifact_store: str | Path, cache_dir: str | Path) -> None:
+def check_run_options(
+    *, seed: int, device: str, study_name: str, artifact_store: str | Path | None, cache_dir: str | Path
+) -> None:
     """Every check above; the first problem raises :class:`UserError`."""
     check_study_name(study_name)
     check_seed(seed)
-    check_writable_directory(artifact_store, "--artifact-store")
+    if artifact_store is not None:  # None: no checkpoints, no kept model (the Python API)
+        check_writable_directory(artifact_store, "--artifact-store")
     check_writable_directory(cache_dir, "--cache-dir")
     check_device(device)
