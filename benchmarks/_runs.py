@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -380,3 +382,19 @@ def run_rss(spec: dict[str, Any], data: TextClassificationData) -> dict[str, Any
 RUNNERS: dict[str, Callable[[dict[str, Any], TextClassificationData], dict[str, Any]]] = {
     "ours": run_ours, "hf": run_hf, "hand": run_hand, "rss": run_rss,
 }
+
+
+def run_module_child(module: str, spec: dict[str, Any], timeout: float) -> tuple[dict[str, Any] | None, str | None]:
+    """``python -m module --one SPEC --out FILE`` in a fresh, offline interpreter: (result, None) or (None, error tail)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    with tempfile.TemporaryDirectory(prefix="benchmark-child-") as tmp:
+        out = Path(tmp) / "result.json"
+        command = [sys.executable, "-m", module, "--one", json.dumps(spec), "--out", str(out)]
+        try:
+            done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None, f"timed out after {timeout:.0f} s"
+        if done.returncode != 0 or not out.is_file():
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+            return None, f"exit {done.returncode}:\n{tail}"
+        return json.loads(out.read_text()), None

@@ -31,11 +31,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,7 +51,6 @@ from benchmarks._runs import (
     MAX_GRAD_NORM,
     MAX_LENGTH,
     MODEL,
-    REPO_ROOT,
     RSS_TOLERANCE,
     RUNNERS,
     SETTINGS,
@@ -62,6 +58,7 @@ from benchmarks._runs import (
     TOOLS,
     environment,
     load_sst2,
+    run_module_child,
 )
 
 
@@ -88,18 +85,7 @@ class Run:
 
 def run_child(spec: dict[str, Any], timeout: float) -> tuple[dict[str, Any] | None, str | None]:
     """Run ``spec`` in a fresh interpreter; (result, None) or (None, the error's tail)."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    with tempfile.TemporaryDirectory(prefix="executor-vs-hf-") as tmp:
-        out = Path(tmp) / "result.json"
-        command = [sys.executable, "-m", "benchmarks.executor_vs_hf", "--one", json.dumps(spec), "--out", str(out)]
-        try:
-            done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None, f"timed out after {timeout:.0f} s"
-        if done.returncode != 0 or not out.is_file():
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-            return None, f"exit {done.returncode}:\n{tail}"
-        return json.loads(out.read_text()), None
+    return run_module_child("benchmarks.executor_vs_hf", spec, timeout)
 
 
 def _median(runs: list[Run], key: str) -> float | None:

@@ -32,9 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +41,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks._runs import DEFAULT_DATA_DIR, EVAL_BATCH_SIZE, MAX_LENGTH, REPO_ROOT, environment, load_sst2
+from benchmarks._runs import DEFAULT_DATA_DIR, EVAL_BATCH_SIZE, MAX_LENGTH, REPO_ROOT, environment, load_sst2, run_module_child
 
 SPACE = Path(__file__).resolve().parent / "spaces" / "study_vs_hf.yaml"
 ROW_SEED = 0  # the training rows are the same for every seed
@@ -180,18 +178,8 @@ RUNNERS = {"hf": run_hf_study, "ours": run_our_study}
 
 def run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One side in a fresh interpreter; its result, or ``{"error": ...}``."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    with tempfile.TemporaryDirectory(prefix="study-vs-hf-run-") as tmp:
-        out = Path(tmp) / "result.json"
-        command = [sys.executable, "-m", "benchmarks.study_vs_hf", "--one", json.dumps(spec), "--out", str(out)]
-        try:
-            done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {timeout:.0f} s"}
-        if done.returncode != 0 or not out.is_file():
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-            return {"error": f"exit {done.returncode}:\n{tail}"}
-        return json.loads(out.read_text())
+    result, error = run_module_child("benchmarks.study_vs_hf", spec, timeout)
+    return result if result is not None else {"error": error}
 
 
 def _complete(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
