@@ -10,6 +10,9 @@
   write-token hook);
 - ``RDBStorage._create_new_trial`` re-running its transaction on StorageInternalError only,
   so that an IntegrityError ends it at once.
+Elsewhere in ``hpo``: ``FrozenTrial._trial_id`` (status, liveness, the dashboard's notes, the
+kept best model address trials by storage id) and the ``trial_heartbeats`` table's
+``trial_id``/``heartbeat`` columns (``hpo status`` reads heartbeat ages in one query).
 The idempotence of the other writes (Optuna's upserts, its ignored duplicate parameter row)
 is pinned by tests/test_storage_faults.py.
 """
@@ -90,3 +93,14 @@ def test_rdb_create_new_trial_ends_at_once_on_an_integrity_error(storage: Retryi
             storage._rdb.create_new_trial(study_id)
     assert time.monotonic() - started < 1.0
     assert len(storage._rdb.get_all_trials(study_id)) == 1
+
+
+def test_a_frozen_trial_carries_its_storage_id_and_heartbeats_sit_in_their_table(tmp_path: Path) -> None:
+    storage = create_storage(f"sqlite:///{tmp_path / 'ids.db'}", heartbeat=Heartbeat(60, 120, 0))
+    study = optuna.create_study(storage=storage, study_name="ids")
+    live = study.ask()
+    storage.record_heartbeat(live._trial_id)
+    frozen = study.get_trials(deepcopy=False)[0]
+    assert frozen._trial_id == live._trial_id == storage.get_trial_id_from_study_id_trial_number(study._study_id, frozen.number)
+    columns = {c["name"] for c in sqlalchemy.inspect(storage.engine).get_columns("trial_heartbeats")}
+    assert {"trial_id", "heartbeat"} <= columns
