@@ -22,7 +22,6 @@ and the order rotates between repetitions. Run from the repository root on a qui
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -53,7 +52,7 @@ def child_main(spec: dict[str, Any], out: Path) -> None:
     from trial_executor import run_trial
 
     data = load_sst2(Path(spec["data_dir"]), spec["rows"], spec["seed"])
-    config = dataclasses.replace(train_config("fp32", False, spec["seed"]), **SETTINGS[spec["setting"]])
+    config = train_config("fp32", False, spec["seed"]).replace(**SETTINGS[spec["setting"]])
     result = run_trial(config, data)
     out.write_text(json.dumps({
         "samples_per_s": result.throughput_samples_per_s, "peak_memory_mb": result.peak_memory_mb,

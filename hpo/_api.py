@@ -79,11 +79,12 @@ def _check_models(space: SearchSpace) -> None:
     # Imported here: transformers takes seconds to import, which a mistyped space should not wait for.
     from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_max_length, check_model_name
 
+    defaults = TrainConfig.defaults()
     model = space.params.get("model")
-    names = getattr(model, "choices", None) or [space.fixed.get("model", TrainConfig.model)]
+    names = getattr(model, "choices", None) or [space.fixed.get("model", defaults["model"])]
     # The longest max_length a trial can get: a model must take it (auto adapts by itself).
     length = space.params.get("max_length")
-    lengths = getattr(length, "choices", None) or [getattr(length, "high", space.fixed.get("max_length", TrainConfig.max_length))]
+    lengths = getattr(length, "choices", None) or [getattr(length, "high", space.fixed.get("max_length", defaults["max_length"]))]
     longest = max((int(x) for x in lengths if x != "auto"), default="auto")
     for name in names:
         try:

@@ -9,7 +9,6 @@ run continues exactly where its predecessor saved.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import random
@@ -106,7 +105,7 @@ def load_checkpoint(path: Path, config: dict[str, Any], data_fingerprint: str) -
     state = torch.load(path, map_location="cpu", weights_only=False)
     ignored = {"device", "cache_dir"}
     # Fields added since the checkpoint was written count at their defaults.
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    defaults = TrainConfig.defaults()
     saved = {k: v for k, v in {**defaults, **state["config"]}.items() if k not in ignored}
     wanted = {k: v for k, v in config.items() if k not in ignored}
     if saved != wanted or state["data_fingerprint"] != data_fingerprint:

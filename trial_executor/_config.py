@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from annotated_types import Ge, Gt, Le, Lt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
 
 from trial_executor._precisions import PRECISION_ALIASES, PRECISIONS
 
@@ -25,12 +37,32 @@ DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 # Below this size a model's per-call overhead outweighs the padding that chunking saves
 # (measured: tiny-bert 0.3M params loses ~35% in bf16, minilm-l6 22M params gains ~40%).
 CHUNKING_MIN_PARAMS = 5_000_000
-_ACCEPTED_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
 FINETUNE_MODES: tuple[str, ...] = ("full", "lora")
 
+# The choices as types, from the tuples above (Literal[("a", "b")] is Literal["a", "b"]).
+PrecisionName = Literal[PRECISIONS]  # type: ignore[valid-type]
+LrSchedule = Literal[LR_SCHEDULES]  # type: ignore[valid-type]
+Device = Literal[DEVICES]  # type: ignore[valid-type]
+FinetuneMode = Literal[FINETUNE_MODES]  # type: ignore[valid-type]
+MetricName = Literal[METRICS]  # type: ignore[valid-type]
 
-@dataclass(frozen=True)
-class TrainConfig:
+
+def _keep_int(value: Any, handler: ValidatorFunctionWrapHandler) -> float:
+    # Validated as a strict float (an int passes, a bool or a string does not; bounds checked), but
+    # an int is kept as given (``learning_rate: 1``), so that to_dict() and the checkpoints hold
+    # what the user wrote.
+    number = handler(value)
+    return value if isinstance(value, int) else number
+
+
+Number = Annotated[float, WrapValidator(_keep_int)]
+# What a null means, where the error says a field may be null.
+_NULL_MEANS = {"eval_sample_size": " (every row)", "lora_alpha": " (2 x lora_rank)"}
+_BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
+_SIGNS: dict[type, str] = {Ge: ">=", Gt: ">", Le: "<=", Lt: "<"}
+
+
+class TrainConfig(BaseModel):
     """Everything one training run needs besides the data.
 
     ``eval_every`` counts optimizer steps (0: evaluate only at the end); early evaluations run on
@@ -62,26 +94,33 @@ class TrainConfig:
     training batches in DataLoader worker processes (``persistent_workers``, ``prefetch_factor`` as
     in :class:`torch.utils.data.DataLoader`). ``pin_memory`` has no effect (kept for older spaces):
     batches are pinned on CUDA always and never on the CPU.
+
+    Invalid values raise :class:`ValueError` with one line naming each bad field
+    (``batch_size must be >= 1``). Strict types: a bool is not an int (a YAML ``true`` as a batch
+    size), a string is not a number, an int is a float (``learning_rate: 1``).
     """
 
-    model: str = "tiny-bert"
-    fp_precision: str = "fp32"
-    batch_size: int = 32
-    learning_rate: float = 1e-3
-    epochs: int = 1
-    max_steps: int | None = None
-    max_length: int | str = 64
-    max_length_percentile: float = 99.5
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    lr_schedule: str = "linear"
-    grad_accum_steps: int = 1
-    max_grad_norm: float | None = 1.0
-    eval_every: int = 50
-    eval_batch_size: int = 256
-    eval_sample_size: int | None = 512
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    # pattern \S: a name with something in it, not "" or spaces.
+    model: str = Field("tiny-bert", pattern=r"\S")
+    fp_precision: PrecisionName = "fp32"
+    batch_size: int = Field(32, ge=1)
+    learning_rate: Number = Field(1e-3, gt=0)
+    epochs: int = Field(1, ge=1)
+    max_steps: int | None = Field(None, ge=1)
+    max_length: int | str = 64  # an int >= 8 or "auto": _auto_or_at_least_8
+    max_length_percentile: Number = Field(99.5, gt=0, le=100)
+    weight_decay: Number = Field(0.01, ge=0)
+    warmup_ratio: Number = Field(0.1, ge=0, lt=1)
+    lr_schedule: LrSchedule = "linear"
+    grad_accum_steps: int = Field(1, ge=1)
+    max_grad_norm: Number | None = Field(1.0, gt=0)
+    eval_every: int = Field(50, ge=0)
+    eval_batch_size: int = Field(256, ge=1)
+    eval_sample_size: int | None = Field(512, ge=1)
     seed: int = 0
-    device: str = "auto"
+    device: Device = "auto"
     cudnn_benchmark: bool = False
     length_grouping: bool = False
     chunk_by_length: bool | None = None
@@ -89,76 +128,112 @@ class TrainConfig:
     packed_forward: bool | None = None
     buckets: bool | None = None
     varlen_attention: bool | None = None
-    max_skipped_steps: int = 20
+    max_skipped_steps: int = Field(20, ge=1)
     cache_dir: str | None = None
-    finetune: str = "full"
-    lora_rank: int = 8
-    lora_alpha: float | None = None
-    lora_dropout: float = 0.1
-    lora_target_modules: str | None = None
+    finetune: FinetuneMode = "full"
+    lora_rank: int = Field(8, ge=1)
+    lora_alpha: Number | None = Field(None, gt=0)
+    lora_dropout: Number = Field(0.1, ge=0, lt=1)
+    lora_target_modules: str | None = Field(None, pattern=r"\S")
     gradient_checkpointing: bool = False
-    early_stopping_patience: int | None = None
-    early_stopping_metric: str | None = None
-    num_workers: int = 0
+    early_stopping_patience: int | None = Field(None, ge=1)
+    early_stopping_metric: MetricName | None = None
+    num_workers: int = Field(0, ge=0)
     pin_memory: bool = False
     persistent_workers: bool = False
-    prefetch_factor: int | None = None
+    prefetch_factor: int | None = Field(None, ge=1)
 
-    def __post_init__(self) -> None:
-        if self.fp_precision in PRECISION_ALIASES:
-            object.__setattr__(self, "fp_precision", PRECISION_ALIASES[self.fp_precision])
-        problems = []
-        for f in dataclasses.fields(self):
-            value, annotation = getattr(self, f.name), str(f.type)
-            kinds = annotation.split(" | ")
-            if value is None and "None" in kinds:
-                continue
-            want = tuple(t for kind in kinds if kind != "None" for t in _ACCEPTED_TYPES[kind])
-            # bool is an int subclass: a YAML ``true`` must not pass as a batch size.
-            if not isinstance(value, want) or (isinstance(value, bool) and bool not in want):
-                problems.append(f"{f.name} must be {annotation}, got {value!r}")
-        if problems:
-            raise ValueError("; ".join(problems))
-        checks = [
-            (self.fp_precision in PRECISIONS, f"fp_precision must be one of {', '.join(PRECISIONS)}"),
-            (self.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}"),
-            (self.device in DEVICES, f"device must be one of {', '.join(DEVICES)}"),
-            (self.batch_size >= 1, "batch_size must be >= 1"),
-            (self.eval_batch_size >= 1, "eval_batch_size must be >= 1"),
-            (self.eval_sample_size is None or self.eval_sample_size >= 1, "eval_sample_size must be >= 1 or null (every row)"),
-            (self.learning_rate > 0, "learning_rate must be > 0"),
-            (self.epochs >= 1, "epochs must be >= 1"),
-            (self.max_steps is None or self.max_steps >= 1, "max_steps must be >= 1 or null"),
-            (self.max_length == "auto" or (isinstance(self.max_length, int) and self.max_length >= 8),
-             "max_length must be an int >= 8 or 'auto'"),
-            (0 < self.max_length_percentile <= 100, "max_length_percentile must be in (0, 100]"),
-            (self.finetune in FINETUNE_MODES, f"finetune must be one of {', '.join(FINETUNE_MODES)}"),
-            (self.lora_rank >= 1, "lora_rank must be >= 1"),
-            (self.lora_alpha is None or self.lora_alpha > 0, "lora_alpha must be > 0 or null (2 x lora_rank)"),
-            (0 <= self.lora_dropout < 1, "lora_dropout must be in [0, 1)"),
-            (self.lora_target_modules is None or bool(self.lora_target_modules.strip()), "lora_target_modules must not be empty"),
-            (self.early_stopping_patience is None or self.early_stopping_patience >= 1, "early_stopping_patience must be >= 1 or null"),
-            (self.early_stopping_metric is None or self.early_stopping_metric in METRICS,
-             f"early_stopping_metric must be one of {', '.join(METRICS)} or null"),
-            (self.num_workers >= 0, "num_workers must be >= 0"),
-            (self.prefetch_factor is None or self.prefetch_factor >= 1, "prefetch_factor must be >= 1 or null"),
-            (self.num_workers > 0 or not self.persistent_workers, "persistent_workers needs num_workers > 0"),
-            (self.num_workers > 0 or self.prefetch_factor is None, "prefetch_factor needs num_workers > 0"),
-            (self.weight_decay >= 0, "weight_decay must be >= 0"),
-            (0 <= self.warmup_ratio < 1, "warmup_ratio must be in [0, 1)"),
-            (self.grad_accum_steps >= 1, "grad_accum_steps must be >= 1"),
-            (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm must be > 0 or null"),
-            (self.eval_every >= 0, "eval_every must be >= 0"),
-            (self.max_skipped_steps >= 1, "max_skipped_steps must be >= 1"),
-            (bool(self.model.strip()), "model must not be empty"),
-        ]
-        failed = [message for ok, message in checks if not ok]
-        if failed:
-            raise ValueError("; ".join(failed))
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as err:
+            # One line naming each bad field: callers put it into the user's one-line errors.
+            raise ValueError(_explain(type(self), err)) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _canonical_precision(cls, values: Any) -> Any:
+        precision = values.get("fp_precision") if isinstance(values, dict) else None
+        if isinstance(precision, str) and precision in PRECISION_ALIASES:
+            return {**values, "fp_precision": PRECISION_ALIASES[precision]}
+        return values
+
+    @field_validator("max_length")
+    @classmethod
+    def _auto_or_at_least_8(cls, value: int | str) -> int | str:
+        if value != "auto" and not (isinstance(value, int) and value >= 8):
+            raise ValueError("max_length must be an int >= 8 or 'auto'")
+        return value
+
+    @model_validator(mode="after")
+    def _check_relations(self) -> TrainConfig:
+        needs_workers = {"persistent_workers": self.persistent_workers, "prefetch_factor": self.prefetch_factor is not None}
+        unmet = [f"{name} needs num_workers > 0" for name, used in needs_workers.items() if used and self.num_workers == 0]
+        if unmet:
+            raise ValueError("; ".join(unmet))
+        return self
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
+        return tuple(cls.model_fields)
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Each field's default, as ``TrainConfig()`` would hold it."""
+        return {name: field.default for name, field in cls.model_fields.items()}
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields by name, values as given: what trials and checkpoints store."""
+        return {name: getattr(self, name) for name in type(self).model_fields}
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """This config with ``changes``, validated again (``model_copy(update=...)`` would not be)."""
+        return type(self)(**{**self.to_dict(), **changes})
+
+
+def _explain(config: type[TrainConfig], err: ValidationError) -> str:
+    """``err`` as one line, each bad field once, in the field order: ``batch_size must be >= 1; ...``."""
+    return "; ".join(dict.fromkeys(_problem(config, error) for error in err.errors()))
+
+
+def _problem(config: type[TrainConfig], error: ErrorDetails) -> str:
+    if error["type"] == "value_error":  # this module's validators, already phrased for the user
+        return str(error["ctx"]["error"])
+    name = str(error["loc"][0])
+    if error["type"] == "extra_forbidden":
+        return f"{name} is not a TrainConfig field"
+    field = config.model_fields[name]
+    kinds = _union_members(field.annotation)
+    if error["type"] == "string_pattern_mismatch":
+        return f"{name} must not be empty"
+    if error["type"] == "literal_error":
+        rule = "one of " + ", ".join(str(c) for kind in kinds if get_origin(kind) is Literal for c in get_args(kind))
+    elif error["type"] in _BOUND_ERRORS:
+        rule = _bounds(field.metadata)
+    else:  # a value of the wrong type: name the type, as annotated
+        return f"{name} must be {' | '.join(_type_name(kind) for kind in kinds)}, got {error['input']!r}"
+    return f"{name} must be {rule}" + (f" or null{_NULL_MEANS.get(name, '')}" if type(None) in kinds else "")
+
+
+def _union_members(annotation: Any) -> tuple[Any, ...]:
+    return get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+
+
+def _type_name(kind: Any) -> str:
+    if get_origin(kind) is Annotated:  # Number: named by its type, float
+        kind = get_args(kind)[0]
+    return "None" if kind is type(None) else kind.__name__
+
+
+def _bounds(metadata: list[Any]) -> str:
+    """``>= 1``, ``> 0`` or ``in [0, 1)``, from a field's ``Field(ge=..., lt=...)``."""
+    low = next((m for m in metadata if isinstance(m, (Ge, Gt))), None)
+    high = next((m for m in metadata if isinstance(m, (Le, Lt))), None)
+    if low is not None and high is not None:
+        return f"in {'[' if isinstance(low, Ge) else '('}{_limit(low)}, {_limit(high)}{']' if isinstance(high, Le) else ')'}"
+    bound = low if low is not None else high
+    return f"{_SIGNS[type(bound)]} {_limit(bound)}"
+
+
+def _limit(bound: Ge | Gt | Le | Lt) -> Any:
+    return getattr(bound, type(bound).__name__.lower())  # Ge(ge=1).ge, Lt(lt=1).lt, ...

@@ -185,7 +185,7 @@ def _check_semantics(space: SearchSpace) -> str | None:
         if not peft_available():
             return INSTALL_HINT
     try:
-        # Searched fields take their dataclass defaults here.
+        # Searched fields take their defaults here.
         TrainConfig(**space.fixed)
     except ValueError as err:
         return f"fixed: {err}"

@@ -252,7 +252,7 @@ class Objective:
             if not self.space.oom_fallback or config.batch_size < 2:
                 raise
         # Same effective batch, half the activation memory; the executor released the first attempt's memory.
-        smaller = dataclasses.replace(config, batch_size=config.batch_size // 2, grad_accum_steps=config.grad_accum_steps * 2)
+        smaller = config.replace(batch_size=config.batch_size // 2, grad_accum_steps=config.grad_accum_steps * 2)
         fallback = {"from_batch_size": config.batch_size, "to_batch_size": smaller.batch_size, "grad_accum_steps": smaller.grad_accum_steps}
         trial.set_user_attr(OOM_FALLBACK_ATTR, fallback)
         trial.set_user_attr(CONFIG_ATTR, smaller.to_dict())
