@@ -22,6 +22,7 @@ from trial_executor._precisions import PRECISION_ALIASES, PRECISIONS
 
 # Plain names, here rather than beside the code that uses them, so that reading a config
 # (the orchestrator, read-only commands) does not import torch.
+
 # What the labels ask of the model, and what each kind of task is measured by (the first: the
 # default early-stopping metric). Regression and multi-label metrics: trial_executor._metrics.
 TASKS: tuple[str, ...] = ("classification", "regression", "multi_label")
