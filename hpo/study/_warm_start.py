@@ -8,6 +8,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from hpo._attrs import FEASIBLE_ATTR
 from hpo._errors import UserError
 from hpo.space._space import SearchSpace
 from hpo.storage._inspect import open_existing_storage
@@ -34,7 +35,7 @@ def best_trials(source: optuna.Study, n: int) -> list[FrozenTrial]:
     if len(source.directions) > 1:
         return sorted(source.best_trials, key=lambda t: t.number)[:n]
     complete = [
-        t for t in source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.user_attrs.get("feasible") is not False
+        t for t in source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.user_attrs.get(FEASIBLE_ATTR) is not False
     ]
     maximize = source.direction == optuna.study.StudyDirection.MAXIMIZE
     return sorted(complete, key=lambda t: (-t.value if maximize else t.value, t.number))[:n]
