@@ -20,6 +20,9 @@ from optuna.trial import FrozenTrial, TrialState
 from test_workers import LONG_TRIALS, _assert_resumed, _running_with_checkpoint, _space, _trials, _wait_for
 
 ONE_TRIAL = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 1}}  # checkpoints at steps 10, 20, 30, 40
+# The read-only test freezes the store once a checkpoint is seen (polled every 0.2 s): on a loaded
+# machine a one-epoch trial could pass its last checkpoint first, so its trials run two epochs.
+TWO_EPOCHS = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 2}}  # checkpoints at steps 10, 20, ..., 80
 
 
 def _start(args: list[str], cwd: Path, **popen: object) -> subprocess.Popen[str]:
@@ -93,7 +96,7 @@ def test_ctrl_c_ends_the_run_with_one_line_and_requeues_the_trial(small_data: Pa
 def test_an_artifact_store_turning_read_only_mid_run_costs_checkpoints_not_the_trial(small_data: Path, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     with ReadOnlyDirectory(tmp_path / "artifacts") as store:
-        args = cli_args(url, _space(tmp_path, ONE_TRIAL), small_data, "--study-name", "ro", "--n-trials", "2", "--artifact-store", str(store.path))
+        args = cli_args(url, _space(tmp_path, TWO_EPOCHS), small_data, "--study-name", "ro", "--n-trials", "2", "--artifact-store", str(store.path))
         worker = _start(args, tmp_path)
         try:
             first = _wait_for(url, "ro", _running_with_checkpoint)
