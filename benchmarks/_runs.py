@@ -46,17 +46,20 @@ TOOL_TITLES = {"ours": "ours", "hf": "HF Trainer", "hand": "hand-written", "rss"
 # --------------------------------------------------------------------------- data
 
 
-def load_sst2(data_dir: Path, rows: int, seed: int, dev_rows: int = 0) -> TextClassificationData:
+def load_sst2(data_dir: Path, rows: int, seed: int, dev_rows: int = 0, valid_file: str = "dev.tsv") -> TextClassificationData:
     """``rows`` training rows sampled with ``seed``, and the dev split (all of it unless ``dev_rows``).
 
-    Read in place through the executor's own loader; never copied.
+    Read in place through the executor's own loader; never copied. TREC's directory reads the
+    same way with ``valid_file="test.tsv"`` (its coarse ``label``).
     """
     from trial_executor import DataError, TextClassificationData, load_text_classification
 
     try:
-        full = load_text_classification(data_dir / "train.tsv", text_column="sentence", valid_path=data_dir / "dev.tsv")
+        full = load_text_classification(
+            data_dir / "train.tsv", text_column="sentence", label_column="label", valid_path=data_dir / valid_file
+        )
     except DataError as err:
-        raise SystemExit(f"{err} (pass --data-dir pointing at the SST-2 directory with train.tsv and dev.tsv)") from None
+        raise SystemExit(f"{err} (pass a directory holding train.tsv and {valid_file})") from None
     picked = random.Random(seed).sample(range(len(full.train_texts)), min(rows, len(full.train_texts)))
     dev = dev_rows or len(full.valid_texts)
     return TextClassificationData(

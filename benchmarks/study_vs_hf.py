@@ -14,6 +14,12 @@ learning rate 1e-5..3e-4 (log), batch 16/32/64, fp32 vs bf16.
    actual precision is recorded (``mixed_precision_per_trial``).
 2. Ours: ``benchmarks/spaces/study_vs_hf.yaml`` (our sampler, pruner and defaults) with seed S
    on a fresh SQLite file, until HF's wall time is used up or it reaches HF's best + 0.01.
+   With ``--warm-start trec`` (the default), once before the seeds, our study on the same space
+   runs on 2,000 TREC rows (``../shared/data/trec``, coarse labels, validated on its test split):
+   the earlier study a user already has. Each seed's file starts as a copy of it, and the
+   ``--warm-start-trials`` (3) best TREC trials run first (``--warm-start trec``): another dataset,
+   so nothing of SST-2 leaks in. The TREC study's time is printed, not counted on either side.
+   ``--warm-start none``: ours starts from the space alone.
 
 Each side runs in a fresh process; its clock starts once the rows are in memory and the
 libraries imported (tokenization, model loads and evaluation are inside). Reported per seed and
@@ -32,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import statistics
 import sys
 import tempfile
@@ -47,9 +54,10 @@ SPACE = Path(__file__).resolve().parent / "spaces" / "study_vs_hf.yaml"
 ROW_SEED = 0  # the training rows are the same for every seed
 TIME_RATIO_TARGET = 0.25
 GAIN_TARGET = 0.01
+WARM_START_STUDY = "trec"
 
 
-def _trial_record(number: int, state: str, value: float | None, params: dict[str, Any], finished_s: float) -> dict[str, Any]:
+def _trial_record(number: int, state: str, value: float | None, params: dict[str, Any], finished_s: float | None) -> dict[str, Any]:
     return {"number": number, "state": state, "value": value, "params": params, "finished_s": finished_s}
 
 
@@ -138,8 +146,31 @@ def run_hf_study(spec: dict[str, Any]) -> dict[str, Any]:
     return {"wall_s": wall, "trials": trials, "mixed_precision_per_trial": precisions}
 
 
+def run_source_study(spec: dict[str, Any]) -> dict[str, Any]:
+    """The earlier study ``--warm-start trec`` reads: ours on TREC (2,000 rows, coarse labels), same space, in ``db``."""
+    import optuna
+
+    from hpo._api import prepare_study, quiet_transformers, resolve_space, run_study
+
+    data = load_sst2(Path(spec["source_dir"]), spec["rows"], ROW_SEED, valid_file="test.tsv")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet_transformers()
+    tick = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="study-vs-hf-source-") as tmp:
+        prepared = prepare_study(resolve_space(SPACE), data, storage=f"sqlite:///{spec['db']}", study_name=WARM_START_STUDY, seed=0)
+        run_study(prepared, n_trials=spec["source_trials"], seed=0, device="cpu", cache_dir=str(Path(tmp) / "cache"), artifacts=None)
+    trials = [
+        _trial_record(t.number, t.state.name, t.value, t.params, None)
+        for t in prepared.study.get_trials(deepcopy=False)
+    ]
+    return {"wall_s": time.perf_counter() - tick, "trials": trials}
+
+
 def run_our_study(spec: dict[str, Any]) -> dict[str, Any]:
-    """Our study on the same rows, stopped at ``budget_s`` (an unfinished trial is interrupted) or at ``target``."""
+    """Our study on the same rows, stopped at ``budget_s`` (an unfinished trial is interrupted) or at ``target``.
+
+    With ``warm_start_db``, a copy of that storage holds the TREC study, whose best trials run first.
+    """
     import optuna
     from optuna.trial import FrozenTrial, TrialState
 
@@ -162,8 +193,12 @@ def run_our_study(spec: dict[str, Any]) -> dict[str, Any]:
         return bool(reached) or time.perf_counter() - tick > spec["budget_s"]
 
     with tempfile.TemporaryDirectory(prefix="study-vs-hf-ours-") as tmp:
-        space = resolve_space(SPACE)
-        prepared = prepare_study(space, data, storage=f"sqlite:///{Path(tmp) / 'study.db'}", study_name="ours", seed=spec["seed"])
+        space, db = resolve_space(SPACE), Path(tmp) / "study.db"
+        warm = {}
+        if spec.get("warm_start_db"):
+            shutil.copyfile(spec["warm_start_db"], db)
+            warm = {"warm_start_from": WARM_START_STUDY, "warm_start_trials": spec["warm_start_trials"]}
+        prepared = prepare_study(space, data, storage=f"sqlite:///{db}", study_name="ours", seed=spec["seed"], **warm)
         run_study(
             prepared, n_trials=10_000, seed=spec["seed"], device="cpu", cache_dir=str(Path(tmp) / "cache"), artifacts=None,
             hooks=RunHooks(on_trial_finished=finished, stop_requested=stop),
@@ -173,7 +208,7 @@ def run_our_study(spec: dict[str, Any]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- orchestration
 
-RUNNERS = {"hf": run_hf_study, "ours": run_our_study}
+RUNNERS = {"hf": run_hf_study, "ours": run_our_study, "source": run_source_study}
 
 
 def run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -269,6 +304,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: 200 rows, 200 dev rows, 2 HF trials")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help=f"SST-2 directory (default {DEFAULT_DATA_DIR})")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds allowed per side and seed")
+    parser.add_argument("--warm-start", choices=("trec", "none"), default="trec",
+                        help="trec (default): first run our study on TREC, once, and warm-start ours on SST-2 from its "
+                             "best trials (its time is reported, not counted); none: ours starts from the space alone")
+    parser.add_argument("--warm-start-trials", type=int, default=3, help="best TREC trials enqueued (default 3)")
+    parser.add_argument("--source-trials", type=int, default=8, help="trials of the TREC study (default 8)")
     parser.add_argument("--json", type=Path, help="also write all results as JSON to this path")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
@@ -286,6 +326,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             "n_trials": 2 if args.quick else 8}
     print(f"{len(seeds)} seeds, {base['rows']} train rows, {base['n_trials']} HF trials; HF first, then ours on HF's wall time",
           flush=True)
+    with tempfile.TemporaryDirectory(prefix="study-vs-hf-") as keep:
+        source: dict[str, Any] = {}
+        if args.warm_start == "trec":
+            source = warm_start_source(args, base, Path(keep) / "trec.db")
+            if "error" in source:
+                return 1
+            base = {**base, "warm_start_db": source["db"], "warm_start_trials": args.warm_start_trials}
+        return compare_seeds(args, base, seeds, source)
+
+
+def warm_start_source(args: argparse.Namespace, base: dict[str, Any], db: Path) -> dict[str, Any]:
+    """Our study on TREC, once: the earlier study every seed's warm start reads (a copy of ``db``)."""
+    source_dir = args.data_dir.parent / "trec"
+    spec = {**base, "side": "source", "source_dir": str(source_dir.resolve()), "db": str(db),
+            "source_trials": 2 if args.quick else args.source_trials}
+    source = run_child(spec, args.timeout)
+    if "error" in source:
+        print(f"TREC warm-start study failed: {source['error']}", flush=True)
+        return source
+    complete = [t for t in source["trials"] if t["state"] == "COMPLETE" and t["value"] is not None]
+    done = sorted(complete, key=lambda t: -t["value"])[: args.warm_start_trials]
+    print(f"warm start: our study on TREC ({source_dir}), {len(source['trials'])} trials in {source['wall_s']:.0f} s "
+          f"(not counted); best: " + "; ".join(f"{t['value']:.4f} {t['params']}" for t in done), flush=True)
+    return {**source, "db": str(db), "source_dir": str(source_dir)}
+
+
+def compare_seeds(args: argparse.Namespace, base: dict[str, Any], seeds: list[int], source: dict[str, Any]) -> int:
+    """Per seed, HF's study and then ours on HF's wall time; the table, and ``--json`` if asked."""
     rows, runs = [], []
     for seed in seeds:
         hf = run_child({**base, "side": "hf", "seed": seed}, args.timeout)
@@ -308,8 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(render(rows, medians))
     if args.json:
-        payload = {"config": {**base, "seeds": seeds, "space": str(SPACE.relative_to(REPO_ROOT))}, "environment": environment(),
-                   "rows": rows, "medians": medians, "runs": runs}
+        config = {**base, "seeds": seeds, "space": str(SPACE.relative_to(REPO_ROOT)), "warm_start": args.warm_start}
+        payload = {"config": config, "environment": environment(), "rows": rows, "medians": medians, "runs": runs,
+                   "warm_start_source": source}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(_finite(payload), indent=2))
         print(f"\nwrote {args.json}")

@@ -31,7 +31,7 @@ from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import GRPC_SCHEME, Heartbeat, create_storage, resolve_storage_url
 from hpo.study._run_checks import check_run_options
 from hpo.study._study import open_study, run_to_budget
-from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS, enqueue_warm_start, load_warm_start_source
+from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS, load_warm_start_source, warm_start_configurations
 from trial_executor import StepProgress, TextClassificationData, demo_dataset, load_text_classification
 
 DEFAULT_STUDY_NAME = "precision-demo"
@@ -151,9 +151,8 @@ def prepare_study(
         heartbeat = None
     # create_storage checks the URL and the connection before creating tables.
     opened = create_storage(url, heartbeat=heartbeat)
-    study = open_study(opened, study_name, space, data, seed)
-    if source is not None:
-        enqueue_warm_start(study, opened, space, source, warm_start_trials)
+    known_good = [] if source is None else warm_start_configurations(space, source, warm_start_trials)
+    study = open_study(opened, study_name, space, data, seed, known_good)
     name_objectives(study, space.objective_names)
     if space.fixes:
         # Pinned for this run only; still recorded as each trial's params.

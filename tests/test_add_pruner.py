@@ -16,12 +16,11 @@ from pydantic import Field
 
 from hpo import create_storage, make_objective, open_study, parse_search_space, run_to_budget
 from hpo.space import SearchSpace, SearchSpaceError, _space
-from hpo.space._measures import Strict
+from hpo.space._space import PrunerSpecBase
 from trial_executor import demo_dataset
 
 
-class ToyPrunerSpec(Strict):
-    patience: int | None = Field(default=None, ge=0)
+class ToyPrunerSpec(PrunerSpecBase):
     type: Literal["toy"]
     prune_below: float = Field(ge=0)
 

@@ -30,6 +30,10 @@ def test_benchmark_space_is_the_issue_space_with_the_fine_tuning_defaults() -> N
     space = load_search_space(SPACE)
     assert space.params["learning_rate"].low == 1e-5 and space.params["learning_rate"].high == 3e-4
     assert space.params["batch_size"].choices == [16, 32, 64] and space.params["fp_precision"].choices == ["fp32", "bf16"]
-    assert space.fixed == {"model": "minilm-l6", "epochs": 1, "max_length": 64, "eval_every": 30}
-    assert space.pruner.type == "successive_halving" and space.pruner.min_resource == space.fixed["eval_every"]
+    assert space.fixed == {"model": "minilm-l6", "epochs": 1, "max_length": 64, "eval_every_samples": 1280}
+    # Rungs in samples, at the one sampled evaluation, which every batch size reaches after the same rows.
+    assert space.pruner.type == "successive_halving" and space.pruner.report_step == "samples"
+    assert space.pruner.min_resource == space.fixed["eval_every_samples"]
+    assert all(space.fixed["eval_every_samples"] % batch == 0 for batch in space.params["batch_size"].choices)
+    assert not space.enqueue  # known-good configurations come only from --warm-start trec
     assert space.sampler.type == "tpe" and space.sampler.multivariate and space.sampler.constant_liar

@@ -187,3 +187,26 @@ def test_warm_start_through_the_cli_and_the_api_trains_the_earlier_best_first(tm
     (trial,) = study.get_trials()
     assert trial.state == TrialState.COMPLETE and trial.params == best.params
     assert trial.user_attrs["enqueued_from"] == f"study:first:{best.number}"
+
+
+def test_known_good_trials_run_before_the_fp32_baseline_and_one_with_its_params_is_the_baseline(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    _earlier_study(url, {1e-3: 0.8, 2e-3: 0.7})
+    precision = {"type": "categorical", "choices": ["fp32", "bf16"]}
+    space = parse_search_space({
+        **SPACE, "params": {**SPACE["params"], "learning_rate": {**LR, "default": 2e-3}, "fp_precision": precision},
+        "enqueue": [{"learning_rate": 1e-3, "batch_size": 16, "fp_precision": "bf16"}],
+    })
+    for _ in range(2):  # a rerun, or a second worker, enqueues nothing again
+        prepared = prepare_study(space, DATA, storage=url, study_name="new", warm_start_from="earlier", warm_start_trials=2)
+    waiting = _waiting(prepared.study)
+    assert [t.user_attrs.get("enqueued_from") for t in waiting] == ["space:0", "study:earlier:0", "study:earlier:1", None]
+    assert [bool(t.user_attrs.get(hpo.BASELINE_ATTR)) for t in waiting] == [False, False, False, True]
+    assert prepared.study.ask().user_attrs["enqueued_from"] == "space:0"  # the waiting trials run in this order
+
+    # The baseline's params (fp32, learning rate at its default 2e-3, batch size 8) enqueued as known-good: that trial is it.
+    same = parse_search_space({**space.stored_form(), "enqueue": [{"learning_rate": 2e-3, "batch_size": 8, "fp_precision": "fp32"}]})
+    for _ in range(2):
+        study = open_study(create_storage(url), "twin", same, DATA, 0)
+    (trial,) = _waiting(study)
+    assert trial.user_attrs["enqueued_from"] == "space:0" and trial.user_attrs[hpo.BASELINE_ATTR] is True

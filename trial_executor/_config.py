@@ -58,7 +58,7 @@ def _keep_int(value: Any, handler: ValidatorFunctionWrapHandler) -> float:
 
 Number = Annotated[float, WrapValidator(_keep_int)]
 # What a null means, where the error says a field may be null.
-_NULL_MEANS = {"eval_sample_size": " (every row)", "lora_alpha": " (2 x lora_rank)"}
+_NULL_MEANS = {"eval_sample_size": " (every row)", "lora_alpha": " (2 x lora_rank)", "eval_every_samples": " (eval_every)"}
 _BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
 _SIGNS: dict[type, str] = {Ge: ">=", Gt: ">", Le: "<=", Lt: "<"}
 
@@ -66,7 +66,9 @@ _SIGNS: dict[type, str] = {Ge: ">=", Gt: ">", Le: "<=", Lt: "<"}
 class TrainConfig(BaseModel):
     """Everything one training run needs besides the data.
 
-    ``eval_every`` counts optimizer steps (0: evaluate only at the end); early evaluations run on
+    ``eval_every`` counts optimizer steps (0: evaluate only at the end), ``eval_every_samples``
+    (when set, in its place) training samples: the same data between evaluations whatever the
+    batch size, to match a pruner's ``report_step: samples``; early evaluations run on
     ``eval_sample_size`` validation rows, the same seeded sample in every trial (``None``, or a
     split no larger: every row), the final one on every row; ``max_steps`` caps
     optimizer steps across epochs (``None``: run every epoch in full). The effective batch is
@@ -118,6 +120,7 @@ class TrainConfig(BaseModel):
     grad_accum_steps: int = Field(1, ge=1)
     max_grad_norm: Number | None = Field(1.0, gt=0)
     eval_every: int = Field(50, ge=0)
+    eval_every_samples: int | None = Field(None, ge=1)  # counts training samples instead; None: eval_every
     eval_batch_size: int = Field(256, ge=1)
     eval_sample_size: int | None = Field(512, ge=1)
     seed: int = 0
@@ -186,6 +189,13 @@ class TrainConfig(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """The fields by name, values as given: what trials and checkpoints store."""
         return {name: getattr(self, name) for name in type(self).model_fields}
+
+    @property
+    def eval_interval_steps(self) -> int:
+        """Optimizer steps between evaluations (0: only at the end), from whichever of the two is set."""
+        if self.eval_every_samples is None:
+            return self.eval_every
+        return max(1, round(self.eval_every_samples / (self.batch_size * self.grad_accum_steps)))
 
     def replace(self, **changes: Any) -> TrainConfig:
         """This config with ``changes``, validated again (``model_copy(update=...)`` would not be)."""

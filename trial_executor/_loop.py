@@ -239,7 +239,7 @@ class _Loop:
                 self._step(window)
                 run.next_batch = next_batch
                 last = run.step >= parts.total_steps
-                evaluate_now = last or bool(config.eval_every and run.step % config.eval_every == 0)
+                evaluate_now = last or bool(config.eval_interval_steps and run.step % config.eval_interval_steps == 0)
                 interrupted = not last and self.stop_requested is not None and self.stop_requested()
                 if evaluate_now or interrupted or self._read_due(last):
                     self._host_read(last)

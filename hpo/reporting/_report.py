@@ -36,7 +36,7 @@ _DONE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 # Config fields that do not change how fast a training step runs (evaluation is not in throughput).
 _SPEED_NEUTRAL = {
     "fp_precision", "learning_rate", "weight_decay", "warmup_ratio", "lr_schedule", "max_grad_norm", "seed",
-    "epochs", "max_steps", "eval_every", "eval_batch_size", "cache_dir", "device",
+    "epochs", "max_steps", "eval_every", "eval_every_samples", "eval_batch_size", "cache_dir", "device",
 }
 
 

@@ -24,31 +24,37 @@ RESERVED_KEYS = {"seed": "--seed", "device": "--device", "cache_dir": "--cache-d
 Param = Annotated[CategoricalParam | FloatParam | IntParam, Field(discriminator="type")]
 
 
-class NoPruner(Strict):
+class PrunerSpecBase(Strict):
+    """What every pruner spec has; a new pruner type's spec class derives from it."""
+
+    # Wrap the pruner in optuna's PatientPruner, which prunes a trial whose reported metric has
+    # not improved for this many reports (with type none: patience alone).
+    patience: int | None = Field(default=None, ge=0)
+    # What the step of each reported value counts: optimizer steps, or training samples seen
+    # (steps x batch size x accumulation). With samples, rungs and warm-up are counted in samples,
+    # so trials of different batch sizes are compared after the same amount of data.
+    report_step: Literal["steps", "samples"] = "steps"
+
+
+class NoPruner(PrunerSpecBase):
     type: Literal["none"]
-    # patience (every pruner): wrap it in optuna's PatientPruner, which prunes a trial whose
-    # reported metric has not improved for this many reports (with type none: patience alone).
-    patience: int | None = Field(default=None, ge=0)
 
 
-class MedianPrunerSpec(Strict):
-    patience: int | None = Field(default=None, ge=0)
+class MedianPrunerSpec(PrunerSpecBase):
     type: Literal["median"]
     n_startup_trials: int = Field(default=5, ge=0)
     n_warmup_steps: int = Field(default=0, ge=0)
     interval_steps: int = Field(default=1, ge=1)
 
 
-class HyperbandPrunerSpec(Strict):
-    patience: int | None = Field(default=None, ge=0)
+class HyperbandPrunerSpec(PrunerSpecBase):
     type: Literal["hyperband"]
     min_resource: int = Field(default=1, ge=1)
     max_resource: int | Literal["auto"] = "auto"
     reduction_factor: int = Field(default=3, ge=2)
 
 
-class SuccessiveHalvingPrunerSpec(Strict):
-    patience: int | None = Field(default=None, ge=0)
+class SuccessiveHalvingPrunerSpec(PrunerSpecBase):
     type: Literal["successive_halving"]
     min_resource: int | Literal["auto"] = "auto"
     reduction_factor: int = Field(default=4, ge=2)
@@ -159,6 +165,11 @@ class SearchSpace(Strict):
         return len(self.objective_specs) > 1
 
     @property
+    def reports_samples(self) -> bool:
+        """Whether reported steps count training samples seen rather than optimizer steps."""
+        return getattr(self.pruner, "report_step", "steps") == "samples"
+
+    @property
     def reports_intermediate_values(self) -> bool:
         """Pruners see one evaluation metric per evaluation: only single eval-metric objectives report."""
         return not self.is_multi_objective and self.objective_names[0] in METRICS
@@ -262,8 +273,9 @@ class SearchSpace(Strict):
         for param in dumped["params"].values():
             if param["default"] is None:
                 del param["default"]
-        if dumped["pruner"]["patience"] is None:
-            del dumped["pruner"]["patience"]
+        for key, unused in (("patience", None), ("report_step", "steps")):
+            if dumped["pruner"].get(key, unused) == unused:
+                dumped["pruner"].pop(key, None)
         return dumped
 
     def to_json(self) -> str:

@@ -229,8 +229,10 @@ class Objective:
             _logger.warning("trial %d runs without checkpoints: the artifact store cannot be written (%s)", trial.number, err)
             return None
 
-    def _report(self, trial: optuna.Trial) -> Callable[[int, dict[str, float]], bool]:
+    def _report(self, trial: optuna.Trial, config: TrainConfig) -> Callable[[int, dict[str, float]], bool]:
         metric = self.space.objective_names[0]
+        # Samples per optimizer step; an OOM retry halves the batch and doubles accumulation, keeping it.
+        per_step = config.batch_size * config.grad_accum_steps if self.space.reports_samples else 1
 
         def callback(step: int, metrics: dict[str, float]) -> bool:
             if self.on_evaluation is not None:  # experiment tracking sees every evaluation's metrics
@@ -238,7 +240,7 @@ class Objective:
             if not self.space.reports_intermediate_values:
                 return False
             if math.isfinite(metrics[metric]):
-                trial.report(metrics[metric], step)
+                trial.report(metrics[metric], step * per_step)
             return trial.should_prune()
 
         return callback
@@ -247,7 +249,7 @@ class Objective:
         shown = functools.partial(self.progress, trial.number) if self.progress is not None else None
         run = functools.partial(run_trial, data=self.data, stop_requested=self.stop_requested, progress=shown)
         try:
-            return run(config, report=self._report(trial), checkpointing=checkpointing)
+            return run(config, report=self._report(trial, config), checkpointing=checkpointing)
         except TrialOutOfMemoryError:
             if not self.space.oom_fallback or config.batch_size < 2:
                 raise
@@ -259,7 +261,7 @@ class Objective:
         _logger.warning("trial %d ran out of memory at batch size %d; retrying with %s", trial.number, config.batch_size, fallback)
         # A fresh start: the checkpoint to resume from, if any, belongs to the larger batch.
         fresh = dataclasses.replace(checkpointing, resume_from=None) if checkpointing else None
-        return run(smaller, report=self._report(trial), checkpointing=fresh)
+        return run(smaller, report=self._report(trial, smaller), checkpointing=fresh)
 
     def _finish(self, trial: optuna.Trial, config: TrainConfig, result: TrialResult) -> float | tuple[float, ...]:
         record_result(trial, result)

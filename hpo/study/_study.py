@@ -6,7 +6,7 @@ import contextlib
 import hashlib
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import optuna
@@ -48,9 +48,14 @@ def _study_attrs(space: SearchSpace, data: TextClassificationData) -> dict[str, 
 
 
 def open_study(
-    storage: optuna.storages.BaseStorage, study_name: str, space: SearchSpace, data: TextClassificationData, seed: int
+    storage: optuna.storages.BaseStorage, study_name: str, space: SearchSpace, data: TextClassificationData, seed: int,
+    known_good: Sequence[tuple[str, dict[str, Any]]] = (),
 ) -> optuna.Study:
-    """Create the study, or resume it when the search space and data are the ones it was made with."""
+    """Create the study, or resume it when the search space and data are the ones it was made with.
+
+    ``known_good``: more ``(origin, params)`` to enqueue once (a warm start's), after the space's
+    ``enqueue`` list and before the fp32 baseline.
+    """
     wanted = _study_attrs(space, data)
     try:
         existing = optuna.load_study(study_name=study_name, storage=storage)
@@ -79,9 +84,11 @@ def open_study(
     for key, value in wanted.items():
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
+    # Known-good configurations run before the baseline: they are there to find a good model early,
+    # and the baseline, the speed reference, serves as well later. A --fix pins its param in them too.
+    listed = [(f"space:{i}", {**params, **space.fixes}) for i, params in enumerate(space.enqueue)]
+    enqueue_once(study, storage, [*listed, *known_good])
     _enqueue_baseline(study, space, storage)
-    # A --fix pins its param in enqueued trials too, as in the baseline.
-    enqueue_once(study, storage, [(f"space:{i}", {**params, **space.fixes}) for i, params in enumerate(space.enqueue)])
     return study
 
 
@@ -117,11 +124,16 @@ def _enqueue_baseline(study: optuna.Study, space: SearchSpace, storage: optuna.s
     if params is None:
         return False
     with _study_lock(storage, study.study_name):
-        if any(is_baseline(t) for t in study.get_trials(deepcopy=False)):
+        trials = study.get_trials(deepcopy=False)
+        if any(is_baseline(t) for t in trials):
             return False
-        before = len(study.get_trials(deepcopy=False))
-        study.enqueue_trial(params, user_attrs={BASELINE_ATTR: True}, skip_if_exists=True)
-        return len(study.get_trials(deepcopy=False)) > before
+        # A known-good trial waiting with the very same params becomes the baseline: one run, not two.
+        twin = next((t for t in trials if t.state == TrialState.WAITING and t.system_attrs.get("fixed_params") == params), None)
+        if twin is not None:
+            storage.set_trial_user_attr(twin._trial_id, BASELINE_ATTR, True)
+            return False
+        study.enqueue_trial(params, user_attrs={BASELINE_ATTR: True})
+        return True
 
 
 def enqueue_once(

@@ -1,4 +1,4 @@
-"""Warm start: the best trials of an earlier study in the same storage run first in this one."""
+"""Warm start: the best trials of an earlier study in the same storage run first in this one (before the fp32 baseline)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from hpo._errors import UserError
 from hpo.space._space import SearchSpace
 from hpo.storage._inspect import open_existing_storage
 from hpo.storage._storage import mask_url
-from hpo.study._study import enqueue_once
 
 DEFAULT_WARM_START_TRIALS = 3
 
@@ -59,16 +58,14 @@ def fitting_params(trial: FrozenTrial, space: SearchSpace, source_name: str) -> 
     return params
 
 
-def enqueue_warm_start(study: optuna.Study, storage: optuna.storages.BaseStorage, space: SearchSpace, source: optuna.Study, n: int) -> int:
-    """Enqueue the params of ``source``'s ``n`` best trials that fit ``space`` (each once per study); return how many were."""
-    picked = [(t, fitting_params(t, space, source.study_name)) for t in best_trials(source, n)]
-    # A --fix pins its param in these trials too, as in the baseline.
-    configurations = [
-        (f"study:{source.study_name}:{t.number}", {**params, **space.fixes}) for t, params in picked if params is not None
-    ]
-    if not picked:
+def warm_start_configurations(space: SearchSpace, source: optuna.Study, n: int) -> list[tuple[str, dict[str, Any]]]:
+    """``(origin, params)`` of ``source``'s ``n`` best trials that fit ``space``, for :func:`open_study`'s ``known_good``."""
+    best = best_trials(source, n)
+    if not best:
         _notice(f"{source.study_name!r} has no complete trial; nothing enqueued")
-    return enqueue_once(study, storage, configurations)
+    picked = [(t, fitting_params(t, space, source.study_name)) for t in best]
+    # A --fix pins its param in these trials too, as in the baseline.
+    return [(f"study:{source.study_name}:{t.number}", {**params, **space.fixes}) for t, params in picked if params is not None]
 
 
 def _notice(message: str) -> None:

@@ -1,0 +1,56 @@
+"""``pruner.report_step: samples``: reported steps count training samples, so rungs compare trials after equal data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from hpo import create_storage, make_objective, open_study, parse_search_space, run_to_budget
+from trial_executor import demo_dataset
+
+SPACE = {
+    "params": {"batch_size": {"type": "categorical", "choices": [4, 8]}},
+    "fixed": {"model": "tiny-bert", "learning_rate": 1e-3, "grad_accum_steps": 2, "max_steps": 4, "eval_every": 2,
+              "max_length": 16},
+    "enqueue": [{"batch_size": 4}, {"batch_size": 8}],
+}
+
+
+def _study(tmp_path: Path, report_step: str) -> list[optuna.trial.FrozenTrial]:
+    # min_resource far beyond the run: nothing is pruned, every evaluation is reported.
+    space = parse_search_space({**SPACE, "pruner": {"type": "successive_halving", "min_resource": 10_000,
+                                                    "report_step": report_step}})
+    data = demo_dataset(n_train=80, n_valid=16, seed=0)
+    study = open_study(create_storage(f"sqlite:///{tmp_path / f'{report_step}.db'}"), "s", space, data, seed=0)
+    run_to_budget(study, make_objective(space, data, base_seed=0, device="cpu"), 2)
+    return study.get_trials()
+
+
+def test_samples_report_steps_times_batch_times_accumulation(tmp_path: Path) -> None:
+    trials = _study(tmp_path, "samples")
+    assert [t.params["batch_size"] for t in trials] == [4, 8]
+    # Evaluations after optimizer steps 2 and 4; each step is batch x 2 accumulated micro-batches.
+    assert [sorted(t.intermediate_values) for t in trials] == [[16, 32], [32, 64]]
+
+
+def test_steps_is_the_default_and_stored_as_before(tmp_path: Path) -> None:
+    trials = _study(tmp_path, "steps")
+    assert [sorted(t.intermediate_values) for t in trials] == [[2, 4], [2, 4]]
+    plain = parse_search_space(SPACE)
+    assert "report_step" not in plain.stored_form()["pruner"]  # studies stored before the key existed resume
+    samples = parse_search_space({**SPACE, "pruner": {"type": "median", "report_step": "samples"}})
+    assert samples.stored_form()["pruner"]["report_step"] == "samples" and samples.reports_samples
+    assert not plain.reports_samples
+
+
+def test_eval_every_samples_evaluates_every_trial_after_the_same_data(tmp_path: Path) -> None:
+    space = parse_search_space({
+        **SPACE, "pruner": {"type": "median", "n_startup_trials": 10, "report_step": "samples"},
+        "fixed": {**SPACE["fixed"], "max_steps": 8, "eval_every": 1, "eval_every_samples": 32},  # in place of eval_every
+    })
+    data = demo_dataset(n_train=200, n_valid=16, seed=0)
+    study = open_study(create_storage(f"sqlite:///{tmp_path / 'e.db'}"), "e", space, data, seed=0)
+    run_to_budget(study, make_objective(space, data, base_seed=0, device="cpu"), 2)
+    # batch 4 x 2: every 4 steps (32, 64 samples); batch 8 x 2: every 2 steps (32, ..., 128).
+    assert [sorted(t.intermediate_values) for t in study.get_trials()] == [[32, 64], [32, 64, 96, 128]]
