@@ -167,7 +167,7 @@ class SearchSpace(Strict):
     @property
     def reports_samples(self) -> bool:
         """Whether reported steps count training samples seen rather than optimizer steps."""
-        return getattr(self.pruner, "report_step", "steps") == "samples"
+        return self.pruner.report_step == "samples"
 
     @property
     def reports_intermediate_values(self) -> bool:
