@@ -17,6 +17,7 @@ from hpo.reporting import PrecisionRow, StudyReport, build_report
 from hpo.space import (
     CONSTRAINT_KEYS,
     DEFAULT_SPACE,
+    FINETUNE_SPACE,
     MEASUREMENTS,
     OBJECTIVE_NAMES,
     SearchSpace,
@@ -65,6 +66,7 @@ __all__ = [
     "CHECK_MODELS",
     "CONSTRAINT_KEYS",
     "DEFAULT_SPACE",
+    "FINETUNE_SPACE",
     "MEASUREMENTS",
     "OBJECTIVE_NAMES",
     "SKIP_NON_FINITE",

@@ -23,7 +23,7 @@ from hpo._errors import UserError
 from hpo.reporting._dashboard_view import name_objectives, note_skipped
 from hpo.reporting._tracking import Tracker, Tracking, make_trackers
 from hpo.space._params import SearchSpaceError
-from hpo.space._space import DEFAULT_SPACE, SearchSpace
+from hpo.space._space import DEFAULT_SPACE, FINETUNE_SPACE, SearchSpace
 from hpo.space._space_loading import load_search_space, parse_search_space
 from hpo.storage._best_model import keep_if_best, keeping_best_model
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
@@ -59,8 +59,45 @@ def resolve_cache_dir(cache_dir: str | None) -> str:
     return str(Path(cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser())
 
 
-def resolve_space(space: SpaceLike = DEFAULT_SPACE, *, fix: Sequence[str] = (), model: str | None = None) -> SearchSpace:
-    """A validated search space from a YAML path, a mapping or a :class:`SearchSpace`; ``model`` and ``fix`` applied."""
+@dataclass(frozen=True)
+class SpaceChoice:
+    """The space a run without an explicit one takes, and why (the run's first line)."""
+
+    path: Path
+    why: str
+
+    def line(self) -> str:
+        shown = f"search_spaces/{self.path.name}" if self.path.parent == DEFAULT_SPACE.parent else str(self.path)
+        return f"Search space: {shown} ({self.why})"
+
+
+def choose_space(model: str | None) -> SpaceChoice:
+    """Fine-tuning ranges for a pretrained ``model`` (a directory, a hub id, an alias), the demo's for a preset or none."""
+    from trial_executor import PRESETS  # transformers: only a run that chooses pays for it
+
+    if model is None:
+        return SpaceChoice(DEFAULT_SPACE, "the demo space: no --model or --space given")
+    if model in PRESETS:
+        return SpaceChoice(DEFAULT_SPACE, f"{model} is a from-config preset, trained from random weights; --space to choose another")
+    return SpaceChoice(
+        FINETUNE_SPACE, f"{model} is a pretrained model: learning rates for fine-tuning, not for random weights; --space to choose another"
+    )
+
+
+def resolve_space(
+    space: SpaceLike | None = None, *, fix: Sequence[str] = (), model: str | None = None,
+    announce: Callable[[str], None] | None = print,
+) -> SearchSpace:
+    """A validated search space from a YAML path, a mapping or a :class:`SearchSpace`; ``model`` and ``fix`` applied.
+
+    ``space=None``: the space follows the model (:func:`choose_space`), and ``announce`` gets the
+    line saying which space was taken and why. A space given is always used as it is.
+    """
+    if space is None:
+        choice = choose_space(model)
+        if announce is not None:
+            announce(choice.line())
+        space = choice.path
     if isinstance(space, SearchSpace):
         resolved = space
     elif isinstance(space, Mapping):
@@ -230,7 +267,7 @@ def run_study(
 
 
 def optimize(
-    space: SpaceLike = DEFAULT_SPACE,
+    space: SpaceLike | None = None,
     data: DataLike = None,
     *,
     storage: str | None = None,
@@ -258,8 +295,8 @@ def optimize(
 ) -> optuna.Study:
     """Run (or resume, or extend) a precision-search study to ``n_trials`` finished trials; return it.
 
-    The keyword arguments are ``python -m hpo run``'s flags. ``space``: a YAML path, a mapping
-    (the YAML's content) or a :class:`hpo.SearchSpace`. ``data``: a CSV/TSV/JSONL file or a
+    The keyword arguments are ``python -m hpo run``'s flags. ``space``: a YAML path, a mapping (the
+    YAML's content) or a :class:`hpo.SearchSpace`; ``None`` follows ``model`` (:func:`choose_space`). ``data``: a CSV/TSV/JSONL file or a
     ``save_to_disk`` directory (read with the column arguments), a
     :class:`trial_executor.TextClassificationData`, or ``None`` for the synthetic demo reviews.
     ``storage``: a database URL (default ``$HPO_STORAGE``, else ``sqlite:///hpo-studies.db``).

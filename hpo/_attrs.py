@@ -47,6 +47,7 @@ THROUGHPUT_ATTR = "throughput_samples_per_s"
 PEAK_MEMORY_ATTR = "peak_memory_mb"
 STEPS_ATTR = "steps"
 HOST_LIMITED_ATTR = "host_limited"
+MAJORITY_CLASS_ATTR = "majority_class"  # the final evaluation never left the majority class
 RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
     METRICS_ATTR: lambda r: r.metrics,
     "precision_effective": lambda r: r.precision_effective,
@@ -70,6 +71,7 @@ RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
     "compile_seconds": lambda r: r.compile_seconds,
     "device_busy_fraction": lambda r: r.device_busy_fraction,
     HOST_LIMITED_ATTR: lambda r: r.host_limited,
+    MAJORITY_CLASS_ATTR: lambda r: r.majority_class,
     "checkpoint_dtype": lambda r: r.checkpoint_dtype,
     # Pruning saw evaluations on this many sampled rows; the objective is on every row when metrics_full_split.
     "eval_sample_rows": lambda r: r.eval_sample_rows,
@@ -121,6 +123,18 @@ def hardware_of(trial: FrozenTrial) -> dict[str, Any]:
 
 def is_host_limited(trial: FrozenTrial) -> bool:
     return bool(trial.user_attrs.get(HOST_LIMITED_ATTR))
+
+
+def is_majority_class(trial: FrozenTrial) -> bool:
+    """The trial's final evaluation predicted one class for every row, or exactly the majority share (it learned nothing)."""
+    return bool(trial.user_attrs.get(MAJORITY_CLASS_ATTR))
+
+
+# Said wherever majority-class trials are listed (status, report, a trial's line).
+MAJORITY_CLASS_HINT = (
+    "the learning rate range may be too high for this model (a pretrained model wants ~1e-5..3e-4: "
+    "search_spaces/finetune.yaml)"
+)
 
 
 def is_baseline(trial: FrozenTrial) -> bool:

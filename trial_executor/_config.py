@@ -32,6 +32,9 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "multi_label": ("micro_f1", "macro_f1", "subset_accuracy", "loss"),
 }
 METRICS: tuple[str, ...] = tuple(dict.fromkeys(m for names in TASK_METRICS.values() for m in names))
+# A classification evaluation's flag beside its metrics (1.0 or 0.0): every row predicted as one
+# class, or exactly the majority class's share right. A trial stuck there learned nothing.
+MAJORITY_CLASS = "majority_class"
 MINIMIZED_METRICS: tuple[str, ...] = ("loss", "rmse")
 LR_SCHEDULES: tuple[str, ...] = ("linear", "cosine", "constant")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from trial_executor._config import MAJORITY_CLASS
+
 
 def classification_metrics(predictions: torch.Tensor, labels: torch.Tensor, num_labels: int) -> dict[str, float]:
     """Accuracy and macro-F1 (F1 averaged over classes, classes absent from both count as 0)."""
@@ -16,6 +18,14 @@ def classification_metrics(predictions: torch.Tensor, labels: torch.Tensor, num_
         fn = ((predictions != c) & (labels == c)).sum().item()
         f1s.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
     return {"accuracy": accuracy, "macro_f1": sum(f1s) / num_labels}
+
+
+def stuck_at_majority(predictions: torch.Tensor, labels: torch.Tensor) -> bool:
+    """Whether the predictions never left the majority class: one class for every row, or exactly its share right."""
+    if not len(labels):
+        return False
+    constant = bool((predictions == predictions[0]).all())
+    return constant or int((predictions == labels).sum()) == int(torch.bincount(labels).max())
 
 
 def _ranks(x: torch.Tensor) -> torch.Tensor:
@@ -65,10 +75,13 @@ def evaluation_metrics(logits: torch.Tensor, targets: torch.Tensor) -> dict[str,
     """The task's metrics and loss; the targets' form says the task (see :func:`~trial_executor._batching.label_tensor`):
 
     int64 class ids (classification), one float per row (regression), float multi-hot rows (multi-label).
+    Classification adds the ``majority_class`` flag (:func:`stuck_at_majority`) beside its metrics.
     """
     if targets.dtype == torch.long:
-        metrics = classification_metrics(logits.argmax(dim=-1), targets, logits.shape[-1])
+        predictions = logits.argmax(dim=-1)
+        metrics = classification_metrics(predictions, targets, logits.shape[-1])
         metrics["loss"] = F.cross_entropy(logits, targets).item()
+        metrics[MAJORITY_CLASS] = float(stuck_at_majority(predictions, targets))
         return metrics
     if targets.dim() == 1:
         return regression_metrics(logits.squeeze(-1), targets)

@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from trial_executor._config import MAJORITY_CLASS
+
 
 @dataclass(frozen=True)
 class TrialResult:
@@ -74,6 +76,11 @@ class TrialResult:
     eval_sample_rows: int = 0
     metrics_full_split: bool = True
     eval_precision: str = ""
+
+    @property
+    def majority_class(self) -> bool:
+        """The last evaluation predicted one class for every row, or scored exactly the majority share (classification)."""
+        return bool(self.metrics.get(MAJORITY_CLASS))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

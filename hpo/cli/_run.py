@@ -39,6 +39,7 @@ from hpo._attrs import (
     SKIP_DETAIL_ATTR,
     THROUGHPUT_ATTR,
     fail_reason_of,
+    is_majority_class,
     skip_reason_of,
 )
 from hpo._errors import UserError
@@ -46,7 +47,6 @@ from hpo.cli._parsing import Parser, at_least, between, command_prog, run_guarde
 from hpo.reporting._progress import StudyProgress, best_so_far
 from hpo.reporting._tracking import Tracker, make_trackers
 from hpo.space._measures import measured_value
-from hpo.space._space import DEFAULT_SPACE
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
 from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, quiet_trial_failures
@@ -96,7 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
             "      --data train.tsv --text-column sentence --label-column label --space search_spaces/default.yaml"
         ),
     )
-    parser.add_argument("--space", default=str(DEFAULT_SPACE), help="search-space YAML (default: %(default)s)")
+    parser.add_argument(
+        "--space", default=None,
+        help="search-space YAML (default: search_spaces/finetune.yaml for a pretrained --model, else search_spaces/default.yaml)",
+    )
     parser.add_argument(
         "--storage", default=None,
         help=f"database URL: sqlite:///file.db or postgresql://user:pass@host:5432/db (default: ${STORAGE_ENV}, else sqlite:///hpo-studies.db)",
@@ -204,6 +207,8 @@ def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
     if "throughput_samples_per_s" in attrs:
         parts.append(f"{attrs[THROUGHPUT_ATTR]:.0f} samples/s")
         parts.append(f"{attrs[PEAK_MEMORY_ATTR]:.0f} MB peak")
+    if is_majority_class(trial):
+        parts.append("(majority class: learned nothing; the learning rate may be too high)")
     if attrs.get(FEASIBLE_ATTR) is False:
         parts.append(f"(violates {', '.join(k for k, c in attrs[CONSTRAINTS_ATTR].items() if not c['satisfied'])})")
     return "  ".join(parts)
@@ -330,7 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             cache_dir=resolve_cache_dir(args.cache_dir),
         )
         fix = args.fix + ([f"fp_precision={MIXED_PRECISION[args.mixed_precision]}"] if args.mixed_precision else [])
-        space = resolve_space(Path(args.space), fix=fix, model=args.model)
+        # Workers of --workers N re-read the same flags: the parent alone says which space it took.
+        announce = None if WORKER_INDEX_ENV in os.environ else print
+        space = resolve_space(args.space and Path(args.space), fix=fix, model=args.model, announce=announce)
         data = resolve_data(
             args.data, seed=args.seed, text_column=args.text_column, label_column=args.label_column,
             text_pair_column=args.text_pair_column, valid_data=args.valid_data, valid_fraction=args.valid_fraction,

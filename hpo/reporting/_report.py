@@ -15,6 +15,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import (
+    MAJORITY_CLASS_HINT,
     PEAK_MEMORY_ATTR,
     SKIP_REASON_ATTR,
     THROUGHPUT_ATTR,
@@ -24,6 +25,7 @@ from hpo._attrs import (
     hardware_of,
     is_baseline,
     is_host_limited,
+    is_majority_class,
     skip_reason_of,
     stored_space,
     throughput_of,
@@ -75,6 +77,7 @@ class StudyReport:
     front_label: str
     trials: list[FrozenTrial]
     host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
+    majority_class: list[int] = field(default_factory=list)  # trials that never left the majority class
 
 
 def precision_of(trial: FrozenTrial) -> str:
@@ -207,6 +210,7 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
         metric=metric, maximize_metric=maximize, states=dict(states), devices=devices, baseline=baseline,
         rows=rows, front=front, front_label=front_label, trials=sorted(trials, key=lambda t: t.number),
         host_limited=sorted(t.number for t in trials if is_host_limited(t)),
+        majority_class=sorted(t.number for t in trials if is_majority_class(t)),
     )
 
 
@@ -274,6 +278,11 @@ def summary_lines(report: StudyReport) -> list[str]:
             f"Host-limited trials (the device waited for the executor, so their speed says little about their precision): "
             f"{', '.join(map(str, report.host_limited))}."
         )
+    if report.majority_class:
+        lines.append(
+            f"Majority-class trials (predicted one class, or scored exactly the majority share: they learned nothing, "
+            f"so their precision's accuracy says nothing): {', '.join(map(str, report.majority_class))}; {MAJORITY_CLASS_HINT}."
+        )
     return lines
 
 
@@ -296,7 +305,8 @@ def markdown(report: StudyReport, plot_name: str) -> str:
     header = ["trial", "state", "outcome", "precision", report.metric, "samples/s", "peak MB", "params"]
     rows = [
         [
-            str(t.number) + (" (fp32 baseline)" if is_baseline(t) else ""), t.state.name, outcome(t),
+            str(t.number) + (" (fp32 baseline)" if is_baseline(t) else ""), t.state.name,
+            outcome(t) + (" (majority class)" if is_majority_class(t) else ""),
             _fmt(precision_of(t)), _fmt(_value(t, report.metric, report.objectives)),
             _fmt(throughput_of(t)), _fmt(t.user_attrs.get(PEAK_MEMORY_ATTR)), _params(t),
         ]

@@ -10,7 +10,7 @@ import optuna
 import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._attrs import WORKER_ATTR, is_host_limited, skip_reason_of
+from hpo._attrs import MAJORITY_CLASS_HINT, WORKER_ATTR, is_host_limited, is_majority_class, skip_reason_of
 from hpo.storage._inspect import objective_names
 from hpo.study._liveness import worker_is_gone
 from hpo.study._outcomes import SKIP_UNSUPPORTED
@@ -39,6 +39,7 @@ class StudyStatus:
     best: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     running: list[RunningTrial] = field(default_factory=list)
     host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
+    majority_class: list[int] = field(default_factory=list)  # trials that never left the majority class
 
 
 def _heartbeat_ages(storage: optuna.storages.BaseStorage, trial_ids: list[int]) -> dict[int, datetime.timedelta]:
@@ -83,6 +84,7 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     status.skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in trials)
     status.best = _best(study, names)
     status.host_limited = sorted(t.number for t in trials if is_host_limited(t))
+    status.majority_class = sorted(t.number for t in trials if is_majority_class(t))
     running = [t for t in trials if t.state == TrialState.RUNNING]
     ages = _heartbeat_ages(storage, [t._trial_id for t in running])
     now = datetime.datetime.now()
@@ -128,6 +130,9 @@ def status_lines(status: StudyStatus) -> list[str]:
     if status.host_limited:
         shown_trials = ", ".join(map(str, status.host_limited))
         lines.append(f"  host-limited: trials {shown_trials} (the device waited for the executor; speed not the precision's)")
+    if status.majority_class:
+        shown_trials = ", ".join(map(str, status.majority_class))
+        lines.append(f"  majority class: trials {shown_trials} (predicted one class: learned nothing); {MAJORITY_CLASS_HINT}")
     for run in status.running:
         beat = "no heartbeat" if run.since_heartbeat is None else f"last heartbeat {_ago(run.since_heartbeat)} ago"
         dead = "; its worker process is gone: the next run on this machine fails and re-queues it" if run.worker_gone else ""

@@ -2,12 +2,13 @@
 
 from hpo.space._measures import CONSTRAINT_KEYS, MEASUREMENTS, OBJECTIVE_NAMES, measured_value
 from hpo.space._params import SearchSpaceError
-from hpo.space._space import DEFAULT_SPACE, SearchSpace
+from hpo.space._space import DEFAULT_SPACE, FINETUNE_SPACE, SearchSpace
 from hpo.space._space_loading import load_search_space, parse_search_space
 
 __all__ = [
     "CONSTRAINT_KEYS",
     "DEFAULT_SPACE",
+    "FINETUNE_SPACE",
     "MEASUREMENTS",
     "OBJECTIVE_NAMES",
     "SearchSpace",

@@ -17,6 +17,8 @@ from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpac
 from trial_executor import METRICS, TASK_METRICS
 
 DEFAULT_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
+# The space a pretrained model gets when none is given: learning rates for fine-tuning, not for random init.
+FINETUNE_SPACE = DEFAULT_SPACE.parent / "finetune.yaml"
 # Set per run or per trial from the command line, never searched or fixed in a space.
 RESERVED_KEYS = {"seed": "--seed", "device": "--device", "cache_dir": "--cache-dir"}
 

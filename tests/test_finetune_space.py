@@ -1,0 +1,106 @@
+"""Bring your own model: without --space the space follows the model; trials stuck at the majority class are flagged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import ROOT, run_cli
+
+import hpo
+from hpo._api import choose_space, resolve_space
+from hpo.reporting._report import build_report, summary_lines
+from hpo.reporting._status import status_lines, study_status
+from trial_executor import demo_dataset
+from trial_executor._metrics import evaluation_metrics, stuck_at_majority
+from trial_executor._models import load_model
+
+FINETUNE = ROOT / "search_spaces" / "finetune.yaml"
+DEFAULT = ROOT / "search_spaces" / "default.yaml"
+
+
+@pytest.fixture(scope="module")
+def pretrained_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A save_pretrained directory with weights (a tiny BERT and its tokenizer)."""
+    data = demo_dataset(n_train=100, n_valid=20)
+    model, tokenizer = load_model("tiny-bert", data.label_names, data.train_texts)
+    path = tmp_path_factory.mktemp("models") / "my-bert"
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_finetune_space_searches_fine_tuning_learning_rates_and_every_precision() -> None:
+    space = hpo.load_search_space(FINETUNE)
+    rate = space.params["learning_rate"]
+    assert (rate.low, rate.high, rate.log) == (1.0e-5, 3.0e-4, True)
+    assert space.params["fp_precision"].choices == ["fp32", "tf32", "fp16", "bf16"]
+    assert space.fixed["max_length"] == "auto" and space.reports_samples
+    # The fp32 baseline is itself a fine-tuning configuration: 1e-4 with a short warmup.
+    assert space.baseline_params()["learning_rate"] == 1.0e-4
+    assert hpo.FINETUNE_SPACE == FINETUNE
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [(None, DEFAULT), ("tiny-bert", DEFAULT), ("tiny-distilbert", DEFAULT), ("minilm-l6", FINETUNE), ("org/some-model", FINETUNE)],
+)
+def test_the_space_follows_the_model(model: str | None, expected: Path) -> None:
+    choice = choose_space(model)
+    assert choice.path == expected
+    assert choice.line().startswith(f"Search space: search_spaces/{expected.name} (")
+
+
+def test_a_directory_with_weights_takes_the_finetune_space_and_says_so(pretrained_dir: Path) -> None:
+    said: list[str] = []
+    space = resolve_space(None, model=str(pretrained_dir), announce=said.append)
+    assert said == [f"Search space: search_spaces/finetune.yaml ({pretrained_dir} is a pretrained model: "
+                    "learning rates for fine-tuning, not for random weights; --space to choose another)"]
+    assert space.params["learning_rate"].high == 3.0e-4 and space.fixed["model"] == str(pretrained_dir)
+
+
+def test_a_space_given_explicitly_is_used_as_it_is(pretrained_dir: Path) -> None:
+    said: list[str] = []
+    space = resolve_space(DEFAULT, model=str(pretrained_dir), announce=said.append)
+    assert said == [] and space.params["learning_rate"].high == 4.0e-3
+
+
+def test_the_run_says_which_space_it_took_on_its_first_line(tmp_path: Path, pretrained_dir: Path) -> None:
+    # A missing data file stops the run after the space is chosen: the choice is printed, nothing is written.
+    chosen = run_cli(["--model", str(pretrained_dir), "--data", str(tmp_path / "missing.csv"), "--storage",
+                      f"sqlite:///{tmp_path / 's.db'}"], cwd=tmp_path)
+    assert chosen.returncode == 2
+    assert chosen.stdout.splitlines()[0].startswith("Search space: search_spaces/finetune.yaml (")
+    assert "missing.csv" in chosen.stderr and not (tmp_path / "s.db").exists()
+
+
+def test_stuck_at_majority_catches_a_constant_prediction_and_the_majority_share() -> None:
+    labels = torch.tensor([0, 0, 0, 1, 1])
+    assert stuck_at_majority(torch.tensor([1, 1, 1, 1, 1]), labels)  # constant, even the minority class
+    assert stuck_at_majority(torch.tensor([0, 0, 1, 1, 0]), labels)  # 3 of 5 right: the majority's share
+    assert not stuck_at_majority(torch.tensor([0, 0, 0, 1, 0]), labels)
+    logits = torch.tensor([[2.0, 0.0], [2.0, 0.0], [0.0, 2.0], [0.0, 2.0], [0.0, 2.0]])
+    assert evaluation_metrics(logits, labels)["majority_class"] == 0.0
+
+
+def test_a_trial_trained_with_learning_rate_one_is_flagged_in_attrs_status_and_report(tmp_path: Path) -> None:
+    space = {
+        "pruner": {"type": "none"},
+        "params": {"batch_size": {"type": "categorical", "choices": [16]}},
+        "fixed": {"model": "tiny-bert", "learning_rate": 1.0, "epochs": 1, "max_length": 32, "eval_every": 0},
+    }
+    storage = f"sqlite:///{tmp_path / 'm.db'}"
+    study = hpo.optimize(space, demo_dataset(n_train=200, n_valid=64, seed=1), storage=storage, study_name="lr1",
+                         n_trials=1, device="cpu", artifact_store=None)
+    (trial,) = study.get_trials()
+    assert trial.user_attrs["majority_class"] is True
+    lines = status_lines(study_status(study._storage, study))
+    assert any(line.startswith("  majority class: trials 0 ") and "learning rate" in line for line in lines), lines
+    summary = summary_lines(build_report(study, storage))
+    assert any(line.startswith("Majority-class trials") and ": 0;" in line for line in summary), summary
+    # The space file in the YAML form the CLI would read gives the same (a mapping and a file are one space).
+    path = tmp_path / "lr1.yaml"
+    path.write_text(yaml.safe_dump(space))
+    assert resolve_space(path).fixed["learning_rate"] == 1.0
