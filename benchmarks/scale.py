@@ -15,7 +15,6 @@ them), first and later. The throwaway database is dropped at the end.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing
 import os
@@ -27,15 +26,13 @@ import sys
 import tempfile
 import time
 import urllib.request
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
-import psycopg2
 from optuna.trial import FrozenTrial, TrialState
 
 import hpo
+from benchmarks._postgres import throwaway_database
 from hpo.storage._storage import Heartbeat, create_storage
 from trial_executor import demo_dataset
 
@@ -53,21 +50,6 @@ SPACE = {
     },
     "fixed": {"model": "tiny-bert", "max_steps": 2, "eval_every": 2, "max_length": 32},
 }
-
-
-@contextlib.contextmanager
-def throwaway_database(admin_url: str) -> Iterator[str]:
-    name = f"hpo_scale_{uuid.uuid4().hex[:10]}"
-    admin = psycopg2.connect(admin_url.replace("postgresql://", "postgres://"))
-    admin.autocommit = True
-    with admin.cursor() as cursor:
-        cursor.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{admin_url.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with admin.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
 
 
 def _copy(template: FrozenTrial, rng: random.Random) -> FrozenTrial:
@@ -186,7 +168,7 @@ def main() -> None:
     parser.add_argument("--pg-admin", default=os.environ.get("HPO_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres"))
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with throwaway_database(args.pg_admin) as url, tempfile.TemporaryDirectory() as tmp:
+    with throwaway_database(args.pg_admin, "hpo_scale") as url, tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         insert = make_study(url, args.trials, workdir)
         print(f"made {args.trials} finished trials in {insert:.1f} s", flush=True)
