@@ -88,3 +88,8 @@ def test_reading_commands_and_the_dashboard_view_send_as_many_queries_for_60_tri
     again = view.get_all_trials(study_id, deepcopy=False)  # the dashboard polls: finished trials come from memory
     assert len(again) == 60 and len(statements) <= 2, statements
     assert [t.user_attrs for t in again] == [t.user_attrs for t in first] and "hardware.device_type" in again[0].user_attrs
+    assert all(a is b for a, b in zip(again, first, strict=True))  # finished trials are not flattened again on each poll
+    running = storage.create_new_trial(study_id)
+    assert view.get_all_trials(study_id, deepcopy=False)[-1].user_attrs == {}
+    storage.set_trial_user_attr(running, "worker", {"pid": 7})  # a trial that changed is shown afresh
+    assert view.get_all_trials(study_id, deepcopy=False)[-1].user_attrs == {"worker.pid": 7}
