@@ -9,6 +9,7 @@ TABLEs and first reads), opening the study, asking, heartbeats and finishing tri
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -20,6 +21,8 @@ import psycopg2
 import pytest
 from conftest import PG_ADMIN_URL, ROOT
 from optuna.trial import TrialState
+
+from hpo.storage._storage import StorageError, create_storage
 
 pytestmark = pytest.mark.postgres
 
@@ -96,3 +99,16 @@ def test_workers_started_and_running_under_connection_kills_all_finish_the_budge
     reported = sorted(int(n) for out in outputs for line in out.splitlines() if line.startswith("finished") for n in line.split()[1:])
     assert reported == numbers
     assert BUDGET <= len(trials) <= BUDGET + WORKERS - 1
+
+
+def test_a_worker_waits_for_a_database_that_stays_down_then_fails_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A worker of --workers N (wait_for_server) retries even a refused connection, within the bound.
+    monkeypatch.setattr("hpo.storage._retrying_storage.RETRY_SECONDS", 1.5)
+    monkeypatch.setattr("hpo.storage._retrying_storage._FIRST_DELAY", 0.1)
+    with caplog.at_level(logging.WARNING, logger="hpo.storage"), pytest.raises(StorageError) as raised:
+        create_storage("postgresql://postgres:pw-secret@127.0.0.1:1/hpo", wait_for_server=True)
+    assert str(raised.value).startswith("cannot reach PostgreSQL at 127.0.0.1:1 (is the server running?)")
+    assert "\n" not in str(raised.value) and "pw-secret" not in str(raised.value)
+    assert "opening the storage lost its database connection" in caplog.text and "retry 3" in caplog.text
