@@ -324,9 +324,9 @@ def _open_rdb(url: str, parsed: URL, lock_engine: sqlalchemy.Engine | None, hear
     engine_kwargs: dict[str, object] = {"pool_pre_ping": True}
     if parsed.drivername != "sqlite":
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
-    kwargs: dict[str, Any] = heartbeat.storage_kwargs() if heartbeat else {}
     with _table_creation_lock(parsed, lock_engine) as to_make, warnings.catch_warnings():
         # Heartbeats are "experimental" in Optuna 5; they are what stale-trial recovery needs.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        kwargs: dict[str, Any] = heartbeat.storage_kwargs() if heartbeat else {}
         rdb = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=not to_make, **kwargs)
     return RetryingStorage(rdb)
