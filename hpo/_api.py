@@ -32,6 +32,7 @@ from hpo.storage._storage import GRPC_SCHEME, Heartbeat, create_storage, resolve
 from hpo.study._run_checks import check_run_options
 from hpo.study._study import open_study, run_to_budget
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS, load_warm_start_source, warm_start_configurations
+from hpo.study._workers import WORKER_INDEX_ENV
 from trial_executor import StepProgress, TextClassificationData, demo_dataset, load_text_classification
 
 DEFAULT_STUDY_NAME = "precision-demo"
@@ -187,7 +188,8 @@ def prepare_study(
         # Heartbeats live in the RDB storage: a worker on the database directly (or the proxy host) sweeps them.
         heartbeat = None
     # create_storage checks the URL and the connection before creating tables.
-    opened = create_storage(url, heartbeat=heartbeat)
+    # A worker of --workers N: its parent reached the database, so a refused connection is a restart to wait out.
+    opened = create_storage(url, heartbeat=heartbeat, wait_for_server=WORKER_INDEX_ENV in os.environ)
     known_good = [] if source is None else warm_start_configurations(space, source, warm_start_trials)
     study = open_study(opened, study_name, space, data, seed, known_good)
     name_objectives(study, space.objective_names)

@@ -2,6 +2,10 @@
 
 import difflib
 
+from trial_executor._messages import bounded_list
+
+__all__ = ["UserError", "bounded_list", "did_you_mean", "suggest_key"]
+
 
 class UserError(Exception):
     """Bad input (flags, search space, data, model, storage); the message names the fix."""
@@ -16,4 +20,4 @@ def did_you_mean(name: str, choices: list[str]) -> str:
 def suggest_key(key: str, valid: list[str]) -> str:
     """`` (did you mean 'x'?)`` for the nearest of ``valid``, else `` (valid keys: ...)``."""
     hint = did_you_mean(key, valid)
-    return f" ({hint.strip()})" if hint else f" (valid keys: {', '.join(valid)})"
+    return f" ({hint.strip()})" if hint else f" (valid keys: {bounded_list(valid)})"

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 import yaml
 from _private_postgres import PrivatePostgres
 
+from benchmarks._postgres import throwaway_database
 from trial_executor import make_synthetic_reviews
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,20 +46,13 @@ SMALL_SPACE = {
 @contextlib.contextmanager
 def _throwaway_database(prefix: str) -> Iterator[str]:
     """Create a database with a unique name, yield its URL, and drop it afterwards."""
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    stack = contextlib.ExitStack()
     try:
-        admin = psycopg2.connect(PG_ADMIN_URL.replace("postgresql://", "postgres://"), connect_timeout=5)
+        url = stack.enter_context(throwaway_database(PG_ADMIN_URL, prefix))
     except psycopg2.OperationalError as err:
         pytest.fail(f"PostgreSQL at {PG_ADMIN_URL} is unreachable ({str(err).strip()}); storage tests need it", pytrace=False)
-    admin.autocommit = True
-    with admin.cursor() as cursor:
-        cursor.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with admin.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+    with stack:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trial_executor._files import DataError, Records, has_validation_split, read_records
+from trial_executor._messages import bounded_list
 from trial_executor._values import (
     AUTO,
     CLASSIFICATION,
@@ -91,8 +92,7 @@ def _columns(
     found = list(records.rows[0].keys())
     for column, flag in ((text_column, "--text-column"), (label_column, "--label-column"), (pair_column, "--text-pair-column")):
         if column is not None and column not in found:
-            names = ", ".join(map(repr, found))
-            raise DataError(f"data file {path} has no column {column!r} (found: {names}); set {flag}")
+            raise DataError(f"data file {path} has no column {column!r} (found: {bounded_list(map(repr, found))}); set {flag}")
     rows = _Rows([], [] if pair_column else None, [], 0)
     empty: list[int] = []
     for number, row in zip(records.numbers, records.rows, strict=True):
@@ -190,7 +190,7 @@ def _label_ids(path: Path, train: _Rows, valid: _Rows, column: str) -> tuple[lis
         raise DataError(f"data file {path} has a single class ({single}) in training; a classifier needs at least two")
     unseen = label_names(set(valid.labels) - classes)
     if unseen:
-        raise DataError(f"validation labels {unseen} never occur in training; add them to the training data")
+        raise DataError(f"validation labels [{bounded_list(map(repr, unseen))}] never occur in training; add them to the training data")
     index = {label: i for i, label in enumerate(sorted(classes))}  # type: ignore[type-var]  # one kind
     return names, [index[x] for x in train.labels], [index[x] for x in valid.labels]
 
@@ -217,7 +217,7 @@ def _multi_hot(path: Path, train: _Rows, valid: _Rows, column: str) -> tuple[lis
         raise DataError(f"data file {path} has {len(names)} distinct label(s) in training; multi-label data needs at least two")
     unseen = label_names({label for labels in valid.labels for label in labels} - classes)  # type: ignore[union-attr]
     if unseen:
-        raise DataError(f"validation labels {unseen} never occur in training; add them to the training data")
+        raise DataError(f"validation labels [{bounded_list(map(repr, unseen))}] never occur in training; add them to the training data")
     index = {label: i for i, label in enumerate(sorted(classes))}  # type: ignore[type-var]  # one kind
 
     def hot(labels: tuple[int | str, ...]) -> list[float]:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from trial_executor._messages import bounded_list
+
 
 class DataError(ValueError):
     """A data file cannot be used; the message names the problem and the fix."""
@@ -160,7 +162,7 @@ def _read_dataset_dir(path: Path, split: str | None) -> Records:
     if isinstance(loaded, datasets.DatasetDict):
         wanted = split or "train"
         if wanted not in loaded:
-            raise DataError(f"dataset {path} has no split {wanted!r} (found: {', '.join(loaded)}); pass a single split")
+            raise DataError(f"dataset {path} has no split {wanted!r} (found: {bounded_list(loaded)}); pass a single split")
         loaded = loaded[wanted]
     rows = loaded.to_list()
     # ClassLabel columns store ids; their names are the labels users know.

@@ -16,10 +16,9 @@ from pathlib import Path
 import optuna
 
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
-from hpo.reporting._dashboard import existing_artifact_store
 from hpo.reporting._export import best_document, best_space, best_space_yaml, best_yaml, trial_entry
 from hpo.storage._best_model import export_best_model
-from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
+from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, existing_artifact_store
 from hpo.storage._inspect import load_existing_study, objective_names, open_existing_storage
 
 PROG = command_prog("best")

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from types import FrameType
 
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, port, run_storage_command
-from hpo.reporting._dashboard import address, existing_artifact_store, is_loopback, make_dashboard_server
-from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
+from hpo.reporting._dashboard import address, is_loopback, make_dashboard_server
+from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, existing_artifact_store
 from hpo.storage._inspect import open_existing_storage
 from hpo.storage._storage import STORAGE_ENV, mask_url
 

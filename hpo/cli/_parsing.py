@@ -74,6 +74,17 @@ def port(text: str) -> int:
     return int(text)
 
 
+# The last guard of "one readable line": lists are already cut where messages are made (bounded_list).
+MAX_ERROR_CHARS = 1500
+
+
+def _error_line(err: BaseException, url: str) -> str:
+    text = mask_secrets(str(err), url)
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    return f"{text[:MAX_ERROR_CHARS]}... ({len(text) - MAX_ERROR_CHARS} more characters)"
+
+
 def run_guarded(
     prog: str, url: str, body: Callable[[], int], *,
     user_errors: tuple[type[Exception], ...] = (UserError,), failures: tuple[type[Exception], ...] = (),
@@ -85,10 +96,10 @@ def run_guarded(
     try:
         return body()
     except user_errors as err:
-        print(f"{prog}: error: {mask_secrets(str(err), url)}", file=sys.stderr)
+        print(f"{prog}: error: {_error_line(err, url)}", file=sys.stderr)
         return 2
     except failures as err:
-        print(f"{prog}: error: {mask_secrets(str(err), url)}", file=sys.stderr)
+        print(f"{prog}: error: {_error_line(err, url)}", file=sys.stderr)
         return 1
     except SQLAlchemyError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -98,7 +109,7 @@ def run_guarded(
         failure = storage_failure_in(err)  # a storage that waiting cannot fix, however Optuna re-raised it
         if failure is None:
             raise
-        print(f"{prog}: error: {mask_secrets(str(failure), url)}", file=sys.stderr)
+        print(f"{prog}: error: {_error_line(failure, url)}", file=sys.stderr)
         return 1
 
 

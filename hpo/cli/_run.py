@@ -50,7 +50,7 @@ from hpo.space._measures import measured_value
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
 from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, quiet_trial_failures
-from hpo.study._run_checks import check_run_options
+from hpo.study._run_checks import check_gpus, check_run_options
 from hpo.study._study import TooManyFailuresError, finished_count
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
 from hpo.study._workers import WORKER_INDEX_ENV, StopSignal, run_workers
@@ -332,8 +332,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Everything that can be wrong with the input is checked before anything is written.
         check_run_options(
             seed=args.seed, device=args.device, study_name=args.study_name, artifact_store=args.artifact_store,
-            cache_dir=resolve_cache_dir(args.cache_dir),
+            cache_dir=resolve_cache_dir(args.cache_dir), heartbeat=(args.heartbeat_interval, args.grace_period),
         )
+        gpu_warning = check_gpus(args.gpus, args.device)
+        if gpu_warning and WORKER_INDEX_ENV not in os.environ:  # the parent says it once, not each worker
+            print(f"{PROG}: warning: {gpu_warning}", file=sys.stderr, flush=True)
         fix = args.fix + ([f"fp_precision={MIXED_PRECISION[args.mixed_precision]}"] if args.mixed_precision else [])
         # Workers of --workers N re-read the same flags: the parent alone says which space it took.
         announce = None if WORKER_INDEX_ENV in os.environ else print

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -58,9 +57,3 @@ def make_dashboard_server(
     except OSError as err:
         reason = err.strerror or str(err)
         raise UserError(f"cannot listen on {host}:{port} ({reason}); pick another --port or --host") from None
-
-
-def existing_artifact_store(path: str) -> FileSystemArtifactStore | None:
-    """The artifact store at ``path`` if the directory exists (the dashboard never creates one)."""
-    directory = Path(path)
-    return FileSystemArtifactStore(str(directory)) if directory.is_dir() else None

@@ -81,15 +81,28 @@ class ReadableStorage(BaseStorage):
 
     def __init__(self, storage: BaseStorage) -> None:
         self._inner = storage
+        # trial id -> (the trial as the storage last gave it, its readable copy). The page polls
+        # every trial every few seconds; a cached storage hands back the very same object for a
+        # trial that has not changed, so only new or changed trials are flattened again.
+        self._shown: dict[int, tuple[FrozenTrial, FrozenTrial]] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+    def _readable_trial(self, trial: FrozenTrial) -> FrozenTrial:
+        seen = self._shown.get(trial._trial_id)
+        if seen is not None and seen[0] is trial:
+            return seen[1]
+        shown = _trial(trial)
+        self._shown[trial._trial_id] = (trial, shown)
+        return shown
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
         return _trial(self._inner.get_trial(trial_id))
 
     def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list[FrozenTrial]:
-        return [_trial(t) for t in self._inner.get_all_trials(study_id, deepcopy=deepcopy, states=states)]
+        trials = self._inner.get_all_trials(study_id, deepcopy=deepcopy, states=states)
+        return [self._readable_trial(t) if not deepcopy else _trial(t) for t in trials]
 
     def get_best_trial(self, study_id: int) -> FrozenTrial:
         return _trial(self._inner.get_best_trial(study_id))

@@ -13,11 +13,12 @@ state; the trial's user attr ``mlflow_run_id`` / ``tensorboard_run`` names its r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 from hpo._attrs import HARDWARE_ATTR, MLFLOW_RUN_ID_ATTR, STEPS_ATTR, TENSORBOARD_RUN_ATTR, config_or_params
 from hpo._errors import UserError
 from hpo.reporting._export import flatten
+from hpo.storage._storage import mask_secrets, mask_url
 from trial_executor import StepProgress
 
 INSTALL_HINT = "install it with pip install 'precision-hpo[tracking]'"
@@ -55,8 +57,50 @@ def _tags(trial: FrozenTrial) -> dict[str, str]:
     return tags
 
 
+# While the tracker is checked, before the first trial: MLflow's own HTTP defaults (7 retries,
+# exponential backoff, 120 s timeouts) keep a command silent for minutes on an unreachable
+# server. Values the user set win; trials later log with MLflow's defaults.
+_CHECK_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
+@contextlib.contextmanager
+def _bounded_mlflow_requests() -> Iterator[None]:
+    added = {k: v for k, v in _CHECK_HTTP_ENV.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+# What requests' long retry message means, in a few words.
+_HTTP_REASONS = (
+    ("NameResolutionError", "its host name does not resolve"),
+    ("NewConnectionError", "nothing answers at that address (connection refused)"),
+    ("timed out", "the server did not answer within 10 s"),
+)
+
+
+def _refused(uri: str, err: Exception) -> UserError:
+    text = str(err).strip()
+    reason = next((said for marker, said in _HTTP_REASONS if marker in text), None)
+    if reason is None:
+        first = text.splitlines()[0] if text else type(err).__name__
+        reason = first.split(". ")[0].rstrip(".")[:200]  # the first sentence: MLflow's explanations run long
+    return UserError(
+        f"--track mlflow: tracking store {mask_url(uri)} cannot be used: {mask_secrets(reason, uri)}; set $MLFLOW_TRACKING_URI (or --track mlflow URI) "
+        "to a database such as sqlite:///mlflow.db or a running server such as http://host:5000"
+    )
+
+
 class MlflowTracker:
-    """One MLflow run per trial, in the experiment named after the study."""
+    """One MLflow run per trial, in the experiment named after the study.
+
+    Made before the first trial, it opens the store and finds or creates the experiment: a
+    URI MLflow refuses (a ``file:`` store in MLflow 3) or a server it cannot reach is one
+    :class:`UserError`, within seconds.
+    """
 
     def __init__(self, study_name: str, tracking_uri: str | None = None) -> None:
         try:
@@ -64,11 +108,13 @@ class MlflowTracker:
         except ImportError:
             raise UserError(f"--track mlflow needs the optional package mlflow; {INSTALL_HINT}") from None
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # table creation notices would tear the bars
-        self.client = MlflowClient(tracking_uri=tracking_uri)
-        try:
-            self.experiment_id = self._experiment(study_name)
-        except Exception as err:
-            raise UserError(f"--track mlflow: cannot reach tracking store {self.client.tracking_uri}: {err}") from None
+        uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "MLflow's default (sqlite:///mlflow.db)"
+        with _bounded_mlflow_requests():
+            try:
+                self.client = MlflowClient(tracking_uri=tracking_uri)
+                self.experiment_id = self._experiment(study_name)
+            except Exception as err:
+                raise _refused(uri, err) from None
         self.runs: dict[int, str] = {}
 
     def _experiment(self, name: str) -> str:

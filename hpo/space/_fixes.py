@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from hpo._errors import suggest_key
+from hpo._errors import bounded_list, suggest_key
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
 from trial_executor import PRECISION_ALIASES, TrainConfig
 
@@ -55,7 +55,7 @@ def _parse_value(name: str, p: CategoricalParam | FloatParam | IntParam, text: s
                 matches = text == choice or (name == "fp_precision" and canonical_precision(text) == canonical_precision(choice))
             if matches:
                 return choice
-        raise SearchSpaceError(f"{where}: not one of the choices {p.choices}")
+        raise SearchSpaceError(f"{where}: not one of the choices [{bounded_list(map(repr, p.choices))}]")
     try:
         value: float = int(text) if isinstance(p, IntParam) else float(text)
     except ValueError:

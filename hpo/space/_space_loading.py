@@ -11,7 +11,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel
 
-from hpo._errors import suggest_key
+from hpo._errors import bounded_list, suggest_key
 from hpo.space._fixes import canonical_precision
 from hpo.space._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError, same_choice
@@ -79,7 +79,7 @@ def _check_default(name: str, p: CategoricalParam | FloatParam | IntParam) -> st
     where = f"params.{name}.default"
     if isinstance(p, CategoricalParam):
         if not any(same_choice(c, p.default) for c in p.choices):
-            return f"{where}: {p.default!r} is not one of the choices {p.choices}"
+            return f"{where}: {p.default!r} is not one of the choices [{bounded_list(map(repr, p.choices))}]"
         return None
     if not p.low <= p.default <= p.high:
         return f"{where}: {p.default!r} is outside [{p.low}, {p.high}]"

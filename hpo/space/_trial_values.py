@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from hpo._errors import bounded_list
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, same_choice
 from hpo.space._space import SearchSpace
 
@@ -26,7 +27,7 @@ def _is_number(value: Any) -> bool:
 
 def _problem(name: str, p: CategoricalParam | FloatParam | IntParam, value: Any) -> str | None:
     if isinstance(p, CategoricalParam):
-        return None if any(same_choice(c, value) for c in p.choices) else f"{name}={value!r} is not one of the choices {p.choices}"
+        return None if any(same_choice(c, value) for c in p.choices) else f"{name}={value!r} is not one of the choices [{bounded_list(map(repr, p.choices))}]"
     if not _is_number(value) or not math.isfinite(value):
         return f"{name}={value!r} is not a finite number"
     if isinstance(p, IntParam) and not float(value).is_integer():
@@ -43,8 +44,7 @@ def check_enqueued(space: SearchSpace, enqueued: dict[str, Any]) -> None:
     for name, value in enqueued.items():
         param = space.params.get(name)
         if param is None:
-            searched = ", ".join(space.params)
-            raise InvalidTrialError(f"enqueued parameter {name!r} is not searched by the space (it searches {searched}); {_FIX}")
+            raise InvalidTrialError(f"enqueued parameter {name!r} is not searched by the space (it searches {bounded_list(space.params)}); {_FIX}")
         problem = _problem(name, param, value)
         if problem:
             raise InvalidTrialError(f"enqueued {problem}; {_FIX}")

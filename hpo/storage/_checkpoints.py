@@ -45,6 +45,12 @@ def artifact_store(path: str | None) -> FileSystemArtifactStore:
     return FileSystemArtifactStore(str(directory))
 
 
+def existing_artifact_store(path: str) -> FileSystemArtifactStore | None:
+    """The artifact store at ``path`` if the directory exists (reading commands never create one)."""
+    directory = Path(path)
+    return FileSystemArtifactStore(str(directory)) if directory.is_dir() else None
+
+
 class TrialCheckpoints:
     """Checkpointing for one Optuna trial: resume from the inherited checkpoint, upload new ones."""
 

@@ -9,7 +9,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from hpo._attrs import stored_space
-from hpo._errors import UserError
+from hpo._errors import UserError, bounded_list
 from hpo.storage._storage import create_storage, mask_url
 
 
@@ -35,8 +35,7 @@ def load_existing_study(storage: optuna.storages.BaseStorage, url: str, study_na
     """The study named ``study_name``; an unknown name is a :class:`UserError` listing the studies found."""
     names = optuna.get_all_study_names(storage)
     if study_name not in names:
-        found = ", ".join(sorted(names)) or "none"
-        raise UserError(f"no study {study_name!r} in {mask_url(url)}; studies found: {found} (pass one with --study-name)")
+        raise UserError(f"no study {study_name!r} in {mask_url(url)}; studies found: {bounded_list(sorted(names))} (pass one with --study-name)")
     return optuna.load_study(study_name=study_name, storage=storage)
 
 

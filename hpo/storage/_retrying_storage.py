@@ -124,6 +124,42 @@ def _committed_row_conflict(err: BaseException) -> bool:
     return isinstance(err, optuna.exceptions.DuplicatedStudyError) or any(isinstance(link, IntegrityError) for link in _chain(err))
 
 
+class Backoff:
+    """The one retry schedule of this package: exponential, jittered, given up after ``RETRY_SECONDS``."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.attempt = 0
+        self._deadline = time.monotonic() + RETRY_SECONDS
+        self._delay = _FIRST_DELAY
+
+    def wait(self, err: BaseException) -> bool:
+        """Sleep before the next attempt after ``err``, a lost connection; ``False`` (no sleep) once the bound is reached."""
+        if time.monotonic() + self._delay > self._deadline:
+            return False
+        self.attempt += 1
+        why = next((str(link).strip().splitlines()[0] for link in _chain(err) if isinstance(link, DBAPIError) and str(link).strip()), "")
+        _logger.warning("%s lost its database connection (%s); retry %d in %.1f s", self.what, why[:200], self.attempt, self._delay)
+        time.sleep(self._delay * (0.5 + random.random()))  # jitter: workers do not reconnect in lockstep
+        self._delay = min(self._delay * 2, _MAX_DELAY)
+        return True
+
+
+def retry_lost_connection(what: str, call: Callable[[], _T], *, lost: Callable[[BaseException], bool] | None = None) -> _T:
+    """``call()``, repeated on the :class:`Backoff` schedule while it loses the database connection.
+
+    For work outside a storage's calls, such as opening one; the last error is raised after the
+    bound. ``lost``: which errors count as a lost connection (default :func:`is_lost_connection`).
+    """
+    backoff = Backoff(what)
+    while True:
+        try:
+            return call()
+        except Exception as err:
+            if not (lost or is_lost_connection)(err) or not backoff.wait(err):
+                raise
+
+
 class RetryingStorage(BaseStorage, BaseHeartbeat):
     """Optuna's cached RDB storage, whose calls wait out a lost connection (see the module docstring).
 
@@ -135,7 +171,7 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
     def __init__(self, rdb: RDBStorage) -> None:
         self._rdb = rdb
         self._cache = _CachedStorage(rdb)
-        self._tokens = WriteTokens(rdb)
+        self._tokens = WriteTokens(rdb, is_lost_connection)
         self._sqlite_file = _SqliteFile.of(rdb)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -143,7 +179,7 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._tokens = WriteTokens(self._rdb)
+        self._tokens = WriteTokens(self._rdb, is_lost_connection)
         self._sqlite_file = _SqliteFile.of(self._rdb)
 
     @property
@@ -161,38 +197,34 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
         returns ``recovered(id)`` of what it wrote. With ``done_on_retry``, that error on a
         retry means an earlier attempt did the work.
         """
-        deadline = time.monotonic() + RETRY_SECONDS
-        delay, attempt = _FIRST_DELAY, 0
-        with self._tokens.stamping(token):
-            while True:
-                try:
+        backoff = Backoff(f"storage call {name}")
+        while True:
+            try:
+                # Inside the loop: stamping may create the token table, which can lose its connection too.
+                with self._tokens.stamping(token):
                     self._sqlite_file.check()
-                    if attempt and token is not None and (row_id := self._tokens.find(token)) is not None:
+                    if backoff.attempt and token is not None and (row_id := self._tokens.find(token)) is not None:
                         return recovered(row_id) if recovered else row_id  # type: ignore[return-value]
                     return call()
-                except Exception as err:
-                    if token is not None and _committed_row_conflict(err):
-                        try:
-                            row_id = self._tokens.find(token)
-                        except Exception as lookup_err:
-                            if not is_lost_connection(lookup_err):
-                                raise
-                            row_id, err = None, lookup_err  # the next attempt looks the token up first
-                        if row_id is not None:
-                            return recovered(row_id) if recovered else row_id  # type: ignore[return-value]
-                    if attempt and done_on_retry is not None and isinstance(err, done_on_retry):
-                        return None  # type: ignore[return-value]
-                    if not is_lost_connection(err):
-                        explained = self._explained(err, name)
-                        if explained is err:
+            except Exception as err:
+                if token is not None and _committed_row_conflict(err):
+                    try:
+                        row_id = self._tokens.find(token)
+                    except Exception as lookup_err:
+                        if not is_lost_connection(lookup_err):
                             raise
-                        raise explained from err
-                    if time.monotonic() + delay > deadline:
+                        row_id, err = None, lookup_err  # the next attempt looks the token up first
+                    if row_id is not None:
+                        return recovered(row_id) if recovered else row_id  # type: ignore[return-value]
+                if backoff.attempt and done_on_retry is not None and isinstance(err, done_on_retry):
+                    return None  # type: ignore[return-value]
+                if not is_lost_connection(err):
+                    explained = self._explained(err, name)
+                    if explained is err:
                         raise
-                    attempt += 1
-                    _logger.warning("storage call %s lost its database connection; retry %d in %.1f s", name, attempt, delay)
-                    time.sleep(delay * (0.5 + random.random()))  # jitter: workers do not reconnect in lockstep
-                    delay = min(delay * 2, _MAX_DELAY)
+                    raise explained from err
+                if not backoff.wait(err):
+                    raise
 
     def _explained(self, err: Exception, name: str) -> Exception:
         """``err`` itself, or for a database that cannot be used as it is, one line that says so.

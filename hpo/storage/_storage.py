@@ -8,6 +8,7 @@ import hashlib
 import os
 import re
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,17 +18,19 @@ from urllib.parse import unquote, urlsplit
 
 import optuna
 import sqlalchemy
+from optuna.storages._rdb import models as optuna_models
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from hpo._errors import UserError
-from hpo.storage._retrying_storage import RetryingStorage
+from hpo.storage._retrying_storage import RetryingStorage, is_lost_connection, retry_lost_connection
 
 DEFAULT_SQLITE_FILE = "hpo-studies.db"
 STORAGE_ENV = "HPO_STORAGE"
 _POSTGRES_DRIVERS = ("postgresql", "postgresql+psycopg2", "postgresql+psycopg")
 # Any fixed 64-bit number works; it only has to be the same in every worker.
 _TABLE_CREATION_LOCK_ID = 0x68706F5F7461626C
+_LOCK_POLL_SECONDS = 0.2
 GRPC_SCHEME = "grpc://"
 _GRPC_CONNECT_TIMEOUT = 10.0
 
@@ -135,18 +138,49 @@ def _explain_connection_error(url: URL, error: Exception) -> str:
 
 
 @contextlib.contextmanager
-def _table_creation_lock(url: URL, engine: sqlalchemy.Engine | None) -> Iterator[None]:
-    """Serialise Optuna's CREATE TABLE across workers starting at once on a fresh database."""
-    if engine is not None:
-        with engine.connect() as connection:
-            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:id)"), {"id": _TABLE_CREATION_LOCK_ID})
-            try:
-                yield
-            finally:
-                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:id)"), {"id": _TABLE_CREATION_LOCK_ID})
+def _table_creation_lock(url: URL, engine: sqlalchemy.Engine | None) -> Iterator[bool]:
+    """Serialise Optuna's CREATE TABLE across workers starting at once on a fresh database.
+
+    Yields whether the tables are still to be made. PostgreSQL: the lock is polled, not queued
+    for, and a worker finding the tables made takes none: a worker waiting in a queue holds a
+    connection that a restart or a connection kill ends (and its retry queues anew).
+    """
+    if engine is None:
+        with sqlite_file_lock(url.database):
+            yield True
         return
-    with sqlite_file_lock(url.database):
-        yield
+    connection = _creation_turn(engine)
+    if connection is None:
+        yield False
+        return
+    with connection:
+        try:
+            yield True
+        finally:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:id)"), {"id": _TABLE_CREATION_LOCK_ID})
+
+
+def _creation_turn(engine: sqlalchemy.Engine) -> sqlalchemy.Connection | None:
+    """A connection holding the table-creation lock, or ``None`` once Optuna's schema is ready."""
+    while not _optuna_schema_ready(engine):
+        connection = engine.connect()
+        try:
+            if connection.execute(sqlalchemy.text("SELECT pg_try_advisory_lock(:id)"), {"id": _TABLE_CREATION_LOCK_ID}).scalar():
+                return connection
+        except BaseException:
+            connection.close()
+            raise
+        connection.close()
+        time.sleep(_LOCK_POLL_SECONDS)
+    return None
+
+
+def _optuna_schema_ready(engine: sqlalchemy.Engine) -> bool:
+    """Optuna's tables exist and its schema version is stamped (the last step of its first open), so nothing is left to make."""
+    with engine.connect() as connection:
+        if not {*optuna_models.BaseModel.metadata.tables, "alembic_version"} <= set(sqlalchemy.inspect(connection).get_table_names()):
+            return False
+        return connection.execute(sqlalchemy.text("SELECT count(*) FROM alembic_version")).scalar_one() > 0
 
 
 @contextlib.contextmanager
@@ -188,8 +222,14 @@ def _parse_grpc(url: str) -> tuple[str, int]:
     return (f"[{host}]" if ":" in host else host), port
 
 
-def check_storage_url(url: str) -> None:
-    """Fail fast, before anything is written, on a malformed URL or an unreachable database."""
+def check_storage_url(url: str, *, wait_for_server: bool = False) -> None:
+    """Fail fast, before anything is written, on a malformed URL or an unreachable database.
+
+    A server that answers but drops the connection (restarting, terminating connections) is
+    waited for with the storage's bounded backoff; one that refuses it (nothing listening)
+    fails at once, unless ``wait_for_server``: a worker whose parent reached the database
+    knows the URL is right, so a refusal there is a restart.
+    """
     if url.lower().startswith(GRPC_SCHEME):
         host, port = _parse_grpc(url)
         proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
@@ -211,17 +251,34 @@ def check_storage_url(url: str) -> None:
                 raise StorageError(f"SQLite directory {parent} does not exist; create it or choose another path")
         return
     engine = sqlalchemy.create_engine(parsed, connect_args={"connect_timeout": 10}, poolclass=sqlalchemy.pool.NullPool)
-    try:
+
+    def connect() -> None:
         with engine.connect():
             pass
+
+    try:
+        retry_lost_connection("opening the storage", connect, lost=is_lost_connection if wait_for_server else _server_answered)
     except SQLAlchemyError as err:
         raise StorageError(mask_secrets(_explain_connection_error(parsed, err), url)) from None
     finally:
         engine.dispose()
 
 
+# What a server that is up says while it restarts, fails over or drops connections; refused
+# or unknown-host errors mean nothing answered, which at first contact is a wrong URL.
+_SERVER_BUSY = (
+    "the database system is starting up", "the database system is shutting down", "the database system is in recovery mode",
+    "terminating connection", "server closed the connection unexpectedly", "too many clients", "remaining connection slots",
+)
+
+
+def _server_answered(err: BaseException) -> bool:
+    """A lost connection from a server that answered (see ``_SERVER_BUSY``): worth waiting for even at first contact."""
+    return is_lost_connection(err) and any(text in str(err) for text in _SERVER_BUSY)
+
+
 def create_storage(
-    url: str, *, heartbeat: Heartbeat | None = None
+    url: str, *, heartbeat: Heartbeat | None = None, wait_for_server: bool = False
 ) -> RetryingStorage | optuna.storages.GrpcStorageProxy:
     """Open (and on first use create) Optuna's RDB storage at ``url``.
 
@@ -233,25 +290,43 @@ def create_storage(
     worker that starts a trial. ``grpc://host:port`` connects to a storage proxy
     (``python -m hpo.proxy``) instead, which holds the database connections; heartbeats need
     the database itself and are not available through it.
+
+    Opening (the table-creation lock, Optuna's CREATE TABLEs and its first reads) waits out a
+    lost connection with the same bounded backoff as every call
+    (:func:`~hpo.storage._retrying_storage.retry_lost_connection`); a database still down after
+    the bound is one :class:`StorageError`. ``wait_for_server``: see :func:`check_storage_url`.
     """
-    check_storage_url(url)
+    check_storage_url(url, wait_for_server=wait_for_server)
     if url.lower().startswith(GRPC_SCHEME):
         host, port = _parse_grpc(url)
         return optuna.storages.GrpcStorageProxy(host=host, port=port)
     parsed = _parse(url)
-    engine_kwargs: dict[str, object] = {"pool_pre_ping": True}
     lock_engine = None
     if parsed.drivername != "sqlite":
-        engine_kwargs["connect_args"] = {"connect_timeout": 10}
         lock_engine = sqlalchemy.create_engine(parsed, poolclass=sqlalchemy.pool.NullPool, connect_args={"connect_timeout": 10})
     try:
-        with _table_creation_lock(parsed, lock_engine), warnings.catch_warnings():
-            # Heartbeats are "experimental" in Optuna 5; they are what stale-trial recovery needs.
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            kwargs = heartbeat.storage_kwargs() if heartbeat else {}
-            return RetryingStorage(optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs))
-    except SQLAlchemyError as err:
-        raise StorageError(mask_secrets(f"storage {mask_url(url)} failed: {str(err).splitlines()[0]}", url)) from None
+        return retry_lost_connection("opening the storage", lambda: _open_rdb(url, parsed, lock_engine, heartbeat))
+    except (SQLAlchemyError, optuna.exceptions.StorageInternalError) as err:
+        lost = " (lost its database connection until the retry bound)" if is_lost_connection(err) else ""
+        raise StorageError(mask_secrets(f"storage {mask_url(url)} failed{lost}: {_first_line(err)}", url)) from None
     finally:
         if lock_engine is not None:
             lock_engine.dispose()
+
+
+def _first_line(err: BaseException) -> str:
+    cause = next((link for link in (err, err.__cause__, err.__context__) if link is not None and str(link).strip()), err)
+    return str(cause).strip().splitlines()[0] if str(cause).strip() else type(err).__name__
+
+
+def _open_rdb(url: str, parsed: URL, lock_engine: sqlalchemy.Engine | None, heartbeat: Heartbeat | None) -> RetryingStorage:
+    """One attempt at opening; a retry makes a fresh RDBStorage (a half-made one holds a broken pool)."""
+    engine_kwargs: dict[str, object] = {"pool_pre_ping": True}
+    if parsed.drivername != "sqlite":
+        engine_kwargs["connect_args"] = {"connect_timeout": 10}
+    with _table_creation_lock(parsed, lock_engine) as to_make, warnings.catch_warnings():
+        # Heartbeats are "experimental" in Optuna 5; they are what stale-trial recovery needs.
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        kwargs: dict[str, Any] = heartbeat.storage_kwargs() if heartbeat else {}
+        rdb = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=not to_make, **kwargs)
+    return RetryingStorage(rdb)

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import sqlalchemy
@@ -48,8 +48,9 @@ _tokens = sqlalchemy.Table(
 class WriteTokens:
     """The token table of one :class:`RDBStorage`, and the hook that stamps its writes."""
 
-    def __init__(self, storage: RDBStorage) -> None:
+    def __init__(self, storage: RDBStorage, is_lost_connection: Callable[[BaseException], bool]) -> None:
         self._engine = storage.engine
+        self._is_lost_connection = is_lost_connection
         self._pending = threading.local()
         # Made at the first stamped write, not on open: read-only commands (status, best, export)
         # must leave the database exactly as they found it.
@@ -60,13 +61,21 @@ class WriteTokens:
     def _ensure_table(self) -> bool:
         with self._creating:
             if self._enabled is None:
-                try:
-                    _metadata.create_all(self._engine)  # no-op when the table exists
-                    self._enabled = True
-                except sqlalchemy.exc.SQLAlchemyError as err:  # a read-only database: the write itself will fail
-                    _logger.warning("no table %s (%s); storage writes will not be retried safely", TABLE_NAME, str(err).splitlines()[0])
-                    self._enabled = False
+                self._enabled = self._create_table()
         return self._enabled
+
+    def _create_table(self) -> bool:
+        # Twice: workers starting together race to CREATE it, and the loser's second check finds it.
+        for attempt in (1, 2):
+            try:
+                _metadata.create_all(self._engine)  # no-op when the table exists
+                return True
+            except sqlalchemy.exc.SQLAlchemyError as err:
+                if self._is_lost_connection(err):
+                    raise  # the caller's retry makes it again; only a database refusing it goes without
+                if attempt == 2:  # a read-only database: the write itself will fail
+                    _logger.warning("no table %s (%s); storage writes will not be retried safely", TABLE_NAME, str(err).splitlines()[0])
+        return False
 
     @staticmethod
     def new() -> str:

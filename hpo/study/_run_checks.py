@@ -33,12 +33,49 @@ def check_device(device: str) -> None:
         raise UserError(f"--device cuda: torch {torch.__version__} {build} on this machine; use --device cpu (or auto)")
 
 
+def check_gpus(gpus: list[str] | None, device: str) -> str | None:
+    """``--gpus``: indices of GPUs this machine has; the warning to print when trials will not use them, else ``None``.
+
+    Without CUDA, ``--device cuda`` is refused by :func:`check_device`; with ``auto`` the trials
+    run on the CPU, which a run that asked for GPUs is warned of rather than refused (one
+    command line serves a study's GPU and CPU machines alike).
+    """
+    if not gpus:
+        return None
+    if device == "cpu":
+        return f"--gpus {','.join(gpus)} is ignored with --device cpu: trials run on the CPU"
+    import torch  # here: only --gpus pays for importing torch before the run starts
+
+    if not torch.cuda.is_available():
+        return f"--gpus {','.join(gpus)}: torch sees no CUDA device on this machine, so trials run on the CPU"
+    count = torch.cuda.device_count()
+    missing = sorted({g for g in gpus if int(g) >= count}, key=int)
+    if missing and "CUDA_VISIBLE_DEVICES" not in os.environ:  # with it set, indices are the user's own mapping
+        raise UserError(f"--gpus {','.join(gpus)}: this machine has {count} GPUs (0..{count - 1}), no GPU {', '.join(missing)}; pass indices below {count}")
+    return None
+
+
 def check_study_name(name: str) -> None:
     if not name.strip():
         raise UserError("--study-name is empty; pass a name such as sst2-precision")
     if len(name) > MAX_STUDY_NAME_LENGTH:
         raise UserError(
             f"--study-name is {len(name)} characters long; the study table holds at most {MAX_STUDY_NAME_LENGTH}: pass a shorter name"
+        )
+
+
+def check_heartbeat(interval: int, grace_period: int) -> None:
+    """A trial silent for ``grace_period`` seconds is taken for dead: that must outlast one missed beat.
+
+    Beats come every ``interval`` seconds; one late or lost beat (a slow step, a database
+    restart) leaves a gap of two intervals. A shorter grace period would have other workers
+    fail and re-queue trials that are alive and training.
+    """
+    if grace_period <= 2 * interval:
+        raise UserError(
+            f"--grace-period {grace_period} is not longer than two --heartbeat-interval {interval} ({2 * interval} s): "
+            "a live trial missing one beat would be taken for dead, failed and re-queued by another worker; "
+            f"pass --grace-period above {2 * interval} or a shorter --heartbeat-interval"
         )
 
 
@@ -61,11 +98,14 @@ def check_writable_directory(path: str | Path, flag: str) -> None:
 
 
 def check_run_options(
-    *, seed: int, device: str, study_name: str, artifact_store: str | Path | None, cache_dir: str | Path
+    *, seed: int, device: str, study_name: str, artifact_store: str | Path | None, cache_dir: str | Path,
+    heartbeat: tuple[int, int] | None = None,
 ) -> None:
-    """Every check above; the first problem raises :class:`UserError`."""
+    """Every check above; the first problem raises :class:`UserError`. ``heartbeat``: ``(interval, grace_period)``."""
     check_study_name(study_name)
     check_seed(seed)
+    if heartbeat is not None:
+        check_heartbeat(*heartbeat)
     if artifact_store is not None:  # None: no checkpoints, no kept model (the Python API)
         check_writable_directory(artifact_store, "--artifact-store")
     check_writable_directory(cache_dir, "--cache-dir")

@@ -9,7 +9,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import FEASIBLE_ATTR
-from hpo._errors import UserError
+from hpo._errors import UserError, bounded_list
 from hpo.space._space import SearchSpace
 from hpo.storage._inspect import open_existing_storage
 from hpo.storage._storage import mask_url
@@ -24,8 +24,7 @@ def load_warm_start_source(url: str, source: str, study_name: str) -> optuna.Stu
     storage = open_existing_storage(url)
     names = optuna.get_all_study_names(storage)
     if source not in names:
-        found = ", ".join(sorted(names)) or "none"
-        raise UserError(f"--warm-start: no study {source!r} in {mask_url(url)}; studies found: {found}")
+        raise UserError(f"--warm-start: no study {source!r} in {mask_url(url)}; studies found: {bounded_list(sorted(names))}")
     return optuna.load_study(study_name=source, storage=storage)
 
 
