@@ -11,14 +11,25 @@ from optuna.trial import FrozenTrial
 
 from hpo._api import PreparedStudy, WorkerJob, run_on_ray
 from hpo._errors import UserError
-from hpo.cli._parsing import between
 from hpo.reporting._progress import StudyProgress, best_so_far
 from hpo.storage._storage import Heartbeat
-from hpo.study._ray_workers import RayCluster, RayRun, connect, plan, require_ray
+from hpo.study._ray_workers import RayCluster, RayRun, check_gpus_per_trial, connect, plan, require_ray
 from hpo.study._study import finished_count
 from hpo.study._workers import StopSignal
 
 LOCAL = ""  # `--ray` with no address: start a Ray cluster on this machine
+
+
+def _gpus(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of GPUs such as 0.25, 1 or 2, got {text!r}") from None
+    try:
+        check_gpus_per_trial(value)
+    except UserError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--gpus-per-trial ")) from None
+    return value
 
 
 def add_ray_arguments(group: argparse._ArgumentGroup) -> None:
@@ -28,7 +39,7 @@ def add_ray_arguments(group: argparse._ArgumentGroup) -> None:
              "here; --workers defaults to one per GPU share (else per CPU) of the cluster (needs pip install 'precision-hpo[ray]')",
     )
     group.add_argument(
-        "--gpus-per-trial", type=between(0.0, 1e6, "a positive number of GPUs"), default=None, metavar="F",
+        "--gpus-per-trial", type=_gpus, default=None, metavar="F",
         help="with --ray: GPUs each trial reserves through Ray, a fraction (0.25: four trials share a GPU) or whole GPUs "
              "(default: 1 on a cluster with GPUs, else 0)",
     )

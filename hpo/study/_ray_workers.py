@@ -86,31 +86,38 @@ class RayCluster:
             self.ray.shutdown()
 
 
-def connect(address: str | None, storage_url: str) -> RayCluster:
-    """Connect to the Ray cluster at ``address`` (``auto``, ``host:port``, ``ray://host:port``), or start one here.
-
-    A SQLite file lives on one machine: refused when the cluster has more than one node or is
-    reached through Ray Client, before anything is written.
-    """
-    ray = require_ray()
-    started_here = address is None and not ray.is_initialized()
-    if not ray.is_initialized():
-        # log_to_driver: each worker's lines (and its one-line failure) show on the driver's terminal.
-        ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False)
-    nodes = [node for node in ray.nodes() if node.get("Alive")]
-    total = ray.cluster_resources()
-    cluster = RayCluster(
-        ray=ray, address=address or "a local Ray cluster", nodes=len(nodes),
-        cpus=float(total.get("CPU", 0)), gpus=float(total.get("GPU", 0)), started_here=started_here,
-    )
+def refuse_shared_sqlite(storage_url: str, address: str | None, nodes: int) -> None:
+    """A SQLite file lives on one machine: refused for workers on several nodes or behind Ray Client."""
     client = (address or "").startswith("ray://")
-    if _is_sqlite(storage_url) and (cluster.nodes > 1 or client):
-        cluster.shutdown()
-        where = "through Ray Client" if client else f"on {cluster.nodes} nodes"
+    if _is_sqlite(storage_url) and (nodes > 1 or client):
+        where = "through Ray Client" if client else f"on {nodes} nodes"
         raise UserError(
             f"--ray {address}: a SQLite file cannot be shared by workers {where}; use PostgreSQL "
             "(--storage postgresql://user:pass@host:5432/db) or the gRPC proxy (python -m hpo.proxy, --storage grpc://host:port)"
         )
+
+
+def connect(address: str | None, storage_url: str) -> RayCluster:
+    """Connect to the Ray cluster at ``address`` (``auto``, ``host:port``, ``ray://host:port``), or start one here.
+
+    SQLite with a cluster of several nodes (or Ray Client) is refused before anything is written.
+    """
+    ray = require_ray()
+    refuse_shared_sqlite(storage_url, address, nodes=1)  # Ray Client: refused before connecting
+    started_here = address is None and not ray.is_initialized()
+    if not ray.is_initialized():
+        # log_to_driver: each worker's warnings show on the driver's terminal.
+        ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False)
+    total = ray.cluster_resources()
+    cluster = RayCluster(
+        ray=ray, address=address or "a local Ray cluster", nodes=sum(bool(node.get("Alive")) for node in ray.nodes()),
+        cpus=float(total.get("CPU", 0)), gpus=float(total.get("GPU", 0)), started_here=started_here,
+    )
+    try:
+        refuse_shared_sqlite(storage_url, address, cluster.nodes)
+    except UserError:
+        cluster.shutdown()
+        raise
     return cluster
 
 
