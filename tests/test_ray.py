@@ -31,7 +31,6 @@ from hpo.study._ray_workers import connect, plan, refuse_shared_sqlite, start_wo
 pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("ray")]
 TINY = {**SMALL_SPACE, "params": {k: v for k, v in SMALL_SPACE["params"].items() if k in ("fp_precision", "learning_rate")},
         "fixed": {**SMALL_SPACE["fixed"], "model": "tiny-bert", "batch_size": 16, "max_steps": 3, "eval_every": 0}}
-FAST_HEARTBEAT = ["--heartbeat-interval", "1", "--grace-period", "5"]
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +63,8 @@ def _placed(trial: FrozenTrial) -> bool:
 def test_a_sigkilled_ray_worker_is_restarted_and_its_trial_resumes_with_the_budget_exact(
     ray_address: str, pg_database: str, small_data: Path, tmp_path: Path,
 ) -> None:
-    args = cli_args(pg_database, _space(tmp_path, ONE_TRIAL), small_data, "--study-name", "ray-kill", "--n-trials", "3",
-                    "--artifact-store", str(tmp_path / "artifacts"), "--ray", ray_address, "--workers", "2", *FAST_HEARTBEAT)
+    args = cli_args(pg_database, _space(tmp_path, ONE_TRIAL), small_data, "--study-name", "ray-kill", "--n-trials", "2",
+                    "--artifact-store", str(tmp_path / "artifacts"), "--ray", ray_address, "--workers", "2")
     driver = _start(args, tmp_path)
     try:
         victim = _wait_for(pg_database, "ray-kill", _running_with_checkpoint)
@@ -75,8 +74,9 @@ def test_a_sigkilled_ray_worker_is_restarted_and_its_trial_resumes_with_the_budg
         driver.kill()
     assert driver.returncode == 0, err[-3000:]
     trials = _trials(pg_database, "ray-kill")
-    assert _counted(trials) == 3  # exactly the budget
+    assert _counted(trials) == 2  # exactly the budget
     assert not [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    # Found at once by the restarted actor (or the other worker), not after the 120 s heartbeat grace period.
     dead = next(t for t in trials if t.number == victim.number)
     assert dead.state == TrialState.FAIL and dead.user_attrs["fail_reason"].startswith("worker_died")
     retry = next(t for t in trials if t.system_attrs.get("failed_trial") == victim.number)
@@ -84,7 +84,7 @@ def test_a_sigkilled_ray_worker_is_restarted_and_its_trial_resumes_with_the_budg
     assert retry.user_attrs["worker"]["ray_worker"] != victim.user_attrs["worker"]["ray_worker"]
     # Every trial records where it ran: the node and the Ray worker, two workers in all besides the restarted one.
     trained = [t for t in trials if "worker" in t.user_attrs]
-    assert all(_placed(t) for t in trained) and len(trained) >= 4
+    assert all(_placed(t) for t in trained) and len(trained) >= 3
     assert len({t.user_attrs["worker"]["ray_actor"] for t in trained}) == 2
     assert "Starting 2 Ray workers" in out
 
@@ -92,7 +92,7 @@ def test_a_sigkilled_ray_worker_is_restarted_and_its_trial_resumes_with_the_budg
 def test_ctrl_c_on_the_driver_leaves_the_running_trials_waiting_and_a_rerun_finishes_the_budget(
     ray_address: str, pg_database: str, small_data: Path, tmp_path: Path,
 ) -> None:
-    args = cli_args(pg_database, _space(tmp_path, ONE_TRIAL), small_data, "--study-name", "ray-int", "--n-trials", "3",
+    args = cli_args(pg_database, _space(tmp_path, ONE_TRIAL), small_data, "--study-name", "ray-int", "--n-trials", "2",
                     "--artifact-store", str(tmp_path / "artifacts"), "--ray", ray_address, "--workers", "2")
     driver = _start(args, tmp_path)
     try:
@@ -113,7 +113,7 @@ def test_ctrl_c_on_the_driver_leaves_the_running_trials_waiting_and_a_rerun_fini
     rerun = run_cli(args, tmp_path, timeout=400)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     trials = _trials(pg_database, "ray-int")
-    assert _counted(trials) == 3 and not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    assert _counted(trials) == 2 and not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     _assert_resumed(next(t for t in trials if t.system_attrs.get("failed_trial") == interrupted[0].number), interrupted[0])
 
 
