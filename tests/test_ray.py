@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -44,10 +44,26 @@ def ray_address() -> Iterator[str]:
         ray.shutdown()
 
 
-def _start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+def _ray_args(url: str, data: Path, tmp_path: Path, name: str, address: str) -> list[str]:
+    """Two Ray workers on trials that checkpoint every 10 steps, a budget of 2."""
+    return cli_args(url, _space(tmp_path, ONE_TRIAL), data, "--study-name", name, "--n-trials", "2",
+                    "--artifact-store", str(tmp_path / "artifacts"), "--ray", address, "--workers", "2")
+
+
+def _strike(
+    url: str, name: str, args: list[str], tmp_path: Path, strike: Callable[[subprocess.Popen[str], FrozenTrial], None],
+) -> tuple[FrozenTrial, str, str, int]:
+    """Start the driver, ``strike`` it once a trial runs with a checkpoint; that trial, its output and exit code."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "hpo.run", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    driver = subprocess.Popen([sys.executable, "-m", "hpo.run", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        victim = _wait_for(url, name, _running_with_checkpoint)
+        strike(driver, victim)
+        out, err = driver.communicate(timeout=400)
+    finally:
+        driver.kill()
+    return victim, out, err, driver.returncode
 
 
 def _counted(trials: list[FrozenTrial]) -> int:
@@ -63,16 +79,10 @@ def _placed(trial: FrozenTrial) -> bool:
 def test_a_sigkilled_ray_worker_is_restarted_and_its_trial_resumes_with_the_budget_exact(
     ray_address: str, pg_database: str, small_data: Path, tmp_path: Path,
 ) -> None:
-    args = cli_args(pg_database, _space(tmp_path, ONE_TRIAL), small_data, "--study-name", "ray-kill", "--n-trials", "2",
-                    "--artifact-store", str(tmp_path / "artifacts"), "--ray", ray_address, "--workers", "2")
-    driver = _start(args, tmp_path)
-    try:
-        victim = _wait_for(pg_database, "ray-kill", _running_with_checkpoint)
-        os.kill(victim.user_attrs["worker"]["pid"], signal.SIGKILL)  # the Ray worker process running the trial
-        out, err = driver.communicate(timeout=400)
-    finally:
-        driver.kill()
-    assert driver.returncode == 0, err[-3000:]
+    args = _ray_args(pg_database, small_data, tmp_path, "ray-kill", ray_address)
+    # SIGKILL the Ray worker process running the trial.
+    victim, out, err, code = _strike(pg_database, "ray-kill", args, tmp_path, lambda d, t: os.kill(t.user_attrs["worker"]["pid"], signal.SIGKILL))
+    assert code == 0, err[-3000:]
     trials = _trials(pg_database, "ray-kill")
     assert _counted(trials) == 2  # exactly the budget
     assert not [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
@@ -92,16 +102,10 @@ def test_a_sigkilled_ray_worker_is_restarted_and_its_trial_resumes_with_the_budg
 def test_ctrl_c_on_the_driver_leaves_the_running_trials_waiting_and_a_rerun_finishes_the_budget(
     ray_address: str, pg_database: str, small_data: Path, tmp_path: Path,
 ) -> None:
-    args = cli_args(pg_database, _space(tmp_path, ONE_TRIAL), small_data, "--study-name", "ray-int", "--n-trials", "2",
-                    "--artifact-store", str(tmp_path / "artifacts"), "--ray", ray_address, "--workers", "2")
-    driver = _start(args, tmp_path)
-    try:
-        _wait_for(pg_database, "ray-int", _running_with_checkpoint)
-        os.killpg(driver.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the driver's whole process group
-        out, err = driver.communicate(timeout=200)
-    finally:
-        driver.kill()
-    assert driver.returncode == 130, err[-3000:]
+    args = _ray_args(pg_database, small_data, tmp_path, "ray-int", ray_address)
+    # As a terminal's Ctrl-C: SIGINT to the driver's whole process group.
+    _, out, err, code = _strike(pg_database, "ray-int", args, tmp_path, lambda d, t: os.killpg(d.pid, signal.SIGINT))
+    assert code == 130, err[-3000:]
     assert "Traceback" not in out + err and "rerun the same command" in err.strip().splitlines()[-1]
     trials = _trials(pg_database, "ray-int")
     assert not [t for t in trials if t.state == TrialState.RUNNING]
