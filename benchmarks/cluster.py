@@ -7,7 +7,7 @@ its wall time, as it is for a user). The launchers alternate within each repetit
 machine, ``--gpu-sharing`` runs ``--workers N --gpus 0`` instead: N trials on one GPU, each
 trial's samples/s alone (N=1) against shared. Run from the repository root::
 
-    python -m benchmarks.cluster [--workers 1 2] [--n-trials 6] [--reps 1] [--json out.json]
+    python -m benchmarks.cluster [--workers 1 2] [--n-trials 6] [--max-steps N] [--reps 1] [--json out.json]
     python -m benchmarks.cluster --gpu-sharing --workers 1 2 4 --device cuda -- --space S.yaml --data train.tsv ...
 """
 
@@ -37,10 +37,11 @@ SPACE = {
 }
 
 
-def run_once(launcher: str, workers: int, n_trials: int, device: str, extra: list[str]) -> dict[str, Any]:
+def run_once(launcher: str, workers: int, n_trials: int, device: str, extra: list[str], max_steps: int | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="hpo-bench-cluster-") as scratch:
         space = Path(scratch) / "space.yaml"
-        space.write_text(yaml.safe_dump(SPACE))
+        steps = {} if max_steps is None else {"max_steps": max_steps}
+        space.write_text(yaml.safe_dump({**SPACE, "fixed": {**SPACE["fixed"], **steps}}))
         url = f"sqlite:///{Path(scratch) / 'studies.db'}"
         placement = {"workers": [], "ray": ["--ray"], "gpu-sharing": ["--gpus", "0"]}[launcher]
         command = [
@@ -67,6 +68,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to compare (default 1 2)")
     parser.add_argument("--n-trials", type=int, default=6, help="the study's budget (default 6)")
     parser.add_argument("--reps", type=int, default=1, help="repetitions of each setting (default 1)")
+    parser.add_argument("--max-steps", type=int, default=None, help="cap each trial's optimizer steps (default: one epoch)")
     parser.add_argument("--device", default="cpu", help="--device of the runs (default cpu)")
     parser.add_argument("--gpu-sharing", action="store_true", help="N workers on GPU 0 (--workers N --gpus 0) instead of --ray vs --workers")
     parser.add_argument("--json", type=Path, help="also write the results as JSON")
@@ -78,7 +80,7 @@ def main() -> int:
     for rep in range(args.reps):
         for workers in args.workers:
             for launcher in launchers if rep % 2 == 0 else launchers[::-1]:
-                result = run_once(launcher, workers, args.n_trials, args.device, args.extra)
+                result = run_once(launcher, workers, args.n_trials, args.device, args.extra, args.max_steps)
                 runs.append({"launcher": launcher, "workers": workers, "rep": rep, **result})
                 speed = result["median_samples_per_s"]
                 print(f"rep {rep + 1} {launcher:<11} x{workers}: {result['wall_seconds']:7.1f} s, {result['finished']} trials, "
