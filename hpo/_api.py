@@ -320,13 +320,10 @@ def optimize(
     ``[("tensorboard", "runs")]`` (one run per trial; the optional ``tracking`` extra).
     ``on_trial_finished(trial, finished)`` gets each ended trial. ``warm_start``: an earlier study in
     the same storage; its ``warm_start_trials`` best trials' params that fit the space run first (once).
-    ``artifact_store=None``: no checkpoints and no kept best model.
-    ``ray``: run the trials in Ray workers, not here: ``True`` starts a local Ray cluster, a string
-    is its address (``"auto"``, ``"host:port"``, ``"ray://host:port"``); ``workers`` of them (default
-    one per GPU share, else per CPU), each reserving ``gpus_per_trial`` GPUs (0.25: four share one).
-    ``on_trial_finished`` then runs here as the workers end trials. Needs the ``ray`` extra.
-    Bad input raises :class:`hpo.UserError` (or :class:`trial_executor.DataError`) before
-    anything is written. Rerunning the same call resumes the study.
+    ``artifact_store=None``: no checkpoints and no kept best model. ``ray`` (the ``ray`` extra): ``workers``
+    Ray actors run the trials, each reserving ``gpus_per_trial`` GPUs; ``True`` starts a local cluster, else
+    its address (``"auto"``, ``"host:port"``, ``"ray://..."``). Bad input raises :class:`hpo.UserError` (or
+    :class:`trial_executor.DataError`) before anything is written. Rerunning the same call resumes the study.
     """
     cache = resolve_cache_dir(cache_dir)
     check_run_options(seed=seed, device=device, study_name=study_name, artifact_store=artifact_store, cache_dir=cache)
@@ -335,25 +332,40 @@ def optimize(
         data, seed=seed, text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
         valid_data=valid_data, valid_fraction=valid_fraction, empty_text=empty_text, task=resolved.task,
     )
-    trackers = make_trackers(track, study_name)
-    cluster = connect(None if ray is True else ray, resolve_storage_url(storage)) if ray else None
+    run = {"n_trials": n_trials, "timeout": timeout, "seed": seed, "device": device, "cache_dir": cache_dir,
+           "artifacts": artifact_store, "keep_checkpoints": keep_checkpoints, "max_retry": max_retry}
+    opening = {"storage": storage, "study_name": study_name, "seed": seed, "warm_start_from": warm_start, "warm_start_trials": warm_start_trials}
+    trackers = make_trackers(track, study_name)  # checked before anything is written
+    return _prepare_and_run(resolved, loaded, run, opening, (track, trackers), on_trial_finished, ray=ray, workers=workers, gpus_per_trial=gpus_per_trial)
+
+
+def _prepare_and_run(
+    space: SearchSpace, data: TextClassificationData, run: dict[str, Any], opening: dict[str, Any],
+    tracking: tuple[Sequence[str | Sequence[str]], list[Tracker]], on_trial_finished: Callable[[FrozenTrial, int], None] | None,
+    *, ray: bool | str, workers: int | None, gpus_per_trial: float | None,
+) -> optuna.Study:
+    """:func:`optimize` once its inputs are read: the Ray cluster (checked first), the study, its run."""
+    cluster = connect(None if ray is True else ray, resolve_storage_url(opening["storage"])) if ray else None
     try:
         placement = plan(cluster, workers, gpus_per_trial) if cluster else None
-        prepared = prepare_study(
-            resolved, loaded, storage=storage, study_name=study_name, seed=seed, heartbeat=Heartbeat(),
-            warm_start_from=warm_start, warm_start_trials=warm_start_trials,
-        )
-        run = {"n_trials": n_trials, "timeout": timeout, "seed": seed, "device": device, "cache_dir": cache_dir,
-               "artifacts": artifact_store, "keep_checkpoints": keep_checkpoints, "max_retry": max_retry}
-        if cluster is None:
-            run_study(prepared, **run, hooks=RunHooks(on_trial_finished=on_trial_finished), trackers=trackers)
-        else:
-            job = WorkerJob(resolved, loaded, prepared.url, study_name, seed, Heartbeat(), run, track)
-            run_on_ray(prepared, job, cluster, placement, on_trial_finished=on_trial_finished)
+        prepared = prepare_study(space, data, heartbeat=Heartbeat(), **opening)
+        _run_here_or_on_ray(prepared, run, tracking, on_trial_finished, cluster, placement)
     finally:
         if cluster is not None:
             cluster.shutdown()
     return prepared.study
+
+
+def _run_here_or_on_ray(
+    prepared: PreparedStudy, run: dict[str, Any], tracking: tuple[Sequence[str | Sequence[str]], list[Tracker]],
+    on_trial_finished: Callable[[FrozenTrial, int], None] | None, cluster: RayCluster | None, placement: RayRun | None,
+) -> None:
+    track, trackers = tracking
+    if cluster is None or placement is None:
+        run_study(prepared, **run, hooks=RunHooks(on_trial_finished=on_trial_finished), trackers=trackers)
+        return
+    job = WorkerJob(prepared.space, prepared.data, prepared.url, prepared.study.study_name, run["seed"], Heartbeat(), run, track)
+    run_on_ray(prepared, job, cluster, placement, on_trial_finished=on_trial_finished)
 
 
 def load(study_name: str = DEFAULT_STUDY_NAME, storage: str | None = None) -> optuna.Study:
