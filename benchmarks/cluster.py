@@ -28,6 +28,7 @@ import optuna
 import yaml
 
 from benchmarks._runs import REPO_ROOT, environment
+from hpo.study import counts_toward_budget
 
 SPACE = {
     "objective": {"metric": "accuracy", "direction": "maximize"},
@@ -55,7 +56,7 @@ def run_once(launcher: str, workers: int, n_trials: int, device: str, extra: lis
         if proc.returncode != 0:
             raise RuntimeError(f"{launcher} x{workers}: exit {proc.returncode}: {proc.stderr[-2000:]}")
         trials = optuna.load_study(study_name="precision-demo", storage=url).trials
-    finished = [t for t in trials if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    finished = [t for t in trials if counts_toward_budget(t)]  # not instant skips (e.g. a start past the budget)
     speeds = [t.user_attrs["throughput_samples_per_s"] for t in finished if "throughput_samples_per_s" in t.user_attrs]
     return {
         "wall_seconds": wall, "finished": len(finished), "trials_per_hour": len(finished) / wall * 3600,

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SMALL_SPACE, cli_args, run_cli
 from optuna.trial import FrozenTrial, TrialState
-from test_faults import ONE_TRIAL
-from test_workers import _assert_resumed, _running_with_checkpoint, _space, _trials, _wait_for
+from test_workers import LONG_TRIALS, _assert_resumed, _running_with_checkpoint, _space, _trials, _wait_for
 
 import hpo
 from hpo._api import WorkerJob, resolve_data, resolve_space, run_job
@@ -32,8 +31,11 @@ pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("ray")]
 TINY = {**SMALL_SPACE, "params": {k: v for k, v in SMALL_SPACE["params"].items() if k in ("fp_precision", "learning_rate")},
         "fixed": {**SMALL_SPACE["fixed"], "model": "tiny-bert", "batch_size": 16, "max_steps": 3, "eval_every": 0}}
 
+# Trials of 24 steps that checkpoint every 6: long enough to be caught mid-run, short for the suite.
+SHORT_CHECKPOINTED = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 1, "max_steps": 24, "eval_every": 6}}
 
-@pytest.fixture(scope="module")
+
+@pytest.fixture(scope="session")  # session: kept when another module's test runs in between on this xdist worker
 def ray_address() -> Iterator[str]:
     import ray
 
@@ -45,8 +47,8 @@ def ray_address() -> Iterator[str]:
 
 
 def _ray_args(url: str, data: Path, tmp_path: Path, name: str, address: str) -> list[str]:
-    """Two Ray workers on trials that checkpoint every 10 steps, a budget of 2."""
-    return cli_args(url, _space(tmp_path, ONE_TRIAL), data, "--study-name", name, "--n-trials", "2",
+    """Two Ray workers on trials that checkpoint every 6 steps, a budget of 2."""
+    return cli_args(url, _space(tmp_path, SHORT_CHECKPOINTED), data, "--study-name", name, "--n-trials", "2",
                     "--artifact-store", str(tmp_path / "artifacts"), "--ray", address, "--workers", "2")
 
 
