@@ -21,7 +21,9 @@ COPY trial_executor ./trial_executor
 COPY search_spaces ./search_spaces
 COPY docker/make-dirs.sh /usr/local/bin/make-dirs.sh
 # The tracking extra: --track mlflow / --track tensorboard /artifacts/tensorboard work in the container.
-RUN pip install ".[tracking]" && useradd --create-home --uid 1000 hpo && make-dirs.sh hpo
+# Ray clusters (deploy/kuberay, deploy/slurm): --build-arg EXTRAS=tracking,ray
+ARG EXTRAS=tracking
+RUN pip install ".[${EXTRAS}]" && useradd --create-home --uid 1000 hpo && make-dirs.sh hpo
 
 USER hpo
 # Relative paths (the default SQLite file, ./hpo-artifacts, reports) land in a directory the user owns.

@@ -8,6 +8,7 @@ and worker processes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import warnings
@@ -29,8 +30,9 @@ from hpo.storage._best_model import keep_if_best, keeping_best_model
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
 from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import GRPC_SCHEME, Heartbeat, create_storage, resolve_storage_url
+from hpo.study._ray_workers import RayCluster, RayRun, TrialWatcher, connect, plan, start_workers, wait_for_workers
 from hpo.study._run_checks import check_run_options
-from hpo.study._study import open_study, run_to_budget
+from hpo.study._study import finished_count, open_study, run_to_budget
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS, load_warm_start_source, warm_start_configurations
 from hpo.study._workers import WORKER_INDEX_ENV
 from trial_executor import StepProgress, TextClassificationData, demo_dataset, load_text_classification
@@ -268,6 +270,53 @@ def run_study(
         )
 
 
+@dataclass(frozen=True)
+class WorkerJob:
+    """What a worker on any machine needs to run its share of a study: sent (pickled) to each Ray worker.
+
+    ``run``: :func:`run_study`'s keyword arguments; ``track``: :func:`make_trackers`'s kinds.
+    """
+
+    space: SearchSpace
+    data: TextClassificationData
+    url: str
+    study_name: str
+    seed: int
+    heartbeat: Heartbeat
+    run: dict[str, Any]
+    track: Sequence[str | Sequence[str]] = ()
+
+
+def run_job(job: WorkerJob, stop_requested: Callable[[], bool]) -> None:
+    """One worker's path, as a ``--workers`` process runs it: open the study, run trials until the budget or a stop."""
+    prepared = prepare_study(job.space, job.data, storage=job.url, study_name=job.study_name, seed=job.seed, heartbeat=job.heartbeat)
+    hooks = RunHooks(stop_requested=stop_requested)
+    run_study(prepared, **job.run, hooks=hooks, trackers=make_trackers(job.track, job.study_name))
+
+
+def run_on_ray(
+    prepared: PreparedStudy, job: WorkerJob, cluster: RayCluster, placement: RayRun, *,
+    stop_requested: Callable[[], bool] = lambda: False, on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
+    tick: Callable[[], None] | None = None,
+) -> None:
+    """Run ``job`` in ``placement.workers`` Ray actors until the study's budget; this process runs no trial.
+
+    ``on_trial_finished(trial, finished)`` is called here, in the driver, for each trial a worker ended.
+    """
+    actors = start_workers(cluster, placement)
+    watcher = TrialWatcher(prepared.study)
+
+    def poll() -> None:
+        for trial in watcher.new():
+            if on_trial_finished is not None:
+                on_trial_finished(trial, finished_count(prepared.study))
+        if tick is not None:
+            tick()
+
+    wait_for_workers(cluster, actors, functools.partial(run_job, job), stop_requested=stop_requested, tick=poll)
+    poll()
+
+
 def optimize(
     space: SpaceLike | None = None,
     data: DataLike = None,
@@ -294,6 +343,9 @@ def optimize(
     on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
     warm_start: str | None = None,
     warm_start_trials: int = DEFAULT_WARM_START_TRIALS,
+    ray: bool | str = False,
+    workers: int | None = None,
+    gpus_per_trial: float | None = None,
 ) -> optuna.Study:
     """Run (or resume, or extend) a precision-search study to ``n_trials`` finished trials; return it.
 
@@ -307,9 +359,10 @@ def optimize(
     ``[("tensorboard", "runs")]`` (one run per trial; the optional ``tracking`` extra).
     ``on_trial_finished(trial, finished)`` gets each ended trial. ``warm_start``: an earlier study in
     the same storage; its ``warm_start_trials`` best trials' params that fit the space run first (once).
-    ``artifact_store=None``: no checkpoints and no kept best model.
-    Bad input raises :class:`hpo.UserError` (or :class:`trial_executor.DataError`) before
-    anything is written. Rerunning the same call resumes the study.
+    ``artifact_store=None``: no checkpoints and no kept best model. ``ray`` (the ``ray`` extra): ``workers``
+    Ray actors run the trials, each reserving ``gpus_per_trial`` GPUs; ``True`` starts a local cluster, else
+    its address (``"auto"``, ``"host:port"``, ``"ray://..."``). Bad input raises :class:`hpo.UserError` (or
+    :class:`trial_executor.DataError`) before anything is written. Rerunning the same call resumes the study.
     """
     cache = resolve_cache_dir(cache_dir)
     check_run_options(seed=seed, device=device, study_name=study_name, artifact_store=artifact_store, cache_dir=cache)
@@ -318,16 +371,40 @@ def optimize(
         data, seed=seed, text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
         valid_data=valid_data, valid_fraction=valid_fraction, empty_text=empty_text, task=resolved.task,
     )
-    trackers = make_trackers(track, study_name)
-    prepared = prepare_study(
-        resolved, loaded, storage=storage, study_name=study_name, seed=seed, heartbeat=Heartbeat(),
-        warm_start_from=warm_start, warm_start_trials=warm_start_trials,
-    )
-    run_study(
-        prepared, n_trials=n_trials, timeout=timeout, seed=seed, device=device, cache_dir=cache_dir, artifacts=artifact_store,
-        keep_checkpoints=keep_checkpoints, max_retry=max_retry, hooks=RunHooks(on_trial_finished=on_trial_finished), trackers=trackers,
-    )
+    run = {"n_trials": n_trials, "timeout": timeout, "seed": seed, "device": device, "cache_dir": cache_dir,
+           "artifacts": artifact_store, "keep_checkpoints": keep_checkpoints, "max_retry": max_retry}
+    opening = {"storage": storage, "study_name": study_name, "seed": seed, "warm_start_from": warm_start, "warm_start_trials": warm_start_trials}
+    trackers = make_trackers(track, study_name)  # checked before anything is written
+    return _prepare_and_run(resolved, loaded, run, opening, (track, trackers), on_trial_finished, ray=ray, workers=workers, gpus_per_trial=gpus_per_trial)
+
+
+def _prepare_and_run(
+    space: SearchSpace, data: TextClassificationData, run: dict[str, Any], opening: dict[str, Any],
+    tracking: tuple[Sequence[str | Sequence[str]], list[Tracker]], on_trial_finished: Callable[[FrozenTrial, int], None] | None,
+    *, ray: bool | str, workers: int | None, gpus_per_trial: float | None,
+) -> optuna.Study:
+    """:func:`optimize` once its inputs are read: the Ray cluster (checked first), the study, its run."""
+    cluster = connect(None if ray is True else ray, resolve_storage_url(opening["storage"])) if ray else None
+    try:
+        placement = plan(cluster, workers, gpus_per_trial) if cluster else None
+        prepared = prepare_study(space, data, heartbeat=Heartbeat(), **opening)
+        _run_here_or_on_ray(prepared, run, tracking, on_trial_finished, cluster, placement)
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
     return prepared.study
+
+
+def _run_here_or_on_ray(
+    prepared: PreparedStudy, run: dict[str, Any], tracking: tuple[Sequence[str | Sequence[str]], list[Tracker]],
+    on_trial_finished: Callable[[FrozenTrial, int], None] | None, cluster: RayCluster | None, placement: RayRun | None,
+) -> None:
+    track, trackers = tracking
+    if cluster is None or placement is None:
+        run_study(prepared, **run, hooks=RunHooks(on_trial_finished=on_trial_finished), trackers=trackers)
+        return
+    job = WorkerJob(prepared.space, prepared.data, prepared.url, prepared.study.study_name, run["seed"], Heartbeat(), run, track)
+    run_on_ray(prepared, job, cluster, placement, on_trial_finished=on_trial_finished)
 
 
 def load(study_name: str = DEFAULT_STUDY_NAME, storage: str | None = None) -> optuna.Study:

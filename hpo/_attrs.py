@@ -20,6 +20,14 @@ if TYPE_CHECKING:
 CONFIG_ATTR = "config"  # the trial's resolved TrainConfig as a dict
 HARDWARE_ATTR = "hardware"
 WORKER_ATTR = "worker"  # host, pid and start time of the process running the trial
+# Keys of the WORKER_ATTR dict saying where the trial ran: the node (host name), under Ray its node, worker
+# and actor ids, the GPU fraction reserved, and how many trials may share the GPU (1: it had it alone).
+NODE_KEY = "node"
+RAY_NODE_KEY = "ray_node"
+RAY_WORKER_KEY = "ray_worker"
+RAY_ACTOR_KEY = "ray_actor"
+GPU_FRACTION_KEY = "gpu_fraction"
+TRIALS_PER_GPU_KEY = "trials_per_gpu"
 BASELINE_ATTR = "fp32_baseline"  # the enqueued fp32 trial speedups are measured against
 # Where an enqueued known configuration came from: "space:<index>" (the space's enqueue list) or
 # "study:<name>:<number>" (--warm-start); each is enqueued once per study.
@@ -35,6 +43,8 @@ INTERRUPTED_AT_STEP_ATTR = "interrupted_at_step"
 OUTCOME_ATTRS = (FAIL_REASON_ATTR, SKIP_REASON_ATTR, SKIP_DETAIL_ATTR, SKIP_STEP_ATTR, OOM_BATCH_SIZE_ATTR, OOM_FALLBACK_ATTR)
 CONSTRAINTS_ATTR = "constraints"
 FEASIBLE_ATTR = "feasible"
+# The trial's own number once it holds one of the budget's slots (hpo.study._study): finished + held <= budget.
+BUDGET_SLOT_ATTR = "budget_slot"
 # Trial attrs: resuming from a checkpoint, and tracking runs.
 CHECKPOINT_ATTR = "checkpoint"
 RESUMED_FROM_TRIAL_ATTR = "resumed_from_trial"
@@ -135,6 +145,12 @@ MAJORITY_CLASS_HINT = (
     "the learning rate range may be too high for this model (a pretrained model wants ~1e-5..3e-4: "
     "search_spaces/finetune.yaml)"
 )
+
+
+def trials_per_gpu_of(trial: FrozenTrial) -> int:
+    """How many trials could share the trial's GPU (fractional reservation, or workers on the same ``--gpus`` index); 1 alone."""
+    worker = trial.user_attrs.get(WORKER_ATTR)
+    return int(worker.get(TRIALS_PER_GPU_KEY) or 1) if isinstance(worker, dict) else 1
 
 
 def is_baseline(trial: FrozenTrial) -> bool:

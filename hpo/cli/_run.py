@@ -44,12 +44,14 @@ from hpo._attrs import (
 )
 from hpo._errors import UserError
 from hpo.cli._parsing import Parser, at_least, between, command_prog, run_guarded
+from hpo.cli._run_ray import add_ray_arguments, check_ray_flags, connect_cluster, run_with_ray
 from hpo.reporting._progress import StudyProgress, best_so_far
 from hpo.reporting._tracking import Tracker, make_trackers
 from hpo.space._measures import measured_value
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
 from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, quiet_trial_failures
+from hpo.study._ray_workers import WorkerLostError
 from hpo.study._run_checks import check_gpus, check_run_options
 from hpo.study._study import TooManyFailuresError, finished_count
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
@@ -141,10 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_workers(parser: argparse.ArgumentParser) -> None:
     workers = parser.add_argument_group("workers and failures")
     workers.add_argument(
-        "--workers", type=_positive_int, default=1,
-        help="worker processes on this machine, all on the same study and budget (default: %(default)s)",
+        "--workers", type=_positive_int, default=None,
+        help="worker processes on this machine, all on the same study and budget (default: 1; with --ray, see --ray)",
     )
     workers.add_argument("--gpus", type=_gpu_list, default=None, help="GPU indices; worker i sees only GPU i mod N, e.g. 0,1,2,3")
+    add_ray_arguments(workers)
     workers.add_argument(
         "--heartbeat-interval", type=_positive_int, default=Heartbeat.interval,
         help="seconds between a running trial's heartbeats (default: %(default)s)",
@@ -330,6 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         # Everything that can be wrong with the input is checked before anything is written.
+        check_ray_flags(args)
         check_run_options(
             seed=args.seed, device=args.device, study_name=args.study_name, artifact_store=args.artifact_store,
             cache_dir=resolve_cache_dir(args.cache_dir), heartbeat=(args.heartbeat_interval, args.grace_period),
@@ -347,19 +351,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             empty_text=args.empty_text, task=space.task,
         )
         trackers = make_trackers(args.track, args.study_name)
+        cluster, placement = connect_cluster(args, url) if args.ray is not None else (None, None)
         heartbeat = Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
         prepared = prepare_study(
             space, data, storage=url, study_name=args.study_name, seed=args.seed, heartbeat=heartbeat,
             warm_start_from=args.warm_start, warm_start_trials=args.warm_start_trials,
         )
         study, names = prepared.study, space.objective_names
-        if args.workers > 1:
+        if cluster is not None:
+            return run_with_ray(
+                prepared, cluster, placement, args, stop, prog=PROG,
+                line=lambda trial: trial_line(trial, names), summary=lambda: _summary(study, url, args.n_trials, names),
+            )
+        if (args.workers or 1) > 1:
             print(f"Starting {args.workers} workers on study {args.study_name!r}", flush=True)
             return _run_workers(study, names, argv, args)
         return _run_here(prepared, trackers, url, args, stop)
 
     try:
-        return run_guarded(PROG, url, body, user_errors=(UserError, DataError), failures=(TooManyFailuresError,))
+        return run_guarded(PROG, url, body, user_errors=(UserError, DataError), failures=(TooManyFailuresError, WorkerLostError))
     except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, the running trial marked FAIL by Optuna
         print(f"{PROG}: interrupted; rerun the same command to resume the study", file=sys.stderr)
         return stop.exit_code or 130

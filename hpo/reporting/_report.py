@@ -29,6 +29,7 @@ from hpo._attrs import (
     skip_reason_of,
     stored_space,
     throughput_of,
+    trials_per_gpu_of,
 )
 from hpo.space._measures import measured_value
 from trial_executor import METRICS, PRECISIONS
@@ -78,6 +79,7 @@ class StudyReport:
     trials: list[FrozenTrial]
     host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
     majority_class: list[int] = field(default_factory=list)  # trials that never left the majority class
+    shared_gpu: list[int] = field(default_factory=list)  # trials that shared their GPU with other trials
 
 
 def precision_of(trial: FrozenTrial) -> str:
@@ -99,9 +101,10 @@ def outcome(trial: FrozenTrial) -> str:
 
 
 def _measured(trial: FrozenTrial) -> bool:
-    # Trials that trained in full or until the pruner stopped them; skipped ones measured nothing comparable.
+    # Trials that trained in full or until the pruner stopped them; skipped ones measured nothing comparable,
+    # nor did trials sharing a GPU with others (--gpus-per-trial 0.25, several --workers on one --gpus index).
     return trial.state in (TrialState.COMPLETE, TrialState.PRUNED) and SKIP_REASON_ATTR not in trial.user_attrs \
-        and measured_value(trial.user_attrs, THROUGHPUT_ATTR) is not None
+        and measured_value(trial.user_attrs, THROUGHPUT_ATTR) is not None and trials_per_gpu_of(trial) == 1
 
 
 def _speed_key(trial: FrozenTrial) -> str:
@@ -211,6 +214,7 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
         rows=rows, front=front, front_label=front_label, trials=sorted(trials, key=lambda t: t.number),
         host_limited=sorted(t.number for t in trials if is_host_limited(t)),
         majority_class=sorted(t.number for t in trials if is_majority_class(t)),
+        shared_gpu=sorted(t.number for t in trials if trials_per_gpu_of(t) > 1),
     )
 
 
@@ -282,6 +286,11 @@ def summary_lines(report: StudyReport) -> list[str]:
         lines.append(
             f"Majority-class trials (predicted one class, or scored exactly the majority share: they learned nothing, "
             f"so their precision's accuracy says nothing): {', '.join(map(str, report.majority_class))}; {MAJORITY_CLASS_HINT}."
+        )
+    if report.shared_gpu:
+        lines.append(
+            "Shared-GPU trials (their throughput was taken while other trials used the same GPU: left out of every "
+            f"speed and speedup here): {', '.join(map(str, report.shared_gpu))}."
         )
     return lines
 

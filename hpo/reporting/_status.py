@@ -62,7 +62,8 @@ def _heartbeat_ages(storage: optuna.storages.BaseStorage, trial_ids: list[int]) 
 def _worker(trial: FrozenTrial) -> str:
     worker = trial.user_attrs.get(WORKER_ATTR)
     if isinstance(worker, dict):
-        return f"{worker.get('host', '?')} pid {worker.get('pid', '?')}"
+        ray = f" (Ray worker {worker['ray_worker'][:8]} on node {worker.get('ray_node', '?')[:8]})" if worker.get("ray_worker") else ""
+        return f"{worker.get('host', '?')} pid {worker.get('pid', '?')}{ray}"
     return "unknown worker"
 
 

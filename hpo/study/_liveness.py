@@ -15,15 +15,27 @@ import contextlib
 import copy
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._attrs import FAIL_REASON_ATTR, WORKER_ATTR
+from hpo._attrs import (
+    FAIL_REASON_ATTR,
+    GPU_FRACTION_KEY,
+    NODE_KEY,
+    RAY_ACTOR_KEY,
+    RAY_NODE_KEY,
+    RAY_WORKER_KEY,
+    TRIALS_PER_GPU_KEY,
+    WORKER_ATTR,
+)
 
 WORKER_DIED = "worker_died"
+# Set by the launchers (--workers with --gpus, --ray with --gpus-per-trial): how many workers' trials share this worker's GPU.
+GPU_SHARED_ENV = "HPO_TRIALS_PER_GPU"
 
 
 def _read(path: str) -> str | None:
@@ -49,12 +61,34 @@ def _process_key(pid: int) -> str | None:
     return f"{boot}/{namespace}/{pid}/{started}" if boot else None
 
 
+def _ray_placement() -> dict[str, Any]:
+    """Where Ray placed this process: node, worker and actor ids, its GPU share; ``{}`` outside a Ray actor."""
+    ray = sys.modules.get("ray")  # never imported here: Ray is an optional extra
+    if ray is None or not ray.is_initialized():
+        return {}
+    context = ray.get_runtime_context()
+    if context.get_actor_id() is None:  # the driver, not one of its workers
+        return {}
+    return {
+        RAY_NODE_KEY: context.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
+        RAY_WORKER_KEY: context.get_worker_id(), RAY_ACTOR_KEY: context.get_actor_id(),
+        GPU_FRACTION_KEY: float(context.get_assigned_resources().get("GPU", 0.0)),
+    }
+
+
 def worker_identity(trial_number: int) -> dict[str, Any]:
     """What trial ``trial_number`` records about the process that runs it (user attr ``worker``)."""
     return {
-        "host": socket.gethostname(), "pid": os.getpid(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "process": _process_key(os.getpid()), "trial": trial_number,
+        "host": socket.gethostname(), NODE_KEY: socket.gethostname(), "pid": os.getpid(),
+        "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"), TRIALS_PER_GPU_KEY: int(os.environ.get(GPU_SHARED_ENV) or 1),
+        "process": _process_key(os.getpid()), "trial": trial_number, **_ray_placement(),
     }
+
+
+def _earlier_incarnation_of_this_actor(worker: dict[str, Any]) -> bool:
+    """A Ray actor has one live process: a trial of this actor from another process is from one that died (on any node)."""
+    mine = _ray_placement()
+    return bool(mine) and worker.get(RAY_ACTOR_KEY) == mine[RAY_ACTOR_KEY] and worker.get(RAY_WORKER_KEY) != mine[RAY_WORKER_KEY]
 
 
 def worker_is_gone(trial: FrozenTrial) -> bool:
@@ -63,6 +97,8 @@ def worker_is_gone(trial: FrozenTrial) -> bool:
     # A retry starts with a copy of its predecessor's attrs, dead worker included, until its own worker writes its own.
     if not isinstance(worker, dict) or worker.get("trial") != trial.number:
         return False
+    if _earlier_incarnation_of_this_actor(worker):
+        return True
     if not isinstance(worker.get("process"), str) or not isinstance(worker.get("pid"), int):
         return False
     mine = _process_key(os.getpid())

@@ -7,6 +7,8 @@ How a trial ends:
   not counted toward the budget), ``non_finite_loss`` (the run diverged: NaN/inf loss, or a
   non-finite final metric) or ``oom`` (out of memory, after the optional half-batch retry).
   NaN never reaches the sampler as a value.
+- PRUNED with ``skip_reason`` ``over_budget``: started by a worker when running trials of other
+  workers already held the rest of the budget (a rare race between workers); never trained, not counted.
 - PRUNED without ``skip_reason``: stopped by the study's pruner.
 - FAIL with ``fail_reason`` ("Type: message"): anything else, a bug or a broken environment;
   the traceback goes to the worker's log, never into the study.
@@ -24,6 +26,7 @@ import re
 SKIP_UNSUPPORTED = "unsupported_precision"
 SKIP_NON_FINITE = "non_finite_loss"
 SKIP_OOM = "oom"
+SKIP_OVER_BUDGET = "over_budget"
 SKIP_REASONS: tuple[str, ...] = (SKIP_UNSUPPORTED, SKIP_NON_FINITE, SKIP_OOM)
 INTERRUPTED = "interrupted"
 

@@ -6,19 +6,23 @@ import contextlib
 import hashlib
 import os
 import socket
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import optuna
 import sqlalchemy
+from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import (
     BASELINE_ATTR,
+    BUDGET_SLOT_ATTR,
     DATASET_FINGERPRINT_ATTR,
     ENQUEUED_FROM_ATTR,
     LABEL_NAMES_ATTR,
     SEARCH_SPACE_ATTR,
+    SKIP_REASON_ATTR,
     fail_reason_of,
     is_baseline,
     skip_reason_of,
@@ -28,11 +32,13 @@ from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError
 from hpo.storage._storage import sqlite_file_lock
 from hpo.study._liveness import fail_dead_local_trials
-from hpo.study._outcomes import INTERRUPTED, SKIP_UNSUPPORTED
+from hpo.study._outcomes import INTERRUPTED, SKIP_OVER_BUDGET, SKIP_UNSUPPORTED
 from trial_executor import TextClassificationData
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 MAX_CONSECUTIVE_FAILURES = 3
+# How often a worker with no budget left to start checks whether the running trials of others finished or died.
+ROOM_POLL_S = 1.0
 
 
 class TooManyFailuresError(RuntimeError):
@@ -167,11 +173,47 @@ def _sampler_seed(seed: int) -> int:
 
 def counts_toward_budget(trial: FrozenTrial) -> bool:
     """Finished trials count; instant skips of a precision this machine cannot run do not."""
-    return trial.state in FINISHED and skip_reason_of(trial) != SKIP_UNSUPPORTED
+    return trial.state in FINISHED and skip_reason_of(trial) not in (SKIP_UNSUPPORTED, SKIP_OVER_BUDGET)
 
 
 def finished_count(study: optuna.Study) -> int:
     return sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def _budget_used(study: optuna.Study) -> tuple[int, int]:
+    """Finished trials counting toward the budget, and running trials holding a slot of it."""
+    trials = study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
+    held = sum(t.state == TrialState.RUNNING and t.user_attrs.get(BUDGET_SLOT_ATTR) == t.number for t in trials)
+    return sum(counts_toward_budget(t) for t in trials), held
+
+
+def _take_slot(study: optuna.Study, trial: optuna.Trial, n_trials: int) -> bool:
+    """Give ``trial`` a slot of the budget unless finished and running trials hold them all: checked and taken under
+    the study's lock, so several workers never start more trials than the budget has left."""
+    with _study_lock(study._storage, study.study_name):
+        finished, held = _budget_used(study)
+        if finished + held >= n_trials:
+            return False
+        trial.set_user_attr(BUDGET_SLOT_ATTR, trial.number)
+        return True
+
+
+def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None, go_on: Callable[[], bool]) -> bool:
+    """Whether this worker should start another trial; waits while other workers' running trials hold the rest of the budget.
+
+    One of them may fail or its worker die: its trial, re-queued by the sweeps here, is then
+    run by this worker. Without heartbeats a dead worker's trial is never released: no wait.
+    """
+    while go_on():
+        optuna.storages.fail_stale_trials(study)
+        fail_dead_local_trials(study, max_retry)
+        finished, held = _budget_used(study)
+        if finished + held < n_trials:
+            return True
+        if finished >= n_trials or not is_heartbeat_enabled(study._storage):
+            return False
+        time.sleep(ROOM_POLL_S)
+    return False
 
 
 def run_to_budget(
@@ -194,10 +236,11 @@ def run_to_budget(
     the budget.
     """
     failures = 0
+    stopping = stop_requested or (lambda: False)
 
     def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         nonlocal failures
-        finished = finished_count(study)
+        finished, held = _budget_used(study)  # held: by other workers' running trials, this one has ended
         if on_trial_finished is not None:
             on_trial_finished(trial, finished)
         interrupted = trial.state == TrialState.FAIL and fail_reason_of(trial) == INTERRUPTED
@@ -206,16 +249,25 @@ def run_to_budget(
         # Bad enqueued values say nothing about the environment: they do not count as failures in a row.
         invalid = fail_reason_of(trial).startswith(f"{InvalidTrialError.__name__}:")
         failures = failures + 1 if trial.state == TrialState.FAIL and not (interrupted or invalid) else 0
-        if failures >= MAX_CONSECUTIVE_FAILURES or finished >= n_trials:
-            study.stop()
-        if stop_requested is not None and stop_requested():
+        if failures >= MAX_CONSECUTIVE_FAILURES or finished + held >= n_trials or stopping():
             study.stop()
 
-    # A worker of this machine killed mid-trial (SIGKILL, OOM killer) is found at once, not after the grace period.
-    fail_dead_local_trials(study, max_retry)
-    if finished_count(study) >= n_trials:
-        return
-    study.optimize(objective, timeout=timeout, callbacks=[after_trial], catch=(Exception,))
+    def budgeted(trial: optuna.Trial) -> float | Sequence[float]:
+        if not _take_slot(study, trial, n_trials):
+            trial.set_user_attr(SKIP_REASON_ATTR, SKIP_OVER_BUDGET)
+            study.stop()
+            raise optuna.TrialPruned("the running trials of other workers hold the rest of the budget")
+        return objective(trial)
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+
+    def go_on() -> bool:
+        return failures < MAX_CONSECUTIVE_FAILURES and not stopping() and (deadline is None or time.monotonic() < deadline)
+
+    # Sweeps first: a worker of this machine killed mid-trial (SIGKILL, OOM killer) is found at once, not after the grace period.
+    while _room_for_a_trial(study, n_trials, max_retry, go_on):
+        remaining = None if deadline is None else deadline - time.monotonic()
+        study.optimize(budgeted, timeout=remaining, callbacks=[after_trial], catch=(Exception,))
     # Optuna sweeps dead workers' trials when a trial starts; sweep once more on the way out.
     optuna.storages.fail_stale_trials(study)
     fail_dead_local_trials(study, max_retry)

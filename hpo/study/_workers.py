@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import IO
 
+from hpo.study._liveness import GPU_SHARED_ENV
+
 # Set in each worker started by run_workers: its index among the machine's workers.
 WORKER_INDEX_ENV = "HPO_WORKER_INDEX"
 
@@ -66,6 +68,8 @@ def run_workers(
         env = {**threads, **os.environ, WORKER_INDEX_ENV: str(index)}
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
+            # Workers given the same GPU index share it: their trials' speeds are contended (see the report).
+            env[GPU_SHARED_ENV] = str(sum(gpus[i % len(gpus)] == env["CUDA_VISIBLE_DEVICES"] for i in range(workers)))
         # Own session: a terminal Ctrl-C reaches the workers once, through forward(), not twice.
         children.append(subprocess.Popen(
             [sys.executable, "-m", "hpo.run", *argv, "--workers", "1"], env=env, start_new_session=True,

@@ -1,0 +1,105 @@
+"""``python -m hpo.run --ray [ADDRESS]``: the study's workers as Ray actors; this process shows their progress."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable
+
+from optuna.trial import FrozenTrial
+
+from hpo._api import PreparedStudy, WorkerJob, run_on_ray
+from hpo._errors import UserError
+from hpo.reporting._progress import StudyProgress, best_so_far
+from hpo.storage._storage import Heartbeat
+from hpo.study._ray_workers import RayCluster, RayRun, check_gpus_per_trial, connect, plan, require_ray
+from hpo.study._study import finished_count
+from hpo.study._workers import StopSignal
+
+LOCAL = ""  # `--ray` with no address: start a Ray cluster on this machine
+
+
+def _gpus(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of GPUs such as 0.25, 1 or 2, got {text!r}") from None
+    try:
+        check_gpus_per_trial(value)
+    except UserError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--gpus-per-trial ")) from None
+    return value
+
+
+def add_ray_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--ray", nargs="?", const=LOCAL, default=None, metavar="ADDRESS",
+        help="run the workers as Ray actors: on the cluster at ADDRESS (auto, host:port, ray://host:port), or on one started "
+             "here; --workers defaults to one per GPU share (else per CPU) of the cluster (needs pip install 'precision-hpo[ray]')",
+    )
+    group.add_argument(
+        "--gpus-per-trial", type=_gpus, default=None, metavar="F",
+        help="with --ray: GPUs each trial reserves through Ray, a fraction (0.25: four trials share a GPU) or whole GPUs "
+             "(default: 1 on a cluster with GPUs, else 0)",
+    )
+
+
+def check_ray_flags(args: argparse.Namespace) -> None:
+    if args.ray is None and args.gpus_per_trial is not None:
+        raise UserError("--gpus-per-trial places trials through Ray: add --ray (without Ray, --workers N --gpus 0,1 pins workers to GPUs)")
+    if args.ray is not None and args.gpus:
+        raise UserError("--gpus picks GPUs on this machine; with --ray, Ray assigns them: use --gpus-per-trial")
+    if args.ray is not None:
+        require_ray()  # before the space and data are read: a missing extra is said at once
+
+
+def connect_cluster(args: argparse.Namespace, url: str) -> tuple[RayCluster, RayRun]:
+    """The Ray cluster and the workers' placement, checked before anything is written to the study."""
+    cluster = connect(args.ray or None, url)
+    try:
+        return cluster, plan(cluster, args.workers, args.gpus_per_trial)
+    except BaseException:
+        cluster.shutdown()
+        raise
+
+
+def job_of(prepared: PreparedStudy, args: argparse.Namespace) -> WorkerJob:
+    """What every Ray worker runs: the same study, flags and budget as a ``--workers`` process."""
+    run = {
+        "n_trials": args.n_trials, "timeout": args.timeout, "seed": args.seed, "device": args.device, "cache_dir": args.cache_dir,
+        "artifacts": args.artifact_store, "keep_checkpoints": args.keep_checkpoints, "max_retry": args.max_retry,
+    }
+    heartbeat = Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
+    return WorkerJob(prepared.space, prepared.data, prepared.url, args.study_name, args.seed, heartbeat, run, args.track)
+
+
+def run_with_ray(
+    prepared: PreparedStudy, cluster: RayCluster, placement: RayRun, args: argparse.Namespace, stop: StopSignal, *,
+    line: Callable[[FrozenTrial], str], summary: Callable[[], str], prog: str,
+) -> int:
+    """Run the workers on Ray until the budget or Ctrl-C; print each trial's ``line``, then the ``summary``."""
+    study, names = prepared.study, prepared.space.objective_names
+    share = f", {placement.gpus_per_trial:g} GPU each" if placement.gpus_per_trial else ""
+    print(f"Starting {placement.workers} Ray workers{share} on study {args.study_name!r} "
+          f"({cluster.address}: {cluster.nodes} nodes, {cluster.cpus:g} CPUs, {cluster.gpus:g} GPUs)", flush=True)
+    progress = StudyProgress(args.n_trials, finished_count(study), bars=StudyProgress.wants_bars(sys.stdout, args.quiet), quiet=args.quiet)
+
+    def finished(trial: FrozenTrial, count: int) -> None:
+        progress.trial_finished(line(trial), count, best_so_far(study, names))
+
+    def tick() -> None:
+        with contextlib.suppress(Exception):  # a display refresh never stops the workers: the database may be restarting
+            progress.study_position(finished_count(study), best_so_far(study, names))
+
+    try:
+        with progress.showing():
+            run_on_ray(prepared, job_of(prepared, args), cluster, placement, stop_requested=stop.requested, on_trial_finished=finished, tick=tick)
+    finally:
+        cluster.shutdown()
+    if stop.requested():
+        print(f"{prog}: stopped by a signal; every Ray worker checkpointed its trial and re-queued it: "
+              "rerun the same command to resume the study", file=sys.stderr, flush=True)
+        return stop.exit_code
+    print(summary(), flush=True)
+    return 0

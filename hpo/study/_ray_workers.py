@@ -1,0 +1,237 @@
+"""Workers as Ray actors across a cluster: placed on GPUs (or fractions of one), restarted by Ray when they die.
+
+Each actor is a normal worker: it runs the study's own per-worker path (``work``, see
+``hpo._api.run_job``) against the study's storage, so the budget, heartbeats, checkpoints and
+re-queues work exactly as with ``--workers N``; Ray only places, starts and restarts them.
+Ray is an optional extra: it is imported here, when ``--ray`` is asked for, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._errors import UserError
+from hpo.study._liveness import GPU_SHARED_ENV
+from hpo.study._outcomes import quiet_trial_failures
+from hpo.study._workers import WORKER_INDEX_ENV
+
+RAY_EXTRA = "pip install 'precision-hpo[ray]'"
+# A worker whose process (or node) dies is restarted, and its run retried, this many times.
+MAX_RESTARTS = 3
+# How long a stopped worker may take to checkpoint its trial before it is killed.
+STOP_GRACE_S = 120.0
+
+Work = Callable[[Callable[[], bool]], None]  # runs the worker's share of the study until the budget or stop_requested()
+
+
+class WorkerLostError(RuntimeError):
+    """A Ray worker died more often than it may be restarted."""
+
+
+def require_ray() -> ModuleType:
+    """The ``ray`` module, or a :class:`UserError` naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError(f"--ray needs Ray, which is not installed: {RAY_EXTRA}") from None
+    return ray
+
+
+def check_gpus_per_trial(value: float) -> None:
+    """Ray places a fraction of one GPU, or whole GPUs: 0.25 and 2 are fine, 1.5 is not."""
+    if not (math.isfinite(value) and value >= 0 and (value <= 1 or value == int(value))):
+        raise UserError(f"--gpus-per-trial must be a fraction of one GPU (0.25, 0.5) or a whole number of GPUs, got {value:g}")
+
+
+def _is_sqlite(url: str) -> bool:
+    return url.lower().startswith("sqlite")
+
+
+@dataclass
+class RayCluster:
+    """A connected Ray cluster: what it offers, and how to run a study's workers on it."""
+
+    ray: ModuleType
+    address: str
+    nodes: int
+    cpus: float
+    gpus: float
+    started_here: bool
+
+    def default_workers(self, gpus_per_trial: float) -> int:
+        """One worker per GPU share when trials use GPUs, else one per CPU."""
+        if gpus_per_trial > 0:
+            return max(1, math.floor(self.gpus / gpus_per_trial + 1e-9))
+        return max(1, math.floor(self.cpus))
+
+    def check_fits(self, gpus_per_trial: float) -> None:
+        if gpus_per_trial > self.gpus:
+            raise UserError(
+                f"--gpus-per-trial {gpus_per_trial:g}: the Ray cluster at {self.address} has {self.gpus:g} GPUs in all; "
+                "ask for less, or add GPU nodes"
+            )
+
+    def shutdown(self) -> None:
+        if self.started_here:
+            self.ray.shutdown()
+
+
+def refuse_shared_sqlite(storage_url: str, address: str | None, nodes: int) -> None:
+    """A SQLite file lives on one machine: refused for workers on several nodes or behind Ray Client."""
+    client = (address or "").startswith("ray://")
+    if _is_sqlite(storage_url) and (nodes > 1 or client):
+        where = "through Ray Client" if client else f"on {nodes} nodes"
+        raise UserError(
+            f"--ray {address}: a SQLite file cannot be shared by workers {where}; use PostgreSQL "
+            "(--storage postgresql://user:pass@host:5432/db) or the gRPC proxy (python -m hpo.proxy, --storage grpc://host:port)"
+        )
+
+
+def connect(address: str | None, storage_url: str) -> RayCluster:
+    """Connect to the Ray cluster at ``address`` (``auto``, ``host:port``, ``ray://host:port``), or start one here.
+
+    SQLite with a cluster of several nodes (or Ray Client) is refused before anything is written.
+    """
+    ray = require_ray()
+    refuse_shared_sqlite(storage_url, address, nodes=1)  # Ray Client: refused before connecting
+    started_here = address is None and not ray.is_initialized()
+    if not ray.is_initialized():
+        # log_to_driver: each worker's warnings show on the driver's terminal.
+        ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False)
+    total = ray.cluster_resources()
+    cluster = RayCluster(
+        ray=ray, address=address or "a local Ray cluster", nodes=sum(bool(node.get("Alive")) for node in ray.nodes()),
+        cpus=float(total.get("CPU", 0)), gpus=float(total.get("GPU", 0)), started_here=started_here,
+    )
+    try:
+        refuse_shared_sqlite(storage_url, address, cluster.nodes)
+    except UserError:
+        cluster.shutdown()
+        raise
+    return cluster
+
+
+class _Worker:
+    """The body of one Ray actor: runs ``work`` until the budget, or until :meth:`stop` is called."""
+
+    def __init__(self, index: int, trials_per_gpu: int) -> None:
+        self._stop = threading.Event()
+        # Read by the objective when it records where each trial ran (hpo.study._liveness).
+        os.environ[WORKER_INDEX_ENV] = str(index)
+        os.environ[GPU_SHARED_ENV] = str(trials_per_gpu)
+        # The driver prints each trial's line; Ray relays whatever a worker logs, so workers log only warnings.
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        quiet_trial_failures()
+
+    def run(self, work: Work) -> None:
+        work(self._stop.is_set)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def assigned_resources(self) -> dict[str, Any]:
+        import ray
+
+        return dict(ray.get_runtime_context().get_assigned_resources())
+
+
+@dataclass
+class RayRun:
+    """How the study's workers are placed: how many, and what each reserves."""
+
+    workers: int
+    gpus_per_trial: float
+    cpus_per_trial: float
+
+    @property
+    def trials_per_gpu(self) -> int:
+        return max(1, math.floor(1 / self.gpus_per_trial + 1e-9)) if 0 < self.gpus_per_trial < 1 else 1
+
+
+def plan(cluster: RayCluster, workers: int | None, gpus_per_trial: float | None) -> RayRun:
+    """``workers`` (default: one per GPU share, else per CPU), each reserving ``gpus_per_trial`` GPUs (default 1 where there are GPUs)."""
+    gpus = (1.0 if cluster.gpus >= 1 else 0.0) if gpus_per_trial is None else gpus_per_trial
+    check_gpus_per_trial(gpus)
+    cluster.check_fits(gpus)
+    count = workers or cluster.default_workers(gpus)
+    # The cores shared out as --workers does, so one worker alone trains on all of them.
+    cpus = max(1, math.floor(cluster.cpus / count)) if gpus == 0 else 1
+    return RayRun(workers=count, gpus_per_trial=gpus, cpus_per_trial=cpus)
+
+
+def start_workers(cluster: RayCluster, run: RayRun) -> list[Any]:
+    """The actors, placed by Ray on the resources ``run`` reserves; a dead one is restarted (its run retried)."""
+    actor = cluster.ray.remote(_Worker).options(
+        num_cpus=run.cpus_per_trial, num_gpus=run.gpus_per_trial, max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS,
+        max_concurrency=2,  # run() and stop() at once: stop() reaches a worker in the middle of its trial
+    )
+    return [actor.remote(index, run.trials_per_gpu) for index in range(run.workers)]
+
+
+def wait_for_workers(
+    cluster: RayCluster, actors: list[Any], work: Work, *, stop_requested: Callable[[], bool],
+    tick: Callable[[], None] | None = None, tick_every: float = 2.0,
+) -> None:
+    """Run ``work`` in every actor until the budget; on ``stop_requested()`` or a worker's error, stop them all.
+
+    Stopped workers checkpoint their trials and leave them WAITING (``STOP_GRACE_S`` at most).
+    A worker's exception (a storage it cannot reach, say) is raised here, in the driver, once
+    the others have stopped; a worker that died past its restarts raises :class:`WorkerLostError`.
+    """
+    ray = cluster.ray
+    shared = ray.put(work)  # one copy of the data in the object store, not one per actor; kept for retried runs
+    pending = {actor.run.remote(shared): index for index, actor in enumerate(actors)}
+    error: BaseException | None = None
+    deadline: float | None = None
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=tick_every)
+            for ref in done:
+                index = pending.pop(ref)
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayTaskError as err:
+                    error = error or err.cause
+                except ray.exceptions.RayActorError as err:
+                    error = error or WorkerLostError(
+                        f"Ray worker {index} died and was restarted {MAX_RESTARTS} times; last: {str(err).strip().splitlines()[0]}"
+                    )
+            if deadline is None and (error is not None or stop_requested()):
+                deadline = time.monotonic() + STOP_GRACE_S
+                for actor in actors:
+                    actor.stop.remote()
+            if deadline is not None and time.monotonic() > deadline:
+                break  # killed below: their trials are failed by the heartbeat or the next run's sweep
+            if tick is not None:
+                tick()
+    finally:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+    if error is not None:
+        raise error
+
+
+class TrialWatcher:
+    """Trials that ended since the last call, for a driver that runs none itself (progress lines, callbacks)."""
+
+    def __init__(self, study: optuna.Study) -> None:
+        self._study = study
+        self._seen = {t.number for t in self._ended()}
+
+    def _ended(self) -> list[FrozenTrial]:
+        return self._study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+
+    def new(self) -> list[FrozenTrial]:
+        fresh = [t for t in self._ended() if t.number not in self._seen]
+        self._seen |= {t.number for t in fresh}
+        return fresh

@@ -1,0 +1,175 @@
+"""Studies on a real local Ray cluster (issue 26): the workers are Ray actors, PostgreSQL the one source of truth.
+
+One Ray cluster (2 CPUs, 2 declared GPUs: Ray schedules GPU reservations on a CPU machine
+too) serves the whole module; the CLI drivers connect to it by address, as on a real cluster.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SMALL_SPACE, cli_args, run_cli
+from optuna.trial import FrozenTrial, TrialState
+from test_workers import LONG_TRIALS, _assert_resumed, _running_with_checkpoint, _space, _trials, _wait_for
+
+import hpo
+from hpo._api import WorkerJob, resolve_data, resolve_space, run_job
+from hpo.reporting._report import build_report
+from hpo.storage._storage import Heartbeat, StorageError
+from hpo.study import counts_toward_budget
+from hpo.study._ray_workers import connect, plan, refuse_shared_sqlite, start_workers, wait_for_workers
+
+# Same xdist worker for every test here: one Ray cluster, started once (seconds on two cores).
+pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("ray")]
+TINY = {**SMALL_SPACE, "params": {k: v for k, v in SMALL_SPACE["params"].items() if k in ("fp_precision", "learning_rate")},
+        "fixed": {**SMALL_SPACE["fixed"], "model": "tiny-bert", "batch_size": 16, "max_steps": 3, "eval_every": 0}}
+
+# Trials of 24 steps that checkpoint every 6: long enough to be caught mid-run, short for the suite.
+SHORT_CHECKPOINTED = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 1, "max_steps": 24, "eval_every": 6}}
+
+
+@pytest.fixture(scope="session")  # session: kept when another module's test runs in between on this xdist worker
+def ray_address() -> Iterator[str]:
+    import ray
+
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 1024**2)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def _ray_args(url: str, data: Path, tmp_path: Path, name: str, address: str) -> list[str]:
+    """Two Ray workers on trials that checkpoint every 6 steps, a budget of 2."""
+    return cli_args(url, _space(tmp_path, SHORT_CHECKPOINTED), data, "--study-name", name, "--n-trials", "2",
+                    "--artifact-store", str(tmp_path / "artifacts"), "--ray", address, "--workers", "2")
+
+
+def _strike(
+    url: str, name: str, args: list[str], tmp_path: Path, strike: Callable[[subprocess.Popen[str], FrozenTrial], None],
+) -> tuple[FrozenTrial, str, str, int]:
+    """Start the driver, ``strike`` it once a trial runs with a checkpoint; that trial, its output and exit code."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    driver = subprocess.Popen([sys.executable, "-m", "hpo.run", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        victim = _wait_for(url, name, _running_with_checkpoint)
+        strike(driver, victim)
+        out, err = driver.communicate(timeout=400)
+    finally:
+        driver.kill()
+    return victim, out, err, driver.returncode
+
+
+def _counted(trials: list[FrozenTrial]) -> int:
+    """Trials counting toward the budget: not the instant skips (an unsupported precision, a start past the budget)."""
+    return sum(counts_toward_budget(t) for t in trials)
+
+
+def _placed(trial: FrozenTrial) -> bool:
+    worker = trial.user_attrs.get("worker") or {}
+    return all(worker.get(key) for key in ("node", "ray_node", "ray_worker", "ray_actor"))
+
+
+def test_a_sigkilled_ray_worker_is_restarted_and_its_trial_resumes_with_the_budget_exact(
+    ray_address: str, pg_database: str, small_data: Path, tmp_path: Path,
+) -> None:
+    args = _ray_args(pg_database, small_data, tmp_path, "ray-kill", ray_address)
+    # SIGKILL the Ray worker process running the trial.
+    victim, out, err, code = _strike(pg_database, "ray-kill", args, tmp_path, lambda d, t: os.kill(t.user_attrs["worker"]["pid"], signal.SIGKILL))
+    assert code == 0, err[-3000:]
+    trials = _trials(pg_database, "ray-kill")
+    assert _counted(trials) == 2  # exactly the budget
+    assert not [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    # Found at once by the restarted actor (or the other worker), not after the 120 s heartbeat grace period.
+    dead = next(t for t in trials if t.number == victim.number)
+    assert dead.state == TrialState.FAIL and dead.user_attrs["fail_reason"].startswith("worker_died")
+    retry = next(t for t in trials if t.system_attrs.get("failed_trial") == victim.number)
+    _assert_resumed(retry, victim)
+    assert retry.user_attrs["worker"]["ray_worker"] != victim.user_attrs["worker"]["ray_worker"]
+    # Every trial records where it ran: the node and the Ray worker, two workers in all besides the restarted one.
+    trained = [t for t in trials if "worker" in t.user_attrs]
+    assert all(_placed(t) for t in trained) and len(trained) >= 3
+    assert len({t.user_attrs["worker"]["ray_actor"] for t in trained}) == 2
+    assert "Starting 2 Ray workers" in out
+
+
+def test_ctrl_c_on_the_driver_leaves_the_running_trials_waiting_and_a_rerun_finishes_the_budget(
+    ray_address: str, pg_database: str, small_data: Path, tmp_path: Path,
+) -> None:
+    args = _ray_args(pg_database, small_data, tmp_path, "ray-int", ray_address)
+    # As a terminal's Ctrl-C: SIGINT to the driver's whole process group.
+    _, out, err, code = _strike(pg_database, "ray-int", args, tmp_path, lambda d, t: os.killpg(d.pid, signal.SIGINT))
+    assert code == 130, err[-3000:]
+    assert "Traceback" not in out + err and "rerun the same command" in err.strip().splitlines()[-1]
+    trials = _trials(pg_database, "ray-int")
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    interrupted = [t for t in trials if t.state == TrialState.FAIL]
+    assert interrupted and all(t.user_attrs["fail_reason"] == "interrupted" for t in interrupted)
+    for trial in interrupted:
+        assert [t.state for t in trials if t.system_attrs.get("failed_trial") == trial.number] == [TrialState.WAITING]
+
+    rerun = run_cli(args, tmp_path, timeout=400)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    trials = _trials(pg_database, "ray-int")
+    assert _counted(trials) == 2 and not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    _assert_resumed(next(t for t in trials if t.system_attrs.get("failed_trial") == interrupted[0].number), interrupted[0])
+
+
+def test_gpus_per_trial_reaches_ray_and_the_report_flags_shared_gpu_speeds(
+    ray_address: str, pg_database: str, small_data: Path, tmp_path: Path,
+) -> None:
+    study = hpo.optimize(
+        TINY, small_data, storage=pg_database, study_name="ray-gpus", n_trials=4, device="cpu", text_column="sentence",
+        artifact_store=str(tmp_path / "artifacts"), ray=ray_address, workers=2, gpus_per_trial=0.5,
+    )
+    trials = study.get_trials()
+    assert _counted(trials) == 4 and not [t for t in trials if t.state == TrialState.RUNNING]  # the budget, exactly
+    workers = [t.user_attrs["worker"] for t in trials if "worker" in t.user_attrs]
+    # Read inside each Ray actor from its assigned resources: half a GPU each, so two trials share one.
+    assert {w["gpu_fraction"] for w in workers} == {0.5} and {w["trials_per_gpu"] for w in workers} == {2}
+    assert all(_placed(t) for t in trials if "worker" in t.user_attrs) and len({w["ray_worker"] for w in workers}) == 2
+    report = build_report(study, pg_database)
+    assert report.shared_gpu == sorted(t.number for t in trials if "worker" in t.user_attrs)
+    assert all(row.speedup is None and row.median_samples_per_s is None for row in report.rows)
+
+
+def test_a_worker_that_cannot_reach_the_storage_fails_in_the_driver_with_one_line(ray_address: str, pg_server: str) -> None:
+    unreachable = "postgresql://hpo:secret@db.invalid:5432/hpo"
+    job = WorkerJob(resolve_space(TINY), resolve_data(None), unreachable, "s", 0, Heartbeat(), {"n_trials": 1})
+    cluster = connect(ray_address, pg_server)
+    actors = start_workers(cluster, plan(cluster, 1, 0.0))
+    with pytest.raises(StorageError) as raised:
+        wait_for_workers(cluster, actors, functools.partial(run_job, job), stop_requested=lambda: False)
+    assert "db.invalid" in str(raised.value) and len(str(raised.value).splitlines()) == 1
+    assert "secret" not in str(raised.value)
+
+
+def test_sqlite_on_a_multi_node_cluster_is_one_line(small_data: Path, small_space: Path, tmp_path: Path) -> None:
+    database = tmp_path / "studies.db"
+    args = cli_args(f"sqlite:///{database}", small_space, small_data, "--ray", "ray://127.0.0.1:10001")
+    result = run_cli(args, tmp_path)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "PostgreSQL" in result.stderr and "gRPC proxy" in result.stderr and not database.exists()
+    with pytest.raises(hpo.UserError, match="on 2 nodes; use PostgreSQL"):
+        refuse_shared_sqlite(f"sqlite:///{database}", "auto", nodes=2)
+    refuse_shared_sqlite(f"sqlite:///{database}", "auto", nodes=1)  # one node: one machine's file is fine
+
+
+def test_without_the_ray_extra_ray_is_one_line(small_data: Path, small_space: Path, tmp_path: Path) -> None:
+    shim = tmp_path / "shim" / "ray"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    args = cli_args(f"sqlite:///{tmp_path / 'studies.db'}", small_space, small_data, "--ray")
+    result = run_cli(args, tmp_path, env={"PYTHONPATH": f"{shim.parent}{os.pathsep}{ROOT}"})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "python -m hpo.run: error: --ray needs Ray, which is not installed: pip install 'precision-hpo[ray]'"
+    ]
