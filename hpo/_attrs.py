@@ -50,6 +50,7 @@ THROUGHPUT_ATTR = "throughput_samples_per_s"
 PEAK_MEMORY_ATTR = "peak_memory_mb"
 STEPS_ATTR = "steps"
 HOST_LIMITED_ATTR = "host_limited"
+SKIPPED_STEPS_ATTR = "skipped_steps"
 RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
     METRICS_ATTR: lambda r: r.metrics,
     "precision_effective": lambda r: r.precision_effective,
@@ -78,6 +79,7 @@ RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
     "eval_sample_rows": lambda r: r.eval_sample_rows,
     "metrics_full_split": lambda r: r.metrics_full_split,
     "eval_precision": lambda r: r.eval_precision,
+    SKIPPED_STEPS_ATTR: lambda r: r.skipped_steps,
 }
 
 # Study attrs.

@@ -74,6 +74,8 @@ class TrialResult:
     eval_sample_rows: int = 0
     metrics_full_split: bool = True
     eval_precision: str = ""
+    # fp16: optimizer steps GradScaler skipped for inf/NaN gradients (since the last resume); None without a scaler.
+    skipped_steps: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default=None, help="directory for verdict.md and verdict.png (default: ./hpo-verdict-<study>)")
     parser.add_argument("--max-retry", type=at_least(0), default=Heartbeat.max_retry,
                         help="times a dead or interrupted trial is retried (default: %(default)s)")
+    parser.add_argument("--heartbeat-interval", type=at_least(1), default=Heartbeat.interval,
+                        help="seconds between a running trial's heartbeats (default: %(default)s)")
     parser.add_argument("--grace-period", type=at_least(1), default=Heartbeat.grace_period,
                         help="seconds without a heartbeat before a trial counts as dead (default: %(default)s)")
     parser.add_argument("--artifact-store", default=DEFAULT_ARTIFACT_DIR, help="checkpoint directory (default: %(default)s)")
@@ -70,7 +72,7 @@ def _prepare(args: argparse.Namespace, url: str) -> PreparedStudy:
         text_pair_column=args.text_pair_column, valid_data=args.valid_data, valid_fraction=args.valid_fraction,
         empty_text=args.empty_text, task=space.task,
     )
-    heartbeat = Heartbeat(Heartbeat.interval, args.grace_period, args.max_retry)
+    heartbeat = Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
     return prepare_study(space, data, storage=url, study_name=args.study_name, seed=args.seed, heartbeat=heartbeat)
 
 

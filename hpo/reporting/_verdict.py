@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import (
     PEAK_MEMORY_ATTR,
+    SKIPPED_STEPS_ATTR,
     VERDICT_ATTR,
     hardware_of,
     is_host_limited,
@@ -95,7 +96,7 @@ def _row(precision: str, mine: dict[int, FrozenTrial], fp32: dict[int, FrozenTri
     values = {s: _value(t, metric, objectives) for s, t in done.items()}
     differences = [(values[s] - _value(fp32[s], metric, objectives)) * scale for s in paired]
     interval = paired_interval(differences, CONFIDENCE)
-    skipped = [t.user_attrs["skipped_steps"] for t in done.values() if "skipped_steps" in t.user_attrs]
+    skipped = [t.user_attrs[SKIPPED_STEPS_ATTR] for t in done.values() if t.user_attrs.get(SKIPPED_STEPS_ATTR) is not None]
     return PrecisionVerdict(
         precision=precision, trials={str(s): t.number for s, t in sorted(mine.items())},
         samples_per_s=_mean(list(speeds.values())), speed_ratio=_mean(ratios),

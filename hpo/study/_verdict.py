@@ -29,7 +29,7 @@ from hpo._errors import UserError
 from hpo.study._liveness import fail_dead_local_trials
 from hpo.study._study import enqueue_once, run_to_budget
 from hpo.study._warm_start import best_trials
-from trial_executor._precisions import PRECISIONS
+from trial_executor import PRECISIONS
 
 DEFAULT_VERDICT_SEEDS = 3
 MAX_VERDICT_SEEDS = 30  # the t-quantiles are exact for up to 29 degrees of freedom
