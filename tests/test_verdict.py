@@ -128,7 +128,7 @@ def test_verdict_pairs_seeds_across_two_workers_survives_a_sigkill_and_its_inter
     for precision in ("fp16", "bf16"):
         differences = [done[(precision, s)].value - done[("fp32", s)].value for s in (0, 1)]
         assert differences[0] != differences[1]  # a real interval, not a point
-        assert rows[precision]["interval"] == pytest.approx(_interval_by_hand(differences), abs=1e-9)
+        assert rows[precision]["interval"] == pytest.approx(_interval_by_hand(differences), rel=1e-4)  # t to 3 decimals
         assert rows[precision]["difference"] == pytest.approx(statistics.fmean(differences))
         ratios = [done[(precision, s)].user_attrs["throughput_samples_per_s"] / done[("fp32", s)].user_attrs["throughput_samples_per_s"]
                   for s in (0, 1)]

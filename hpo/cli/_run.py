@@ -336,14 +336,19 @@ def _verdict_after_budget(prepared: PreparedStudy, args: argparse.Namespace, sto
         print("\n".join(["", *verdict_table(verdict)]), flush=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the study; return the process exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+def start_training_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.Namespace, StopSignal, str]:
+    """What a command that trains does first: parse ``argv``, quiet the libraries, catch SIGINT/SIGTERM, resolve --storage."""
+    args = parser.parse_args(argv)
     _quiet_libraries()
     stop = StopSignal()
     stop.install()
-    url = resolve_storage_url(args.storage)
+    return args, stop, resolve_storage_url(args.storage)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the study; return the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, stop, url = start_training_command(build_parser(), argv)
 
     def body() -> int:
         # Everything that can be wrong with the input is checked before anything is written.

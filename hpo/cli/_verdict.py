@@ -20,13 +20,12 @@ from hpo._api import DEFAULT_STUDY_NAME, PreparedStudy, RunHooks, load, prepare_
 from hpo._attrs import stored_space
 from hpo._errors import UserError
 from hpo.cli._parsing import Parser, add_storage_argument, at_least, command_prog, run_guarded
-from hpo.cli._run import _add_data, _quiet_libraries, trial_line
+from hpo.cli._run import _add_data, start_training_command, trial_line
 from hpo.reporting._verdict import write_verdict
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
-from hpo.storage._storage import Heartbeat, resolve_storage_url
+from hpo.storage._storage import Heartbeat
 from hpo.study._study import TooManyFailuresError
 from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, MAX_VERDICT_SEEDS
-from hpo.study._workers import StopSignal
 from trial_executor import PRECISIONS, DataError
 
 PROG = command_prog("verdict")
@@ -78,11 +77,7 @@ def _prepare(args: argparse.Namespace, url: str) -> PreparedStudy:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the verdict; return the process exit code."""
-    args = build_parser().parse_args(argv)
-    _quiet_libraries()
-    stop = StopSignal()
-    stop.install()
-    url = resolve_storage_url(args.storage)
+    args, stop, url = start_training_command(build_parser(), sys.argv[1:] if argv is None else argv)
 
     def body() -> int:
         prepared = _prepare(args, url)
