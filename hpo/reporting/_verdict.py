@@ -157,6 +157,9 @@ def verdict_line(row: PrecisionVerdict, metric: str, unit: str, higher_is_better
     low, high = row.interval
     worse, better = (high < 0, low > 0) if higher_is_better else (low > 0, high < 0)
     meaning = "loss" if worse else "gain" if better else "no measurable loss on this model and data"
+    worst = -low if higher_is_better else high  # the largest loss the interval still allows
+    if not (worse or better) and worst > 0:
+        meaning += f" (a loss of up to {worst:.2f}{' ' + unit if unit else ''} is not ruled out: more seeds narrow it)"
     text = f"{row.precision}: {speed}{memory}, {change} (95% CI {_signed(low)}..{_signed(high)}): {meaning}"
     if row.not_completed:
         text += f"; not completed: {', '.join(f'{n} {k}' for k, n in sorted(row.not_completed.items()))}"
