@@ -31,7 +31,7 @@ from hpo._attrs import (
 )
 from hpo._errors import UserError
 from hpo.reporting._export import flatten
-from hpo.reporting._report import _fmt, _objectives, _table, _value, outcome
+from hpo.reporting._report import _COLOURS, _fmt, _objectives, _table, _value, outcome
 from hpo.reporting._student_t import paired_interval
 from trial_executor import MINIMIZED_METRICS
 
@@ -246,12 +246,13 @@ def plot_verdict(verdict: Verdict, path: Path) -> None:
     speed_ax, diff_ax = fig.subplots(1, 2)
     rows = [r for r in verdict.rows if r.speed_ratio is not None or r.difference is not None]
     for y, r in enumerate(rows):
+        colour = _COLOURS.get(r.precision, "tab:gray")  # the report's colours, in both panels
         if r.speed_ratio is not None:
             low, high = r.speed_ratio_range or [r.speed_ratio, r.speed_ratio]
-            speed_ax.errorbar(r.speed_ratio, y, xerr=[[r.speed_ratio - low], [high - r.speed_ratio]], fmt="o", capsize=4)
+            speed_ax.errorbar(r.speed_ratio, y, xerr=[[r.speed_ratio - low], [high - r.speed_ratio]], fmt="o", capsize=4, color=colour)
         if r.difference is not None and r.precision != "fp32":
             low, high = r.interval or [r.difference, r.difference]
-            diff_ax.errorbar(r.difference, y, xerr=[[r.difference - low], [high - r.difference]], fmt="o", capsize=4)
+            diff_ax.errorbar(r.difference, y, xerr=[[r.difference - low], [high - r.difference]], fmt="o", capsize=4, color=colour)
     for ax, x, label in ((speed_ax, 1.0, "samples/s vs fp32 (x)"), (diff_ax, 0.0, f"{verdict.metric} - fp32 {verdict.unit} (95% CI)")):
         ax.axvline(x, color="grey", linestyle="--", linewidth=1)
         ax.set_yticks(range(len(rows)), [r.precision for r in rows])
