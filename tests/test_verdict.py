@@ -188,3 +188,15 @@ def test_verdict_table_from_stored_trials_by_hand() -> None:
     assert Verdict.from_dict(verdict.to_dict()) == verdict
     table = "\n".join(verdict_table(verdict))
     assert "| tf32 | not run |" in table and "- tf32: not run: TF32 is a mode of NVIDIA tensor cores" in table
+
+
+def test_the_space_verdict_section_is_checked_and_not_part_of_the_stored_space() -> None:
+    from hpo.space import SearchSpaceError, parse_search_space
+
+    space = parse_search_space({**SMALL_SPACE, "verdict": {"seeds": 4, "precisions": ["fp32", "bf16"]}})
+    assert space.verdict is not None and space.verdict.seeds == 4 and space.verdict.precisions == ["fp32", "bf16"]
+    # Adding verdict: to a study's space file still resumes that study.
+    assert space.stored_form() == parse_search_space(SMALL_SPACE).stored_form()
+    for bad in ({"seeds": 1}, {"precisions": ["bf16", "fp16"]}, {"precisions": ["fp32", "fp64"]}, {"seed": 3}):
+        with pytest.raises(SearchSpaceError, match="verdict"):
+            parse_search_space({**SMALL_SPACE, "verdict": bad})
