@@ -309,8 +309,8 @@ def run_verdict(
     """Re-train the best (or ``trial``'s) configuration per supported precision and paired seed; store and return the verdict.
 
     The cost is announced before any trial starts. Verdict trials are enqueued once per study,
-    shared with every worker running this at the same time, and resumed by a rerun. ``seed``
-    seeds any ordinary trial still waiting in the study, which a verdict worker runs first.
+    shared with every worker running this at the same time, and resumed by a rerun. ``seed`` is
+    the study's ``--seed`` (verdict trials themselves train with the verdict's seeds).
     """
     from hpo.study._objective import make_objective
     from trial_executor import precision_support, resolve_device
@@ -327,7 +327,7 @@ def run_verdict(
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        run_verdict_trials(study, objective, plan.source.number, max_retry=max_retry,
+        run_verdict_trials(study, objective, plan, max_retry=max_retry,
                            on_trial_finished=hooks.on_trial_finished, stop_requested=hooks.stop_requested)
     verdict = build_verdict(study, plan.source.number, plan.seeds, plan.precisions, plan.unsupported)
     store_verdict(study, verdict)

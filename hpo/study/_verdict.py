@@ -7,8 +7,8 @@ nothing twice and a killed worker's trial is retried like any other. Seeds are p
 ``i`` is the same for every precision (the objective trains a verdict trial with the verdict's
 seed, not the trial number's), so data order and the initial head match across precisions.
 
-A verdict worker claims waiting trials only: it never samples a new trial (see
-:class:`_ClaimOnlyStorage`). Verdict trials do not count toward ``--n-trials``.
+A verdict worker claims its plan's waiting trials only: it never samples a new trial nor runs
+another waiting trial (see :class:`_ClaimOnlyStorage`). Verdict trials do not count toward ``--n-trials``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,28 +130,28 @@ def enqueue_verdict(study: optuna.Study, storage: optuna.storages.BaseStorage, p
     return enqueue_once(study, storage, configurations, attrs)
 
 
-def verdict_trials(study: optuna.Study, source_number: int) -> list[FrozenTrial]:
-    """Every trial (all attempts) re-training ``source_number``, by trial number."""
-    return [t for t in study.get_trials(deepcopy=False) if (verdict_trial_of(t) or {}).get("of_trial") == source_number]
-
-
 class NoWaitingTrialError(Exception):
     """A verdict worker found no waiting trial to claim: its share of the verdict is done."""
 
 
 class _ClaimOnlyStorage(BaseHeartbeat):
-    """``storage`` for a worker that may claim waiting trials but never create a sampled one.
+    """``storage`` for a worker that may claim its own waiting trials but never create a sampled one.
 
     ``Study.ask`` claims the oldest WAITING trial atomically, else creates a new trial; here the
     creation raises :class:`NoWaitingTrialError` instead, so two workers racing for the last
     verdict trial never add a sampled trial to the study. Re-queuing (a template trial) goes through.
+    Waiting trials that are not ``claimable`` (ordinary ones, another verdict's) are not seen.
     """
 
-    def __init__(self, storage: optuna.storages.BaseStorage) -> None:
-        self._inner = storage
+    def __init__(self, storage: optuna.storages.BaseStorage, claimable: Callable[[FrozenTrial], bool]) -> None:
+        self._inner, self._claimable = storage, claimable
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+    def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+        found = self._inner.get_all_trials(study_id, deepcopy=deepcopy, states=states)
+        return [t for t in found if t.state != TrialState.WAITING or self._claimable(t)]
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         if template_trial is None:
@@ -172,23 +172,33 @@ class _ClaimOnlyStorage(BaseHeartbeat):
         return self._inner.get_heartbeat_stale_trial_callback()  # type: ignore[attr-defined]
 
 
+def _in_plan(plan: VerdictPlan) -> Callable[[FrozenTrial], bool]:
+    def claimable(trial: FrozenTrial) -> bool:
+        marker = verdict_trial_of(trial) or {}
+        return marker.get("of_trial") == plan.source.number and (marker.get("precision"), marker.get("seed")) in {
+            (p, s) for p in plan.precisions for s in plan.seeds}
+
+    return claimable
+
+
 def run_verdict_trials(
-    study: optuna.Study, objective: Callable[[optuna.Trial], Any], source_number: int, *,
+    study: optuna.Study, objective: Callable[[optuna.Trial], Any], plan: VerdictPlan, *,
     max_retry: int | None = None, on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
     stop_requested: Callable[[], bool] | None = None,
 ) -> None:
-    """Run waiting trials of the study until no verdict trial of ``source_number`` is waiting or running.
+    """Run the plan's waiting trials until none of them is waiting or running (other trials are left alone).
 
     Other workers' running trials are waited for; one whose worker died is failed (its process
     gone on this machine at once, elsewhere after the heartbeat grace period) and re-queued,
     then claimed here.
     """
-    claiming = optuna.Study(study.study_name, _ClaimOnlyStorage(study._storage), sampler=study.sampler, pruner=study.pruner)
+    mine = _in_plan(plan)
+    claiming = optuna.Study(study.study_name, _ClaimOnlyStorage(study._storage, mine), sampler=study.sampler, pruner=study.pruner)
     while not (stop_requested is not None and stop_requested()):
         with contextlib.suppress(NoWaitingTrialError):
             run_to_budget(claiming, objective, sys.maxsize, on_trial_finished=on_trial_finished,
                           stop_requested=stop_requested, max_retry=max_retry)
-        if not [t for t in verdict_trials(study, source_number) if t.state in _UNFINISHED]:
+        if not [t for t in study.get_trials(deepcopy=False, states=_UNFINISHED) if mine(t)]:
             return
         time.sleep(_POLL_SECONDS)
         optuna.storages.fail_stale_trials(study)
