@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import stored_space
 from hpo._errors import UserError
@@ -319,7 +319,8 @@ def run_verdict(
     quiet_transformers()
     study = prepared.study
     plan = plan_verdict(study, precision_support(resolve_device(device)), seeds=seeds, precisions=precisions, trial_number=trial)
-    announce(plan.cost_line())
+    # A rerun announces what is left: a (precision, seed) finishes once (only a failed attempt is retried).
+    announce(plan.cost_line(sum(plan.includes(t) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))))
     enqueue_verdict(study, study._storage, plan)
     objective = make_objective(
         prepared.space, prepared.data, base_seed=seed, device=device, cache_dir=resolve_cache_dir(cache_dir),

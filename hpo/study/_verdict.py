@@ -51,14 +51,22 @@ class VerdictPlan:
     def n_trials(self) -> int:
         return len(self.seeds) * len(self.precisions)
 
-    def cost_line(self) -> str:
-        """The cost before anything runs: K seeds x precisions x the source trial's measured time."""
+    def includes(self, trial: FrozenTrial) -> bool:
+        """Whether ``trial`` is one of this plan's verdict trials (any attempt)."""
+        marker = verdict_trial_of(trial) or {}
+        return (marker.get("of_trial") == self.source.number and marker.get("precision") in self.precisions
+                and marker.get("seed") in self.seeds)
+
+    def cost_line(self, finished: int = 0) -> str:
+        """The cost before anything runs: K seeds x precisions x the source trial's measured time (less ``finished`` trials)."""
         trials = f"{len(self.seeds)} seeds x {len(self.precisions)} precisions ({', '.join(self.precisions)}) = {self.n_trials} trials"
+        if finished:
+            trials += f" ({finished} already finished)"
         if self.seconds_per_trial is None:
             cost = "the source trial's time was not measured"
         else:
-            total = self.n_trials * self.seconds_per_trial
-            cost = f"x {self.seconds_per_trial:.0f} s (trial {self.source.number}'s time) = about {total / 60:.1f} min of training"
+            total = (self.n_trials - finished) * self.seconds_per_trial
+            cost = f"x {self.seconds_per_trial:.0f} s (trial {self.source.number}'s time) = about {total / 60:.1f} min of training to go"
         skipped = "".join(f"; {p} not run: {why}" for p, why in self.unsupported.items())
         return f"Verdict of trial {self.source.number}: {trials} {cost}, not counted against --n-trials{skipped}"
 
@@ -172,15 +180,6 @@ class _ClaimOnlyStorage(BaseHeartbeat):
         return self._inner.get_heartbeat_stale_trial_callback()  # type: ignore[attr-defined]
 
 
-def _in_plan(plan: VerdictPlan) -> Callable[[FrozenTrial], bool]:
-    def claimable(trial: FrozenTrial) -> bool:
-        marker = verdict_trial_of(trial) or {}
-        return marker.get("of_trial") == plan.source.number and (marker.get("precision"), marker.get("seed")) in {
-            (p, s) for p in plan.precisions for s in plan.seeds}
-
-    return claimable
-
-
 def run_verdict_trials(
     study: optuna.Study, objective: Callable[[optuna.Trial], Any], plan: VerdictPlan, *,
     max_retry: int | None = None, on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
@@ -192,7 +191,7 @@ def run_verdict_trials(
     gone on this machine at once, elsewhere after the heartbeat grace period) and re-queued,
     then claimed here.
     """
-    mine = _in_plan(plan)
+    mine = plan.includes
     claiming = optuna.Study(study.study_name, _ClaimOnlyStorage(study._storage, mine), sampler=study.sampler, pruner=study.pruner)
     while not (stop_requested is not None and stop_requested()):
         with contextlib.suppress(NoWaitingTrialError):
