@@ -41,13 +41,13 @@ from hpo.study import (
 )
 
 if TYPE_CHECKING:
-    from hpo._api import RunHooks, load, optimize
+    from hpo._api import RunHooks, load, optimize, verdict
     from hpo.cli._speed_test import CHECK_MODELS, SpeedRow, speed_test
     from hpo.study._objective import executor_config, make_objective
 
 # The deferred (torch-bound) names, by module: the same names as the block above.
 _TORCH_BOUND = {
-    "hpo._api": ("RunHooks", "load", "optimize"),
+    "hpo._api": ("RunHooks", "load", "optimize", "verdict"),
     "hpo.cli._speed_test": ("CHECK_MODELS", "SpeedRow", "speed_test"),
     "hpo.study._objective": ("executor_config", "make_objective"),
 }
@@ -98,4 +98,5 @@ __all__ = [
     "resolve_storage_url",
     "run_to_budget",
     "speed_test",
+    "verdict",
 ]

@@ -21,6 +21,7 @@ COMMANDS = {
     "best": "the best trial (or Pareto front) of a study as a reusable config (YAML or JSON)",
     "export": "every trial of a study as flat CSV or JSON rows",
     "report": "per-precision tables and the trade-off plot of a study",
+    "verdict": "the best configuration re-trained per precision with paired seeds: speed, memory, accuracy with 95% intervals",
     "check": "what this machine can run, and how fast, in each precision",
     "dashboard": "browse the studies in optuna-dashboard (127.0.0.1 by default)",
     "proxy": "share the database among many workers through Optuna's gRPC storage proxy",

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
+from hpo._attrs import stored_space
 from hpo._errors import UserError
 from hpo.reporting._dashboard_view import name_objectives, note_skipped
 from hpo.reporting._tracking import Tracker, Tracking, make_trackers
+from hpo.reporting._verdict import Verdict, build_verdict, store_verdict
 from hpo.space._params import SearchSpaceError
 from hpo.space._space import DEFAULT_SPACE, FINETUNE_SPACE, SearchSpace
 from hpo.space._space_loading import load_search_space, parse_search_space
@@ -33,9 +35,10 @@ from hpo.storage._storage import GRPC_SCHEME, Heartbeat, create_storage, resolve
 from hpo.study._ray_workers import RayCluster, RayRun, TrialWatcher, connect, plan, start_workers, wait_for_workers
 from hpo.study._run_checks import check_run_options
 from hpo.study._study import finished_count, open_study, run_to_budget
+from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, enqueue_verdict, plan_verdict, run_verdict_trials
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS, load_warm_start_source, warm_start_configurations
 from hpo.study._workers import WORKER_INDEX_ENV
-from trial_executor import StepProgress, TextClassificationData, demo_dataset, load_text_classification
+from trial_executor import PRECISIONS, StepProgress, TextClassificationData, demo_dataset, load_text_classification
 
 DEFAULT_STUDY_NAME = "precision-demo"
 DEFAULT_N_TRIALS = 8
@@ -411,3 +414,58 @@ def load(study_name: str = DEFAULT_STUDY_NAME, storage: str | None = None) -> op
     """An existing study (``storage`` as in :func:`optimize`); a missing study or SQLite file raises :class:`hpo.UserError`."""
     url = resolve_storage_url(storage)
     return load_existing_study(open_existing_storage(url), url, study_name)
+
+
+def run_verdict(
+    prepared: PreparedStudy, *, seeds: int = DEFAULT_VERDICT_SEEDS, precisions: Sequence[str] = PRECISIONS,
+    trial: int | None = None, seed: int = 0, device: str = "auto", cache_dir: str | None = None,
+    artifacts: str | None = DEFAULT_ARTIFACT_DIR, max_retry: int | None = Heartbeat.max_retry,
+    hooks: RunHooks | None = None, announce: Callable[[str], None] = print,
+) -> Verdict:
+    """Re-train the best (or ``trial``'s) configuration per supported precision and paired seed; store and return the verdict.
+
+    The cost is announced before any trial starts. Verdict trials are enqueued once per study,
+    shared with every worker running this at the same time, and resumed by a rerun. ``seed`` is
+    the study's ``--seed`` (verdict trials themselves train with the verdict's seeds).
+    """
+    from hpo.study._objective import make_objective
+    from trial_executor import precision_support, resolve_device
+
+    hooks = hooks or RunHooks()
+    quiet_transformers()
+    study = prepared.study
+    plan = plan_verdict(study, precision_support(resolve_device(device)), seeds=seeds, precisions=precisions, trial_number=trial)
+    # A rerun announces what is left: a (precision, seed) finishes once (only a failed attempt is retried).
+    announce(plan.cost_line(sum(plan.includes(t) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))))
+    enqueue_verdict(study, study._storage, plan)
+    objective = make_objective(
+        prepared.space, prepared.data, base_seed=seed, device=device, cache_dir=resolve_cache_dir(cache_dir),
+        checkpoints=artifact_store(artifacts) if artifacts else None, stop_requested=hooks.stop_requested, progress=hooks.progress,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        run_verdict_trials(study, objective, plan, max_retry=max_retry,
+                           on_trial_finished=hooks.on_trial_finished, stop_requested=hooks.stop_requested)
+    verdict = build_verdict(study, plan.source.number, plan.seeds, plan.precisions, plan.unsupported)
+    store_verdict(study, verdict)
+    return verdict
+
+
+def verdict(
+    study_name: str = DEFAULT_STUDY_NAME, data: DataLike = None, *, storage: str | None = None,
+    seeds: int = DEFAULT_VERDICT_SEEDS, precisions: Sequence[str] = PRECISIONS, trial: int | None = None,
+    space: SpaceLike | None = None, seed: int = 0, device: str = "auto", cache_dir: str | None = None,
+    artifact_store: str | None = DEFAULT_ARTIFACT_DIR, max_retry: int = Heartbeat.max_retry, **data_options: Any,
+) -> Verdict:
+    """The precision verdict of an existing study (``python -m hpo verdict``): see :func:`run_verdict`.
+
+    ``data``, ``seed`` and ``data_options`` (:func:`resolve_data`'s column and split arguments)
+    must give the study's own data; ``space`` defaults to the one the study was made with.
+    """
+    url = resolve_storage_url(storage)
+    existing = load(study_name, url)
+    resolved = resolve_space(space if space is not None else stored_space(existing) or DEFAULT_SPACE)
+    loaded = resolve_data(data, seed=seed, task=resolved.task, **data_options)
+    prepared = prepare_study(resolved, loaded, storage=url, study_name=study_name, seed=seed, heartbeat=Heartbeat())
+    return run_verdict(prepared, seeds=seeds, precisions=precisions, trial=trial, seed=seed, device=device, cache_dir=cache_dir,
+                       artifacts=artifact_store, max_retry=max_retry)

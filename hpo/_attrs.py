@@ -32,6 +32,9 @@ BASELINE_ATTR = "fp32_baseline"  # the enqueued fp32 trial speedups are measured
 # Where an enqueued known configuration came from: "space:<index>" (the space's enqueue list) or
 # "study:<name>:<number>" (--warm-start); each is enqueued once per study.
 ENQUEUED_FROM_ATTR = "enqueued_from"
+# A verdict trial (hpo.study._verdict): {"of_trial": n, "precision": p, "seed": s, "seed_index": i}; its seed and
+# precision are these, it reports nothing to the pruner and does not count toward --n-trials.
+VERDICT_TRIAL_ATTR = "verdict_trial"
 # Trial attrs: how it ended (a retry clears the OUTCOME_ATTRS its predecessor left).
 FAIL_REASON_ATTR = "fail_reason"
 SKIP_REASON_ATTR = "skip_reason"
@@ -58,6 +61,7 @@ PEAK_MEMORY_ATTR = "peak_memory_mb"
 STEPS_ATTR = "steps"
 HOST_LIMITED_ATTR = "host_limited"
 MAJORITY_CLASS_ATTR = "majority_class"  # the final evaluation never left the majority class
+SKIPPED_STEPS_ATTR = "skipped_steps"
 RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
     METRICS_ATTR: lambda r: r.metrics,
     "precision_effective": lambda r: r.precision_effective,
@@ -87,6 +91,7 @@ RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
     "eval_sample_rows": lambda r: r.eval_sample_rows,
     "metrics_full_split": lambda r: r.metrics_full_split,
     "eval_precision": lambda r: r.eval_precision,
+    SKIPPED_STEPS_ATTR: lambda r: r.skipped_steps,
 }
 
 # Study attrs.
@@ -95,6 +100,7 @@ DATASET_FINGERPRINT_ATTR = "dataset_fingerprint"
 LABEL_NAMES_ATTR = "label_names"
 MAX_LENGTH_AUTO_ATTR = "max_length_auto"  # model -> the length max_length: auto chose
 BEST_MODEL_ATTR = "best_model"
+VERDICT_ATTR = "precision_verdict"  # the last verdict's table (hpo.reporting._verdict.Verdict.to_dict())
 
 
 def record_result(trial: optuna.Trial, result: TrialResult) -> None:
@@ -155,6 +161,20 @@ def trials_per_gpu_of(trial: FrozenTrial) -> int:
 
 def is_baseline(trial: FrozenTrial) -> bool:
     return bool(trial.user_attrs.get(BASELINE_ATTR))
+
+
+def verdict_trial_of(trial: FrozenTrial) -> dict[str, Any] | None:
+    """What a verdict trial re-trains (:data:`VERDICT_TRIAL_ATTR`), ``None`` for an ordinary trial."""
+    return trial.user_attrs.get(VERDICT_TRIAL_ATTR)
+
+
+def is_verdict_trial(trial: FrozenTrial) -> bool:
+    return VERDICT_TRIAL_ATTR in trial.user_attrs
+
+
+def stored_verdict(study: optuna.Study) -> dict[str, Any] | None:
+    """The study's stored precision verdict (:data:`VERDICT_ATTR`), ``None`` before one was computed."""
+    return study.user_attrs.get(VERDICT_ATTR)
 
 
 def stored_space(study: optuna.Study) -> dict[str, Any]:

@@ -391,4 +391,5 @@ def _result(
         varlen_attention=parts.knobs.varlen_attention,
         metrics_full_split=run.history[-1][1].get("eval_rows") == len(parts.tokens.valid),
         eval_precision=policy.name,  # evaluate() runs under the same autocast as training
+        skipped_steps=int(parts.step.skipped_total.item()) if parts.scaler is not None else None,
     )

@@ -76,6 +76,8 @@ class TrialResult:
     eval_sample_rows: int = 0
     metrics_full_split: bool = True
     eval_precision: str = ""
+    # fp16: optimizer steps GradScaler skipped for inf/NaN gradients (since the last resume); None without a scaler.
+    skipped_steps: int | None = None
 
     @property
     def majority_class(self) -> bool:

@@ -54,6 +54,7 @@ class TrainStep:
         # fp16: GradScaler lowers its scale exactly when inf/NaN gradients made it skip the step.
         self._skip_streak = torch.zeros((), dtype=torch.int32, device=device)
         self._worst_streak = torch.zeros((), dtype=torch.int32, device=device)
+        self.skipped_total = torch.zeros((), dtype=torch.int32, device=device)  # every skipped step (read once, at the end)
 
     def __call__(self, window: Sequence[Sequence[Batch]]) -> None:
         with record_function(STEP_RANGE):
@@ -82,6 +83,7 @@ class TrainStep:
             if scale_before is not None:
                 skipped = (scaler._scale < scale_before).to(torch.int32)
                 self._skip_streak.add_(1).mul_(skipped)
+                self.skipped_total.add_(skipped)
                 torch.maximum(self._worst_streak, self._skip_streak, out=self._worst_streak)
         else:
             self.optimizer.step()

@@ -3,7 +3,8 @@
 Columns: ``number``, ``state``, start and completion times, ``duration_s``,
 ``values.<objective>``, ``params.<name>``, then every user attribute with nested dicts as
 dotted keys (``hardware.device_name``, ``metrics.accuracy``, ``config.batch_size``). In CSV,
-lists are JSON text and missing values are empty.
+lists are JSON text and missing values are empty. ``--verdict``: the study's precision verdict
+instead, one row per precision (``python -m hpo verdict`` computes it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from hpo._errors import UserError
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
 from hpo.reporting._export import export_rows, rows_csv, rows_json
+from hpo.reporting._verdict import verdict_rows
 from hpo.storage._inspect import load_existing_study, open_existing_storage
 
 PROG = command_prog("export")
@@ -33,6 +35,7 @@ def build_parser() -> Parser:
     parser.add_argument("--study-name", required=True, help="the study to export")
     parser.add_argument("--format", choices=("csv", "json"), required=True, help="csv or json")
     parser.add_argument("--out", default=None, help="file to write (default: standard output)")
+    parser.add_argument("--verdict", action="store_true", help="export the study's precision verdict, one row per precision")
     add_storage_argument(parser)
     return parser
 
@@ -42,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body(args: argparse.Namespace, url: str) -> int:
         study = load_existing_study(open_existing_storage(url), url, args.study_name)
-        rows = export_rows(study)
+        rows = verdict_rows(study) if args.verdict else export_rows(study)
         text = rows_csv(rows) if args.format == "csv" else rows_json(rows)
         if args.out is None:
             sys.stdout.write(text)
@@ -51,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             Path(args.out).write_text(text, encoding="utf-8")
         except OSError as err:
             raise UserError(f"cannot write --out {args.out}: {err.strerror}; pick a writable path") from None
-        print(f"Wrote {len(rows)} trials of study {study.study_name!r} to {args.out}")
+        print(f"Wrote {len(rows)} {'precisions' if args.verdict else 'trials'} of study {study.study_name!r} to {args.out}")
         return 0
 
     return run_storage_command(PROG, build_parser(), argv, body)

@@ -11,9 +11,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from hpo._attrs import stored_verdict
 from hpo._errors import UserError
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
 from hpo.reporting._report import build_report, front_table, markdown, plot_tradeoff, precision_table, summary_lines
+from hpo.reporting._verdict import VERDICT_PNG, Verdict, plot_verdict, verdict_markdown, verdict_table
 from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import mask_url
 
@@ -49,11 +51,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as err:
             raise UserError(f"cannot create --out directory {out}: {err.strerror}") from None
         report = build_report(study, mask_url(url))
-        (out / REPORT_NAME).write_text(markdown(report, PLOT_NAME), encoding="utf-8")
+        stored = stored_verdict(study)
+        verdict = Verdict.from_dict(stored) if stored else None  # the study's verdict (python -m hpo verdict), if any
+        text = markdown(report, PLOT_NAME) + (f"\n{verdict_markdown(verdict, VERDICT_PNG)}" if verdict else "")
+        (out / REPORT_NAME).write_text(text, encoding="utf-8")
         plot_tradeoff(report, out / PLOT_NAME)
+        if verdict:
+            plot_verdict(verdict, out / VERDICT_PNG)
         print("\n".join([
             *summary_lines(report), "", *precision_table(report), "", f"{report.front_label}:", *front_table(report), "",
-            f"Wrote {out / REPORT_NAME} and {out / PLOT_NAME}",
+            *([f"Precision verdict of trial {verdict.source_trial}:", *verdict_table(verdict), ""] if verdict else []),
+            f"Wrote {out / REPORT_NAME} and {out / PLOT_NAME}" + (f" and {out / VERDICT_PNG}" if verdict else ""),
         ]))
         return 0
 

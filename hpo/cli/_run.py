@@ -31,6 +31,7 @@ from hpo._api import (
     resolve_data,
     resolve_space,
     run_study,
+    run_verdict,
 )
 from hpo._attrs import (
     CONSTRAINTS_ATTR,
@@ -47,6 +48,7 @@ from hpo.cli._parsing import Parser, at_least, between, command_prog, run_guarde
 from hpo.cli._run_ray import add_ray_arguments, check_ray_flags, connect_cluster, run_with_ray
 from hpo.reporting._progress import StudyProgress, best_so_far
 from hpo.reporting._tracking import Tracker, make_trackers
+from hpo.reporting._verdict import verdict_table
 from hpo.space._measures import measured_value
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
@@ -56,7 +58,7 @@ from hpo.study._run_checks import check_gpus, check_run_options
 from hpo.study._study import TooManyFailuresError, finished_count
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
 from hpo.study._workers import WORKER_INDEX_ENV, StopSignal, run_workers
-from trial_executor import DataError
+from trial_executor import PRECISIONS, DataError
 from trial_executor._precisions import MIXED_PRECISION
 
 PROG = command_prog("run")
@@ -134,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--warm-start-trials", type=_positive_int, default=DEFAULT_WARM_START_TRIALS,
         help="how many of --warm-start's best trials to run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--verdict", type=at_least(2), default=None, metavar="SEEDS",
+        help="once the budget is reached, re-train the best trial per precision with SEEDS paired seeds "
+             "(python -m hpo verdict; default: the space's verdict: section, else none)",
     )
     _add_workers(parser)
     _add_data(parser)
@@ -319,17 +326,37 @@ def _run_here(prepared: PreparedStudy, trackers: list[Tracker], url: str, args: 
               "rerun the same command to resume the study", file=sys.stderr, flush=True)
         return stop.exit_code
     print(_summary(study, url, args.n_trials, names), flush=True)
+    if args.verdict or prepared.space.verdict:
+        _verdict_after_budget(prepared, args, stop)
     return 0
+
+
+def _verdict_after_budget(prepared: PreparedStudy, args: argparse.Namespace, stop: StopSignal) -> None:
+    """``--verdict SEEDS`` or the space's ``verdict:``: the verdict trials, after (and not counted against) the budget."""
+    spec, names = prepared.space.verdict, prepared.space.objective_names
+    verdict = run_verdict(
+        prepared, seeds=args.verdict or spec.seeds, precisions=(spec and spec.precisions) or PRECISIONS, seed=args.seed,
+        device=args.device, cache_dir=args.cache_dir, artifacts=args.artifact_store, max_retry=args.max_retry,
+        hooks=RunHooks(on_trial_finished=lambda trial, _: print(trial_line(trial, names), flush=True), stop_requested=stop.requested),
+        announce=lambda line: print(line, flush=True),
+    )
+    if not stop.requested():
+        print("\n".join(["", *verdict_table(verdict)]), flush=True)
+
+
+def start_training_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.Namespace, StopSignal, str]:
+    """What a command that trains does first: parse ``argv``, quiet the libraries, catch SIGINT/SIGTERM, resolve --storage."""
+    args = parser.parse_args(argv)
+    _quiet_libraries()
+    stop = StopSignal()
+    stop.install()
+    return args, stop, resolve_storage_url(args.storage)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the study; return the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    _quiet_libraries()
-    stop = StopSignal()
-    stop.install()
-    url = resolve_storage_url(args.storage)
+    args, stop, url = start_training_command(build_parser(), argv)
 
     def body() -> int:
         # Everything that can be wrong with the input is checked before anything is written.

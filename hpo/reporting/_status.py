@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+from collections import Counter
 from dataclasses import dataclass, field
 
 import optuna
 import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._attrs import MAJORITY_CLASS_HINT, WORKER_ATTR, is_host_limited, is_majority_class, skip_reason_of
+from hpo._attrs import MAJORITY_CLASS_HINT, WORKER_ATTR, is_host_limited, is_majority_class, is_verdict_trial, skip_reason_of
 from hpo.storage._inspect import objective_names
 from hpo.study._liveness import worker_is_gone
 from hpo.study._outcomes import SKIP_UNSUPPORTED
@@ -40,6 +41,7 @@ class StudyStatus:
     running: list[RunningTrial] = field(default_factory=list)
     host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
     majority_class: list[int] = field(default_factory=list)  # trials that never left the majority class
+    verdict: dict[str, int] = field(default_factory=dict)  # verdict trials by state (hpo verdict), not counted
 
 
 def _heartbeat_ages(storage: optuna.storages.BaseStorage, trial_ids: list[int]) -> dict[int, datetime.timedelta]:
@@ -86,6 +88,7 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     status.best = _best(study, names)
     status.host_limited = sorted(t.number for t in trials if is_host_limited(t))
     status.majority_class = sorted(t.number for t in trials if is_majority_class(t))
+    status.verdict = dict(Counter(t.state.name.lower() for t in trials if is_verdict_trial(t)))
     running = [t for t in trials if t.state == TrialState.RUNNING]
     ages = _heartbeat_ages(storage, [t._trial_id for t in running])
     now = datetime.datetime.now()
@@ -134,6 +137,9 @@ def status_lines(status: StudyStatus) -> list[str]:
     if status.majority_class:
         shown_trials = ", ".join(map(str, status.majority_class))
         lines.append(f"  majority class: trials {shown_trials} (predicted one class: learned nothing); {MAJORITY_CLASS_HINT}")
+    if status.verdict:
+        by_state = ", ".join(f"{state} {n}" for state, n in sorted(status.verdict.items()))
+        lines.append(f"  verdict trials: {sum(status.verdict.values())}: {by_state} (not counted against --n-trials)")
     for run in status.running:
         beat = "no heartbeat" if run.since_heartbeat is None else f"last heartbeat {_ago(run.since_heartbeat)} ago"
         dead = "; its worker process is gone: the next run on this machine fails and re-queues it" if run.worker_gone else ""

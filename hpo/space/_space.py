@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import optuna
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from hpo.space._fixes import canonical_precision, parse_fixes
 from hpo.space._measures import NamedObjective, Objective, Strict
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
-from trial_executor import METRICS, TASK_METRICS
+from trial_executor import METRICS, PRECISIONS, TASK_METRICS
 
 DEFAULT_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
 # The space a pretrained model gets when none is given: learning rates for fine-tuning, not for random init.
@@ -112,6 +112,21 @@ class RandomSamplerSpec(Strict):
 SamplerSpec = Annotated[TPESamplerSpec | RandomSamplerSpec, Field(discriminator="type")]
 
 
+class VerdictSpec(Strict):
+    """``verdict:``: once the study has its budget, its best trial re-trained per precision with ``seeds`` paired seeds."""
+
+    seeds: int = Field(3, ge=2, le=30)
+    precisions: list[str] | None = Field(default=None, min_length=2)  # default: every precision
+
+    @field_validator("precisions")
+    @classmethod
+    def _known_precisions(cls, value: list[str] | None) -> list[str] | None:
+        unknown = [p for p in value or [] if p not in PRECISIONS]
+        if unknown or (value is not None and "fp32" not in value):
+            raise ValueError(f"precisions must name fp32 and others of {', '.join(PRECISIONS)}, got {value}")
+        return value
+
+
 class SearchSpace(Strict):
     """What to search (``params``), what to hold (``fixed``), what to optimise and how to prune.
 
@@ -136,6 +151,8 @@ class SearchSpace(Strict):
     fixed: dict[str, Any] = Field(default_factory=dict)
     constraints: dict[str, float] = Field(default_factory=dict)
     oom_fallback: bool = False
+    # What `run` does after the budget (python -m hpo verdict); not part of what is searched, never stored.
+    verdict: VerdictSpec | None = None
     # --fix NAME=VALUE for this run (see parse_fixes): not part of the space, never stored.
     _fixes: dict[str, Any] = PrivateAttr(default_factory=dict)
 
@@ -264,7 +281,7 @@ class SearchSpace(Strict):
         Keys added after the first studies were stored are left out while unused, so those
         studies still resume with their original space file.
         """
-        dumped = self.model_dump(mode="json")
+        dumped = self.model_dump(mode="json", exclude={"verdict"})
         unused_keys = (
             ("objective", None), ("objectives", None), ("constraints", {}), ("oom_fallback", False), ("task", "auto"),
             ("sampler", TPESamplerSpec(type="tpe").model_dump(mode="json")), ("enqueue", []),

@@ -36,6 +36,7 @@ from hpo._attrs import (
     SKIP_REASON_ATTR,
     WORKER_ATTR,
     record_result,
+    verdict_trial_of,
 )
 from hpo.space._measures import MEASUREMENTS, constraint_measure, constraint_violation
 from hpo.space._space import SearchSpace
@@ -213,6 +214,9 @@ class Objective:
         check_enqueued(self.space, system_attrs.get("fixed_params") or {})
         params = self.space.suggest(trial)
         seed = (self.base_seed + (trial.number if original is None else original)) % _SEED_MODULUS
+        verdict = verdict_trial_of(trial)  # type: ignore[arg-type]
+        if verdict is not None:  # paired across precisions: the verdict's seed, whatever the trial's number
+            params, seed = {**params, "fp_precision": verdict["precision"]}, verdict["seed"]
         config = executor_config(params, self.space, seed=seed, device=self.device, cache_dir=self.cache_dir)
         trial.set_user_attr(CONFIG_ATTR, config.to_dict())
         return config, original
@@ -233,11 +237,13 @@ class Objective:
         metric = self.space.objective_names[0]
         # Samples per optimizer step; an OOM retry halves the batch and doubles accumulation, keeping it.
         per_step = config.batch_size * config.grad_accum_steps if self.space.reports_samples else 1
+        # A verdict trial trains to the end: the pruner neither stops it nor learns from it.
+        reports = self.space.reports_intermediate_values and verdict_trial_of(trial) is None  # type: ignore[arg-type]
 
         def callback(step: int, metrics: dict[str, float]) -> bool:
             if self.on_evaluation is not None:  # experiment tracking sees every evaluation's metrics
                 self.on_evaluation(trial, step, metrics)
-            if not self.space.reports_intermediate_values:
+            if not reports:
                 return False
             if math.isfinite(metrics[metric]):
                 trial.report(metrics[metric], step * per_step)

@@ -25,6 +25,7 @@ from hpo._attrs import (
     SKIP_REASON_ATTR,
     fail_reason_of,
     is_baseline,
+    is_verdict_trial,
     skip_reason_of,
 )
 from hpo._errors import UserError
@@ -143,21 +144,25 @@ def _enqueue_baseline(study: optuna.Study, space: SearchSpace, storage: optuna.s
 
 
 def enqueue_once(
-    study: optuna.Study, storage: optuna.storages.BaseStorage, configurations: list[tuple[str, dict[str, Any]]]
+    study: optuna.Study, storage: optuna.storages.BaseStorage, configurations: list[tuple[str, dict[str, Any]]],
+    attrs: dict[str, dict[str, Any]] | None = None,
 ) -> int:
     """Enqueue each ``(origin, params)`` unless a trial of the study already came from ``origin``.
 
     A rerun or another worker opening the study enqueues nothing twice; params equal to an
-    existing trial's (the fp32 baseline's, say) are not enqueued again. Returns how many were.
+    existing trial's (the fp32 baseline's, say) are not enqueued again, unless ``attrs`` gives
+    the origin user attrs of its own (a verdict trial repeats params on purpose). Returns how many were.
     """
     if not configurations:
         return 0
+    attrs = attrs or {}
     with _study_lock(storage, study.study_name):
         done = {t.user_attrs.get(ENQUEUED_FROM_ATTR) for t in study.get_trials(deepcopy=False)}
         before = len(study.get_trials(deepcopy=False))
         for origin, params in configurations:
             if origin not in done:
-                study.enqueue_trial(params, user_attrs={ENQUEUED_FROM_ATTR: origin}, skip_if_exists=True)
+                extra = attrs.get(origin, {})
+                study.enqueue_trial(params, user_attrs={ENQUEUED_FROM_ATTR: origin, **extra}, skip_if_exists=not extra)
         return len(study.get_trials(deepcopy=False)) - before
 
 
@@ -172,8 +177,10 @@ def _sampler_seed(seed: int) -> int:
 
 
 def counts_toward_budget(trial: FrozenTrial) -> bool:
-    """Finished trials count; instant skips of a precision this machine cannot run do not."""
-    return trial.state in FINISHED and skip_reason_of(trial) not in (SKIP_UNSUPPORTED, SKIP_OVER_BUDGET)
+    """Finished trials count; instant skips of a precision this machine cannot run and verdict trials do not."""
+    return (
+        trial.state in FINISHED and skip_reason_of(trial) not in (SKIP_UNSUPPORTED, SKIP_OVER_BUDGET) and not is_verdict_trial(trial)
+    )
 
 
 def finished_count(study: optuna.Study) -> int:

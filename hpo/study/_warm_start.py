@@ -8,7 +8,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._attrs import FEASIBLE_ATTR
+from hpo._attrs import FEASIBLE_ATTR, is_verdict_trial
 from hpo._errors import UserError, bounded_list
 from hpo.space._space import SearchSpace
 from hpo.storage._inspect import open_existing_storage
@@ -29,11 +29,15 @@ def load_warm_start_source(url: str, source: str, study_name: str) -> optuna.Stu
 
 
 def best_trials(source: optuna.Study, n: int) -> list[FrozenTrial]:
-    """Up to ``n`` best complete, feasible trials: by value, or the Pareto front's first for several objectives."""
+    """Up to ``n`` best complete, feasible trials: by value, or the Pareto front's first for several objectives.
+
+    Verdict trials re-train a configuration already in the study: they are left out.
+    """
     if len(source.directions) > 1:
-        return sorted(source.best_trials, key=lambda t: t.number)[:n]
+        return sorted((t for t in source.best_trials if not is_verdict_trial(t)), key=lambda t: t.number)[:n]
     complete = [
-        t for t in source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.user_attrs.get(FEASIBLE_ATTR) is not False
+        t for t in source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.user_attrs.get(FEASIBLE_ATTR) is not False and not is_verdict_trial(t)
     ]
     maximize = source.direction == optuna.study.StudyDirection.MAXIMIZE
     return sorted(complete, key=lambda t: (-t.value if maximize else t.value, t.number))[:n]

@@ -1,0 +1,101 @@
+"""``python -m hpo.verdict``: for a study's best configuration, what each precision costs and buys.
+
+Re-trains the best trial (or ``--trial N``) once per precision this machine supports and per
+seed, the seeds paired across precisions, as verdict trials of the same study (not counted
+against ``--n-trials``). Several processes running this on one study share the trials; a rerun
+resumes them. Prints the table and one line of verdict per precision, stores the verdict on
+the study (``report``, ``export --verdict`` and the dashboard's study note show it) and writes
+``verdict.md`` and ``verdict.png`` into ``--out``. Give the data flags (and ``--seed``) the
+study was run with; the space defaults to the study's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from hpo._api import DEFAULT_STUDY_NAME, PreparedStudy, RunHooks, load, prepare_study, resolve_data, resolve_space, run_verdict
+from hpo._attrs import stored_space
+from hpo._errors import UserError
+from hpo.cli._parsing import Parser, add_storage_argument, at_least, command_prog, run_guarded
+from hpo.cli._run import _add_data, start_training_command, trial_line
+from hpo.reporting._verdict import write_verdict
+from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
+from hpo.storage._storage import Heartbeat
+from hpo.study._study import TooManyFailuresError
+from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, MAX_VERDICT_SEEDS
+from trial_executor import PRECISIONS, DataError
+
+PROG = command_prog("verdict")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        PROG, __doc__,
+        epilog=(
+            "examples:\n"
+            f"  {PROG} --study-name precision-demo --seeds 3\n"
+            f"  {PROG} --study-name sst2 --data train.tsv --valid-data dev.tsv --text-column sentence "
+            "--precisions fp32 bf16 --out reports/sst2"
+        ),
+    )
+    parser.add_argument("--study-name", default=DEFAULT_STUDY_NAME, help="the study (default: %(default)s)")
+    add_storage_argument(parser, "database URL the study lives in")
+    parser.add_argument("--seeds", type=at_least(2), default=DEFAULT_VERDICT_SEEDS,
+                        help=f"paired seeds per precision, 2 to {MAX_VERDICT_SEEDS} (default: %(default)s)")
+    parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), metavar="P",
+                        help="precisions to compare, fp32 among them (default: all; unsupported ones are listed, not run)")
+    parser.add_argument("--trial", type=at_least(0), default=None, help="re-train this trial (default: the best)")
+    parser.add_argument("--space", default=None, help="search-space YAML (default: the one the study was made with)")
+    parser.add_argument("--seed", type=int, default=0, help="the --seed the study was run with (it seeds the validation split)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where trials train (default: %(default)s)")
+    parser.add_argument("--out", default=None, help="directory for verdict.md and verdict.png (default: ./hpo-verdict-<study>)")
+    parser.add_argument("--max-retry", type=at_least(0), default=Heartbeat.max_retry,
+                        help="times a dead or interrupted trial is retried (default: %(default)s)")
+    parser.add_argument("--heartbeat-interval", type=at_least(1), default=Heartbeat.interval,
+                        help="seconds between a running trial's heartbeats (default: %(default)s)")
+    parser.add_argument("--grace-period", type=at_least(1), default=Heartbeat.grace_period,
+                        help="seconds without a heartbeat before a trial counts as dead (default: %(default)s)")
+    parser.add_argument("--artifact-store", default=DEFAULT_ARTIFACT_DIR, help="checkpoint directory (default: %(default)s)")
+    _add_data(parser)
+    return parser
+
+
+def _prepare(args: argparse.Namespace, url: str) -> PreparedStudy:
+    existing = load(args.study_name, url)
+    space = resolve_space(Path(args.space) if args.space else stored_space(existing))
+    data = resolve_data(
+        args.data, seed=args.seed, text_column=args.text_column, label_column=args.label_column,
+        text_pair_column=args.text_pair_column, valid_data=args.valid_data, valid_fraction=args.valid_fraction,
+        empty_text=args.empty_text, task=space.task,
+    )
+    heartbeat = Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
+    return prepare_study(space, data, storage=url, study_name=args.study_name, seed=args.seed, heartbeat=heartbeat)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the verdict; return the process exit code."""
+    args, stop, url = start_training_command(build_parser(), sys.argv[1:] if argv is None else argv)
+
+    def body() -> int:
+        prepared = _prepare(args, url)
+        names = prepared.space.objective_names
+        hooks = RunHooks(on_trial_finished=lambda t, _: print(trial_line(t, names), flush=True), stop_requested=stop.requested)
+        verdict = run_verdict(
+            prepared, seeds=args.seeds, precisions=args.precisions, trial=args.trial, seed=args.seed, device=args.device,
+            cache_dir=args.cache_dir, artifacts=args.artifact_store, max_retry=args.max_retry, hooks=hooks,
+            announce=lambda line: print(line, flush=True),
+        )
+        if stop.requested():
+            print(f"{PROG}: stopped by a signal; rerun the same command to resume the verdict", file=sys.stderr)
+            return stop.exit_code
+        print(write_verdict(verdict, Path(args.out or f"hpo-verdict-{args.study_name}")), flush=True)
+        return 0
+
+    return run_guarded(PROG, url, body, user_errors=(UserError, DataError), failures=(TooManyFailuresError,))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""The precision verdict's table, lines and plot, from a study's verdict trials (see :mod:`hpo.study._verdict`).
+
+Per precision, over the seeds both it and fp32 completed (paired by seed): steady-state
+samples/s and its ratio to fp32 (mean, with the range over seeds), peak memory and its ratio,
+the objective's mean, and the mean paired difference to fp32 with a 95% t-interval. The
+verdict is stored on the study (:data:`hpo._attrs.VERDICT_ATTR`), so that ``report``,
+``export`` and the dashboard's study note show the same numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._attrs import (
+    PEAK_MEMORY_ATTR,
+    SKIPPED_STEPS_ATTR,
+    VERDICT_ATTR,
+    hardware_of,
+    is_host_limited,
+    stored_verdict,
+    throughput_of,
+    verdict_trial_of,
+)
+from hpo._errors import UserError
+from hpo.reporting._export import flatten
+from hpo.reporting._report import _COLOURS, _fmt, _objectives, _table, _value, outcome
+from hpo.reporting._student_t import paired_interval
+from trial_executor import MINIMIZED_METRICS
+
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class PrecisionVerdict:
+    """One precision of a verdict; ratios and differences are against fp32 with the same seed."""
+
+    precision: str
+    trials: dict[str, int]  # seed -> trial number (its last attempt)
+    samples_per_s: float | None = None
+    speed_ratio: float | None = None
+    speed_ratio_range: list[float] = field(default_factory=list)
+    peak_memory_mb: float | None = None
+    memory_ratio: float | None = None
+    objective_mean: float | None = None
+    difference: float | None = None  # mean paired difference to fp32, in the verdict's unit
+    interval: list[float] = field(default_factory=list)  # [low, high] at CONFIDENCE
+    paired_seeds: int = 0
+    skipped_steps: int | None = None
+    host_limited: list[int] = field(default_factory=list)
+    not_completed: dict[str, int] = field(default_factory=dict)
+    line: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What each precision costs and buys for one configuration: stored on the study as a dict."""
+
+    study: str
+    source_trial: int
+    metric: str
+    unit: str  # "points" (the metric x 100) or the metric's own unit
+    seeds: list[int]
+    rows: list[PrecisionVerdict]
+    unsupported: dict[str, str]
+    devices: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, stored: dict[str, Any]) -> Verdict:
+        return cls(**{**stored, "rows": [PrecisionVerdict(**row) for row in stored["rows"]]})
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _row(precision: str, mine: dict[int, FrozenTrial], fp32: dict[int, FrozenTrial], metric: str, scale: float,
+         objectives: list[tuple[str, str]]) -> PrecisionVerdict:
+    done = {s: t for s, t in mine.items() if t.state == TrialState.COMPLETE}
+    paired = [s for s in sorted(done) if s in fp32 and fp32[s].state == TrialState.COMPLETE]
+    speeds = {s: throughput_of(t) for s, t in done.items() if throughput_of(t)}
+    ratios = [speeds[s] / throughput_of(fp32[s]) for s in paired if s in speeds and throughput_of(fp32[s])]
+    memory = {s: t.user_attrs.get(PEAK_MEMORY_ATTR) for s, t in done.items() if t.user_attrs.get(PEAK_MEMORY_ATTR)}
+    memory_ratios = [memory[s] / fp32[s].user_attrs[PEAK_MEMORY_ATTR] for s in paired
+                     if s in memory and fp32[s].user_attrs.get(PEAK_MEMORY_ATTR)]
+    values = {s: _value(t, metric, objectives) for s, t in done.items()}
+    differences = [(values[s] - _value(fp32[s], metric, objectives)) * scale for s in paired]
+    interval = paired_interval(differences, CONFIDENCE)
+    skipped = [t.user_attrs[SKIPPED_STEPS_ATTR] for t in done.values() if t.user_attrs.get(SKIPPED_STEPS_ATTR) is not None]
+    return PrecisionVerdict(
+        precision=precision, trials={str(s): t.number for s, t in sorted(mine.items())},
+        samples_per_s=_mean(list(speeds.values())), speed_ratio=_mean(ratios),
+        speed_ratio_range=[min(ratios), max(ratios)] if ratios else [], peak_memory_mb=_mean(list(memory.values())),
+        memory_ratio=_mean(memory_ratios), objective_mean=_mean([v for v in values.values() if v is not None]),
+        difference=_mean(differences), interval=[interval[1], interval[2]] if interval else [], paired_seeds=len(paired),
+        skipped_steps=sum(skipped) if skipped else None,
+        host_limited=sorted(t.number for t in done.values() if is_host_limited(t)),
+        not_completed=dict(Counter(outcome(t) for t in mine.values() if t.state != TrialState.COMPLETE)),
+    )
+
+
+def _latest_attempts(trials: list[FrozenTrial]) -> dict[str, dict[int, FrozenTrial]]:
+    """precision -> seed -> the trial that counts: the last attempt (a retry supersedes what it retried)."""
+    found: dict[str, dict[int, FrozenTrial]] = {}
+    for t in sorted(trials, key=lambda t: t.number):
+        marker = verdict_trial_of(t) or {}
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
+            found.setdefault(marker["precision"], {})[int(marker["seed"])] = t
+    return found
+
+
+def build_verdict(study: optuna.Study, source_trial: int, seeds: list[int], precisions: list[str],
+                  unsupported: dict[str, str]) -> Verdict:
+    """The verdict of ``source_trial`` from the study's finished verdict trials."""
+    objectives, _ = _objectives(study)
+    metric, direction = objectives[0]
+    scale, unit = (100.0, "points") if direction == "maximize" and metric not in MINIMIZED_METRICS else (1.0, "")
+    trials = [t for t in study.get_trials(deepcopy=False) if (verdict_trial_of(t) or {}).get("of_trial") == source_trial]
+    by_precision = _latest_attempts([t for t in trials if int(verdict_trial_of(t)["seed"]) in seeds])
+    fp32 = by_precision.get("fp32", {})
+    rows = []
+    for precision in precisions:
+        row = _row(precision, by_precision.get(precision, {}), fp32, metric, scale, objectives)
+        rows.append(PrecisionVerdict(**{**asdict(row), "line": verdict_line(row, metric, unit, direction == "maximize")}))
+    hardware = [hardware_of(t) for t in trials if hardware_of(t)]
+    devices = sorted({f"{h.get('device_name')} ({h.get('device_type')}, torch {h.get('torch_version')})" for h in hardware})
+    return Verdict(study.study_name, source_trial, metric, unit, list(seeds), rows, dict(unsupported), devices)
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.2f}"
+
+
+def verdict_line(row: PrecisionVerdict, metric: str, unit: str, higher_is_better: bool) -> str:
+    """One line: '<p>: 2.40x faster, 0.51x memory, accuracy -0.10 points (95% CI -0.60..+0.40): no measurable loss'."""
+    if row.precision == "fp32":
+        return "fp32: the reference"
+    if row.paired_seeds == 0:
+        ended = ", ".join(f"{n} {k}" for k, n in sorted(row.not_completed.items())) or "no trial finished"
+        return f"{row.precision}: no seed completed alongside fp32 ({ended}): no verdict"
+    speed = "-" if row.speed_ratio is None else (
+        f"{row.speed_ratio:.2f}x faster" if row.speed_ratio >= 1 else f"{1 / row.speed_ratio:.2f}x slower")
+    memory = "" if row.memory_ratio is None else f", {row.memory_ratio:.2f}x memory"
+    change = f"{metric} {_signed(row.difference)}{' ' + unit if unit else ''}"
+    if not row.interval:
+        return f"{row.precision}: {speed}{memory}, {change} (one paired seed: no interval)"
+    low, high = row.interval
+    worse, better = (high < 0, low > 0) if higher_is_better else (low > 0, high < 0)
+    meaning = "loss" if worse else "gain" if better else "no measurable loss on this model and data"
+    worst = -low if higher_is_better else high  # the largest loss the interval still allows
+    if not (worse or better) and worst > 0:
+        meaning += f" (a loss of up to {worst:.2f}{' ' + unit if unit else ''} is not ruled out: more seeds narrow it)"
+    text = f"{row.precision}: {speed}{memory}, {change} (95% CI {_signed(low)}..{_signed(high)}): {meaning}"
+    if row.not_completed:
+        text += f"; not completed: {', '.join(f'{n} {k}' for k, n in sorted(row.not_completed.items()))}"
+    return text + (f" [speed host-limited in trials {', '.join(map(str, row.host_limited))}]" if row.host_limited else "")
+
+
+def verdict_table(verdict: Verdict) -> list[str]:
+    """The verdict as Markdown lines: the table, then one line of verdict per precision."""
+    unit = f" ({verdict.unit})" if verdict.unit else ""
+    header = ["precision", "seeds (trials)", "samples/s", "speed vs fp32 (range)", "peak MB", "memory vs fp32",
+              f"mean {verdict.metric}", f"diff to fp32{unit}", "95% CI", "fp16 skipped steps", "host-limited"]
+    rows = []
+    for r in verdict.rows:
+        spread = f" ({r.speed_ratio_range[0]:.2f}..{r.speed_ratio_range[1]:.2f})" if r.speed_ratio_range else ""
+        rows.append([
+            r.precision, f"{len(r.trials)} ({', '.join(map(str, r.trials.values()))})", _fmt(r.samples_per_s),
+            f"{r.speed_ratio:.2f}x{spread}" if r.speed_ratio is not None else "-", _fmt(r.peak_memory_mb),
+            f"{r.memory_ratio:.2f}x" if r.memory_ratio is not None else "-", _fmt(r.objective_mean),
+            "-" if r.precision == "fp32" or r.difference is None else _signed(r.difference),
+            f"{_signed(r.interval[0])}..{_signed(r.interval[1])}" if r.interval and r.precision != "fp32" else "-",
+            _fmt(r.skipped_steps) if r.precision == "fp16" else "-", ", ".join(map(str, r.host_limited)) or "no",
+        ])
+    rows += [[p, "not run", *(["-"] * 8), f"unsupported here: {why}"] for p, why in verdict.unsupported.items()]
+    lines = [*(f"- {r.line}" for r in verdict.rows), *(f"- {p}: not run: {why}" for p, why in verdict.unsupported.items())]
+    return [*_table(header, rows), "", *lines]
+
+
+def verdict_markdown(verdict: Verdict, plot_name: str | None = None) -> str:
+    """The verdict section: what was re-trained, the table, how to read the intervals, the plot."""
+    head = [
+        f"## Precision verdict: trial {verdict.source_trial} re-trained with seeds {', '.join(map(str, verdict.seeds))}", "",
+        f"Hardware: {'; '.join(verdict.devices) or 'unknown'}.", "", *verdict_table(verdict), "",
+        "Each precision ran with the same seeds as fp32 (same data order, same initial head); `diff to fp32` is the mean "
+        "over seeds of (precision - fp32) with the same seed, and `95% CI` its t-interval over those paired differences. "
+        "An interval that contains 0 means the seeds cannot tell the precision from fp32; it narrows with more seeds "
+        "(`--seeds`). Speed ratios are per seed against fp32's; host-limited trials waited for the host, so their speed "
+        "says little about the precision.",
+    ]
+    return "\n".join([*head, *(["", f"![verdict]({plot_name})"] if plot_name else []), ""])
+
+
+def store_verdict(study: optuna.Study, verdict: Verdict) -> None:
+    """The verdict on the study (one user attr) and as the study's note in optuna-dashboard."""
+    study.set_user_attr(VERDICT_ATTR, verdict.to_dict())
+    from optuna_dashboard import save_note
+
+    with contextlib.suppress(Exception):  # a note is a courtesy: it must never fail the verdict
+        save_note(study, verdict_markdown(verdict))
+
+
+def verdict_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """The stored verdict as flat rows for ``export --verdict``: one per precision, unsupported ones included."""
+    stored = stored_verdict(study)
+    if not stored:
+        raise UserError(f"study {study.study_name!r} has no verdict yet; compute it with `python -m hpo verdict --study-name {study.study_name}`")
+    verdict = Verdict.from_dict(stored)
+    common = {"study": verdict.study, "source_trial": verdict.source_trial, "metric": verdict.metric, "unit": verdict.unit,
+              "seeds": verdict.seeds}
+    rows = [{**common, "run": True, **flatten(asdict(row))} for row in verdict.rows]
+    return rows + [{**common, "precision": p, "run": False, "line": f"{p}: not run: {why}"} for p, why in verdict.unsupported.items()]
+
+
+VERDICT_MD, VERDICT_PNG = "verdict.md", "verdict.png"
+
+
+def write_verdict(verdict: Verdict, out: Path) -> str:
+    """Write ``verdict.md`` and ``verdict.png`` into ``out``; return what to print (the table and where they went)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot create --out directory {out}: {err.strerror}") from None
+    (out / VERDICT_MD).write_text(f"# Precision verdict: {verdict.study}\n\n" + verdict_markdown(verdict, VERDICT_PNG), encoding="utf-8")
+    plot_verdict(verdict, out / VERDICT_PNG)
+    return "\n".join(["", *verdict_table(verdict), "", f"Wrote {out / VERDICT_MD} and {out / VERDICT_PNG}"])
+
+
+def plot_verdict(verdict: Verdict, path: Path) -> None:
+    """Two panels per precision: speed ratio to fp32 (range over seeds), and the paired difference with its 95% CI."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 3.8), dpi=120)
+    FigureCanvasAgg(fig)
+    speed_ax, diff_ax = fig.subplots(1, 2)
+    rows = [r for r in verdict.rows if r.speed_ratio is not None or r.difference is not None]
+    for y, r in enumerate(rows):
+        colour = _COLOURS.get(r.precision, "tab:gray")  # the report's colours, in both panels
+        if r.speed_ratio is not None:
+            low, high = r.speed_ratio_range or [r.speed_ratio, r.speed_ratio]
+            speed_ax.errorbar(r.speed_ratio, y, xerr=[[r.speed_ratio - low], [high - r.speed_ratio]], fmt="o", capsize=4, color=colour)
+        if r.difference is not None and r.precision != "fp32":
+            low, high = r.interval or [r.difference, r.difference]
+            diff_ax.errorbar(r.difference, y, xerr=[[r.difference - low], [high - r.difference]], fmt="o", capsize=4, color=colour)
+    for ax, x, label in ((speed_ax, 1.0, "samples/s vs fp32 (x)"), (diff_ax, 0.0, f"{verdict.metric} - fp32 {verdict.unit} (95% CI)")):
+        ax.axvline(x, color="grey", linestyle="--", linewidth=1)
+        ax.set_yticks(range(len(rows)), [r.precision for r in rows])
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{verdict.study}: precision verdict of trial {verdict.source_trial} ({len(verdict.seeds)} seeds)")
+    fig.tight_layout()
+    fig.savefig(path)

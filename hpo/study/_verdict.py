@@ -1,0 +1,204 @@
+"""The verdict phase: the study's best configuration re-trained once per supported precision and seed.
+
+Verdict trials are ordinary trials of the study, marked with :data:`hpo._attrs.VERDICT_TRIAL_ATTR`
+and enqueued once per study through :func:`hpo.study._study.enqueue_once` (origin
+``verdict:<trial>:<precision>:<seed>``), so that every worker shares them, a rerun enqueues
+nothing twice and a killed worker's trial is retried like any other. Seeds are paired: seed
+``i`` is the same for every precision (the objective trains a verdict trial with the verdict's
+seed, not the trial number's), so data order and the initial head match across precisions.
+
+A verdict worker claims its plan's waiting trials only: it never samples a new trial nor runs
+another waiting trial (see :class:`_ClaimOnlyStorage`). Verdict trials do not count toward ``--n-trials``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._attrs import VERDICT_TRIAL_ATTR, config_of, stored_space, verdict_trial_of
+from hpo._errors import UserError
+from hpo.study._liveness import fail_dead_local_trials
+from hpo.study._study import enqueue_once, run_to_budget
+from hpo.study._warm_start import best_trials
+from trial_executor import PRECISIONS
+
+DEFAULT_VERDICT_SEEDS = 3
+MAX_VERDICT_SEEDS = 30  # the t-quantiles are exact for up to 29 degrees of freedom
+_POLL_SECONDS = 2.0
+_UNFINISHED = (TrialState.WAITING, TrialState.RUNNING)
+
+
+@dataclass(frozen=True)
+class VerdictPlan:
+    """Which trial is re-trained, with which seeds and precisions, and what it will cost."""
+
+    source: FrozenTrial
+    seeds: list[int]
+    precisions: list[str]  # supported here, in the registry's order; fp32 first
+    unsupported: dict[str, str]  # precision -> why this machine cannot run it
+    seconds_per_trial: float | None
+
+    @property
+    def n_trials(self) -> int:
+        return len(self.seeds) * len(self.precisions)
+
+    def includes(self, trial: FrozenTrial) -> bool:
+        """Whether ``trial`` is one of this plan's verdict trials (any attempt)."""
+        marker = verdict_trial_of(trial) or {}
+        return (marker.get("of_trial") == self.source.number and marker.get("precision") in self.precisions
+                and marker.get("seed") in self.seeds)
+
+    def cost_line(self, finished: int = 0) -> str:
+        """The cost before anything runs: K seeds x precisions x the source trial's measured time (less ``finished`` trials)."""
+        trials = f"{len(self.seeds)} seeds x {len(self.precisions)} precisions ({', '.join(self.precisions)}) = {self.n_trials} trials"
+        if finished:
+            trials += f" ({finished} already finished)"
+        if self.seconds_per_trial is None:
+            cost = "the source trial's time was not measured"
+        else:
+            total = (self.n_trials - finished) * self.seconds_per_trial
+            cost = f"x {self.seconds_per_trial:.0f} s (trial {self.source.number}'s time) = about {total / 60:.1f} min of training to go"
+        skipped = "".join(f"; {p} not run: {why}" for p, why in self.unsupported.items())
+        return f"Verdict of trial {self.source.number}: {trials} {cost}, not counted against --n-trials{skipped}"
+
+
+def source_trial(study: optuna.Study, trial_number: int | None = None) -> FrozenTrial:
+    """The configuration a verdict re-trains: trial ``trial_number``, else the best ordinary (non-verdict) trial."""
+    if trial_number is not None:
+        found = [t for t in study.get_trials(deepcopy=False) if t.number == trial_number]
+        if not found or found[0].state != TrialState.COMPLETE or verdict_trial_of(found[0]) is not None:
+            raise UserError(f"--trial {trial_number}: study {study.study_name!r} has no such complete ordinary trial; "
+                            "pick one listed by `python -m hpo report`")
+        return found[0]
+    if len(study.directions) > 1:
+        raise UserError(f"study {study.study_name!r} has several objectives: pass --trial N, one of its Pareto front "
+                        "(`python -m hpo best` lists it)")
+    best = best_trials(study, 1)
+    if not best:
+        raise UserError(f"study {study.study_name!r} has no complete trial to re-train; run more trials with `python -m hpo run`")
+    return best[0]
+
+
+def _check_precisions(study: optuna.Study, precisions: Sequence[str]) -> None:
+    unknown = [p for p in precisions if p not in PRECISIONS]
+    if unknown:
+        raise UserError(f"--precisions: unknown {', '.join(unknown)}; choose from {', '.join(PRECISIONS)}")
+    if "fp32" not in precisions:
+        raise UserError("--precisions must include fp32: every precision is compared with it")
+    searched = (stored_space(study).get("params") or {}).get("fp_precision")
+    outside = [p for p in precisions if searched and p not in searched.get("choices", [])]
+    if outside:
+        raise UserError(f"--precisions {', '.join(outside)}: not among the space's fp_precision choices "
+                        f"{searched['choices']}; drop them with --precisions, or widen the space")
+
+
+def plan_verdict(
+    study: optuna.Study, support: dict[str, str | None], *, seeds: int = DEFAULT_VERDICT_SEEDS,
+    precisions: Sequence[str] = PRECISIONS, trial_number: int | None = None,
+) -> VerdictPlan:
+    """The verdict of ``study`` on a machine whose ``support`` (precision -> reason or ``None``) is given."""
+    if not 2 <= seeds <= MAX_VERDICT_SEEDS:
+        raise UserError(f"--seeds must be between 2 and {MAX_VERDICT_SEEDS} (an interval needs two paired seeds), got {seeds}")
+    _check_precisions(study, precisions)
+    source = source_trial(study, trial_number)
+    base = int(config_of(source).get("seed", 0))
+    wanted = [p for p in PRECISIONS if p in precisions]
+    unsupported = {p: str(support.get(p, "unknown precision")) for p in wanted if support.get(p, "?") is not None}
+    if "fp32" in unsupported:
+        raise UserError(f"this machine cannot run fp32 ({unsupported['fp32']}): there is nothing to compare with")
+    attrs = source.user_attrs
+    measured = [attrs.get("train_seconds"), attrs.get("eval_seconds")]
+    if all(isinstance(s, (int, float)) for s in measured):
+        seconds: float | None = float(sum(measured))  # type: ignore[arg-type]
+    else:
+        seconds = source.duration.total_seconds() if source.duration is not None else None
+    return VerdictPlan(source, [base + i for i in range(seeds)], [p for p in wanted if p not in unsupported], unsupported, seconds)
+
+
+def enqueue_verdict(study: optuna.Study, storage: optuna.storages.BaseStorage, plan: VerdictPlan) -> int:
+    """Enqueue the plan's trials once per study, seed by seed (pairs finish together); how many were new."""
+    searched = "fp_precision" in plan.source.params
+    configurations, attrs = [], {}
+    for index, seed in enumerate(plan.seeds):
+        for precision in plan.precisions:
+            origin = f"verdict:{plan.source.number}:{precision}:{seed}"
+            params = {**plan.source.params, **({"fp_precision": precision} if searched else {})}
+            configurations.append((origin, params))
+            marker = {"of_trial": plan.source.number, "precision": precision, "seed": seed, "seed_index": index}
+            attrs[origin] = {VERDICT_TRIAL_ATTR: marker}
+    return enqueue_once(study, storage, configurations, attrs)
+
+
+class NoWaitingTrialError(Exception):
+    """A verdict worker found no waiting trial to claim: its share of the verdict is done."""
+
+
+class _ClaimOnlyStorage(BaseHeartbeat):
+    """``storage`` for a worker that may claim its own waiting trials but never create a sampled one.
+
+    ``Study.ask`` claims the oldest WAITING trial atomically, else creates a new trial; here the
+    creation raises :class:`NoWaitingTrialError` instead, so two workers racing for the last
+    verdict trial never add a sampled trial to the study. Re-queuing (a template trial) goes through.
+    Waiting trials that are not ``claimable`` (ordinary ones, another verdict's) are not seen.
+    """
+
+    def __init__(self, storage: optuna.storages.BaseStorage, claimable: Callable[[FrozenTrial], bool]) -> None:
+        self._inner, self._claimable = storage, claimable
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+        found = self._inner.get_all_trials(study_id, deepcopy=deepcopy, states=states)
+        return [t for t in found if t.state != TrialState.WAITING or self._claimable(t)]
+
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        if template_trial is None:
+            raise NoWaitingTrialError
+        return self._inner.create_new_trial(study_id, template_trial)
+
+    # Heartbeats as the wrapped storage has them (none for a storage without).
+    def record_heartbeat(self, trial_id: int) -> None:
+        self._inner.record_heartbeat(trial_id)  # type: ignore[attr-defined]
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        return self._inner._get_stale_trial_ids(study_id)  # type: ignore[attr-defined]
+
+    def get_heartbeat_interval(self) -> int | None:
+        return self._inner.get_heartbeat_interval() if isinstance(self._inner, BaseHeartbeat) else None
+
+    def get_heartbeat_stale_trial_callback(self) -> Callable[[optuna.Study, FrozenTrial], None] | None:
+        return self._inner.get_heartbeat_stale_trial_callback()  # type: ignore[attr-defined]
+
+
+def run_verdict_trials(
+    study: optuna.Study, objective: Callable[[optuna.Trial], Any], plan: VerdictPlan, *,
+    max_retry: int | None = None, on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
+    stop_requested: Callable[[], bool] | None = None,
+) -> None:
+    """Run the plan's waiting trials until none of them is waiting or running (other trials are left alone).
+
+    Other workers' running trials are waited for; one whose worker died is failed (its process
+    gone on this machine at once, elsewhere after the heartbeat grace period) and re-queued,
+    then claimed here.
+    """
+    mine = plan.includes
+    claiming = optuna.Study(study.study_name, _ClaimOnlyStorage(study._storage, mine), sampler=study.sampler, pruner=study.pruner)
+    while not (stop_requested is not None and stop_requested()):
+        with contextlib.suppress(NoWaitingTrialError):
+            run_to_budget(claiming, objective, sys.maxsize, on_trial_finished=on_trial_finished,
+                          stop_requested=stop_requested, max_retry=max_retry)
+        if not [t for t in study.get_trials(deepcopy=False, states=_UNFINISHED) if mine(t)]:
+            return
+        time.sleep(_POLL_SECONDS)
+        optuna.storages.fail_stale_trials(study)
+        fail_dead_local_trials(study, max_retry)

@@ -1,0 +1,202 @@
+"""The precision verdict (issue 25): paired seeds, enqueued once across workers, resumed after a SIGKILL, intervals by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from conftest import ROOT, SMALL_SPACE, cli_args
+from optuna.trial import FrozenTrial, TrialState
+
+import hpo
+from hpo.cli._export import main as export_main
+from hpo.cli._report import main as report_main
+from hpo.reporting._student_t import central_probability, t_quantile
+
+# Trials of 12 optimizer steps of 8 rows that checkpoint every 3: killed mid-run after the first, a few seconds each.
+# Eval loss as the objective: it differs between seeds and precisions after a few steps (accuracy does not yet),
+# so the intervals checked by hand are not all zero.
+VERDICT_SPACE = {
+    **SMALL_SPACE, "objective": {"metric": "loss", "direction": "minimize"},
+    "params": {**SMALL_SPACE["params"], "batch_size": {"type": "categorical", "choices": [8, 16]},
+               "learning_rate": {**SMALL_SPACE["params"]["learning_rate"], "high": 5e-3, "default": 4e-3}},
+    "fixed": {**SMALL_SPACE["fixed"], "max_length": 32, "max_steps": 12, "eval_every": 3},
+}
+FAST_HEARTBEAT = ["--heartbeat-interval", "1", "--grace-period", "3"]
+# Two-sided 95% quantiles of Student's t (any statistics table).
+KNOWN_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 9: 2.262, 10: 2.228, 19: 2.093, 29: 2.045, 30: 2.042}
+
+
+def test_t_quantile_matches_the_tables() -> None:
+    for df, known in KNOWN_T95.items():
+        assert t_quantile(0.95, df) == pytest.approx(known, abs=5e-4), df
+    assert t_quantile(0.99, 4) == pytest.approx(4.604, abs=5e-4)
+    assert central_probability(0.0, 3) == 0.0 and central_probability(1e6, 7) == pytest.approx(1.0)
+
+
+def _trials(url: str, name: str) -> list[FrozenTrial]:
+    storage = optuna.storages.RDBStorage(url)
+    try:
+        return optuna.load_study(study_name=name, storage=storage).get_trials()
+    finally:
+        storage.engine.dispose()
+
+
+def _start_verdict(args: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+    # One thread each: two workers on a shared 2-core machine, without OpenMP threads spinning against each other.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "hpo", "verdict", *args], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _running_verdict_trial_with_checkpoint(url: str, name: str, timeout: float = 240) -> FrozenTrial:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for t in _trials(url, name):
+            if t.state == TrialState.RUNNING and "verdict_trial" in t.user_attrs and t.user_attrs.get("checkpoint"):
+                return t
+        time.sleep(0.2)
+    raise AssertionError("no verdict trial ran long enough to checkpoint")
+
+
+def _interval_by_hand(differences: list[float]) -> list[float]:
+    half = KNOWN_T95[len(differences) - 1] * statistics.stdev(differences) / math.sqrt(len(differences))
+    mean = statistics.fmean(differences)
+    return [mean - half, mean + half]
+
+
+@pytest.mark.postgres
+def test_verdict_pairs_seeds_across_two_workers_survives_a_sigkill_and_its_intervals_are_the_stored_trials(
+    pg_database: str, small_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(VERDICT_SPACE))
+    # Trial 0, the fp32 baseline, is the finished study's best trial.
+    hpo.optimize(space, small_data, storage=pg_database, study_name="v", n_trials=1, device="cpu", text_column="sentence",
+                 label_column="label", artifact_store=None)
+    flags = [a for a in cli_args(pg_database, space, small_data, "--study-name", "v") if a not in ("--space", str(space))]
+    verdict = [*flags, "--seeds", "2", "--artifact-store", str(tmp_path / "artifacts"), *FAST_HEARTBEAT]
+    workers = [_start_verdict([*verdict, "--out", str(tmp_path / f"out{i}")], tmp_path, tmp_path / f"worker{i}.log") for i in range(2)]
+    try:
+        victim = _running_verdict_trial_with_checkpoint(pg_database, "v")
+        killed = next(w for w in workers if w.pid == victim.user_attrs["worker"]["pid"])
+        killed.send_signal(signal.SIGKILL)
+        survivor = next(w for w in workers if w is not killed)
+        index = workers.index(survivor)
+        assert survivor.wait(timeout=300) == 0, (tmp_path / f"worker{index}.log").read_text()[-3000:]
+    finally:
+        for worker in workers:
+            worker.kill()
+    log = (tmp_path / f"worker{index}.log").read_text()
+    # The cost comes before any trial: 2 seeds x 3 precisions x trial 0's time; tf32 listed, not run.
+    assert log.startswith("Verdict of trial 0: 2 seeds x 3 precisions (fp32, fp16, bf16) = 6 trials x ")
+    assert "tf32 not run" in log
+
+    trials = _trials(pg_database, "v")
+    assert not [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    verdict_trials = [t for t in trials if "verdict_trial" in t.user_attrs]
+    assert [t.number for t in trials if t not in verdict_trials] == [0]  # no sampled trial was added
+    # Enqueued once across the two workers: one first attempt per (precision, seed), the victim's retry besides.
+    first = [t for t in verdict_trials if "failed_trial" not in t.system_attrs]
+    origins = sorted(t.user_attrs["enqueued_from"] for t in first)
+    assert origins == sorted(f"verdict:0:{p}:{s}" for p in ("fp32", "fp16", "bf16") for s in (0, 1))
+    assert next(t for t in trials if t.number == victim.number).state == TrialState.FAIL
+    retry = next(t for t in trials if t.system_attrs.get("failed_trial") == victim.number)
+    assert retry.state == TrialState.COMPLETE and retry.user_attrs["resumed_at_step"] > 0
+    done = {(t.user_attrs["verdict_trial"]["precision"], t.user_attrs["verdict_trial"]["seed"]): t
+            for t in verdict_trials if t.state == TrialState.COMPLETE}
+    assert sorted(done) == sorted((p, s) for p in ("fp32", "fp16", "bf16") for s in (0, 1))
+    source = trials[0]
+    for (precision, seed), t in done.items():  # paired: the verdict's seed and precision, the source's other values
+        assert t.user_attrs["config"]["seed"] == seed and t.user_attrs["config"]["fp_precision"] == precision
+        assert {k: v for k, v in t.params.items() if k != "fp_precision"} == {k: v for k, v in source.params.items() if k != "fp_precision"}
+    # Seed 0 in fp32 is the source trial again (its own seed): the same loss.
+    assert done[("fp32", 0)].value == pytest.approx(source.value)
+
+    stored = optuna.load_study(study_name="v", storage=pg_database).user_attrs["precision_verdict"]
+    assert stored["unsupported"].keys() == {"tf32"} and stored["seeds"] == [0, 1]
+    rows = {r["precision"]: r for r in stored["rows"]}
+    for precision in ("fp16", "bf16"):
+        differences = [done[(precision, s)].value - done[("fp32", s)].value for s in (0, 1)]
+        assert differences[0] != differences[1]  # a real interval, not a point
+        assert rows[precision]["interval"] == pytest.approx(_interval_by_hand(differences), rel=1e-4)  # t to 3 decimals
+        assert rows[precision]["difference"] == pytest.approx(statistics.fmean(differences))
+        ratios = [done[(precision, s)].user_attrs["throughput_samples_per_s"] / done[("fp32", s)].user_attrs["throughput_samples_per_s"]
+                  for s in (0, 1)]
+        assert rows[precision]["speed_ratio_range"] == pytest.approx([min(ratios), max(ratios)])
+        assert rows[precision]["line"].startswith(f"{precision}: ") and "95% CI" in rows[precision]["line"]
+    assert rows["fp16"]["skipped_steps"] is not None and rows["bf16"]["skipped_steps"] is None
+    assert (tmp_path / f"out{index}" / "verdict.png").stat().st_size > 0
+
+    # Stored and browsable: report and export show the stored verdict.
+    storage_flags = ["--storage", pg_database, "--study-name", "v"]
+    capsys.readouterr()
+    assert report_main([*storage_flags, "--out", str(tmp_path / "report")]) == 0
+    assert rows["bf16"]["line"] in capsys.readouterr().out
+    assert "Precision verdict" in (tmp_path / "report" / "report.md").read_text()
+    assert export_main([*storage_flags, "--verdict", "--format", "json"]) == 0
+    assert [r["precision"] for r in json.loads(capsys.readouterr().out)] == ["fp32", "fp16", "bf16", "tf32"]
+
+
+def _verdict_trial(precision: str, seed: int, accuracy: float, speed: float, *, state: TrialState = TrialState.COMPLETE,
+                   host_limited: bool = False) -> optuna.trial.FrozenTrial:
+    attrs = {"verdict_trial": {"of_trial": 0, "precision": precision, "seed": seed, "seed_index": seed},
+             "throughput_samples_per_s": speed, "peak_memory_mb": 100.0 if precision == "fp32" else 60.0,
+             "host_limited": host_limited}
+    value = accuracy if state == TrialState.COMPLETE else None
+    return optuna.trial.create_trial(state=state, value=value, user_attrs=attrs)
+
+
+def test_verdict_table_from_stored_trials_by_hand() -> None:
+    from hpo.reporting._verdict import Verdict, build_verdict, verdict_table
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("search_space", {"objective": {"metric": "accuracy", "direction": "maximize"}})
+    study.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.80))  # the source trial
+    fp32, fp16, bf16 = [0.80, 0.82, 0.78], [0.76, 0.79, 0.73], [0.81, 0.81, 0.78]
+    for seed in range(3):
+        study.add_trial(_verdict_trial("fp32", seed, fp32[seed], 100.0))
+        study.add_trial(_verdict_trial("fp16", seed, fp16[seed], 180.0 + seed * 10))
+        if seed == 2:  # a first attempt that failed, superseded by its retry
+            study.add_trial(_verdict_trial("bf16", seed, 0.0, 0.0, state=TrialState.FAIL))
+        study.add_trial(_verdict_trial("bf16", seed, bf16[seed], 240.0, host_limited=seed == 1))
+    verdict = build_verdict(study, 0, [0, 1, 2], ["fp32", "fp16", "bf16"], {"tf32": "TF32 is a mode of NVIDIA tensor cores"})
+    rows = {r.precision: r for r in verdict.rows}
+    for precision, values in (("fp16", fp16), ("bf16", bf16)):
+        differences = [(v - f) * 100 for v, f in zip(values, fp32, strict=True)]
+        half = 4.303 * statistics.stdev(differences) / math.sqrt(3)  # t(0.975, df 2) from the tables
+        assert rows[precision].interval == pytest.approx([statistics.fmean(differences) - half, statistics.fmean(differences) + half], abs=2e-3)
+        assert rows[precision].paired_seeds == 3 and rows[precision].memory_ratio == pytest.approx(0.6)
+    assert rows["fp16"].speed_ratio == pytest.approx(1.9) and rows["fp16"].speed_ratio_range == pytest.approx([1.8, 2.0])
+    # Differences -4, -3, -5 points: mean -4, sd 1, half-width 4.303 / sqrt(3) = 2.48.
+    assert rows["fp16"].line == "fp16: 1.90x faster, 0.60x memory, accuracy -4.00 points (95% CI -6.48..-1.52): loss"
+    # bf16: +1, -1, 0 points: mean 0, sd 1, CI -2.48..+2.48.
+    assert rows["bf16"].line.endswith("(95% CI -2.48..+2.48): no measurable loss on this model and data (a loss of up to "
+                                      f"2.48 points is not ruled out: more seeds narrow it) [speed host-limited in trials {rows['bf16'].trials['1']}]")
+    assert rows["bf16"].not_completed == {} and len(rows["bf16"].trials) == 3
+    # Stored as one JSON-able dict and read back the same; the table lists tf32 as not run.
+    assert Verdict.from_dict(verdict.to_dict()) == verdict
+    table = "\n".join(verdict_table(verdict))
+    assert "| tf32 | not run |" in table and "- tf32: not run: TF32 is a mode of NVIDIA tensor cores" in table
+
+
+def test_the_space_verdict_section_is_checked_and_not_part_of_the_stored_space() -> None:
+    from hpo.space import SearchSpaceError, parse_search_space
+
+    space = parse_search_space({**SMALL_SPACE, "verdict": {"seeds": 4, "precisions": ["fp32", "bf16"]}})
+    assert space.verdict is not None and space.verdict.seeds == 4 and space.verdict.precisions == ["fp32", "bf16"]
+    # Adding verdict: to a study's space file still resumes that study.
+    assert space.stored_form() == parse_search_space(SMALL_SPACE).stored_form()
+    for bad in ({"seeds": 1}, {"precisions": ["bf16", "fp16"]}, {"precisions": ["fp32", "fp64"]}, {"seed": 3}):
+        with pytest.raises(SearchSpaceError, match="verdict"):
+            parse_search_space({**SMALL_SPACE, "verdict": bad})
