@@ -12,7 +12,7 @@ import functools
 import os
 import sys
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,9 +25,8 @@ from hpo._errors import UserError
 from hpo.reporting._dashboard_view import name_objectives, note_skipped
 from hpo.reporting._tracking import Tracker, Tracking, make_trackers
 from hpo.reporting._verdict import Verdict, build_verdict, store_verdict
-from hpo.space._params import SearchSpaceError
-from hpo.space._space import DEFAULT_SPACE, FINETUNE_SPACE, SearchSpace
-from hpo.space._space_loading import load_search_space, parse_search_space
+from hpo.space._resolving import SpaceLike, resolve_space
+from hpo.space._space import DEFAULT_SPACE, SearchSpace
 from hpo.storage._best_model import keep_if_best, keeping_best_model
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
 from hpo.storage._inspect import load_existing_study, open_existing_storage
@@ -45,96 +44,12 @@ DEFAULT_N_TRIALS = 8
 CACHE_ENV = "HPO_CACHE_DIR"
 DEFAULT_CACHE_DIR = "~/.cache/precision-hpo/tokenized"
 
-SpaceLike = str | Path | Mapping[str, Any] | SearchSpace
 DataLike = str | Path | TextClassificationData | None
-
-
-def with_model(space: SearchSpace, model: str) -> SearchSpace:
-    """``space`` with ``model`` fixed in place of whatever it searched or fixed (``--model NAME``)."""
-    raw = space.stored_form()
-    raw["params"].pop("model", None)
-    raw["fixed"] = {**raw.get("fixed", {}), "model": model}
-    if not raw["params"]:
-        raise SearchSpaceError("--model: the space searches nothing but model; give a space with other params, or --space")
-    fixes = {k: v for k, v in space.fixes.items() if k != "model"}
-    return parse_search_space(raw, source="search space with --model").with_fixes(fixes)
 
 
 def resolve_cache_dir(cache_dir: str | None) -> str:
     """The tokenized-data cache: ``cache_dir``, else ``$HPO_CACHE_DIR``, else the user's cache folder."""
     return str(Path(cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser())
-
-
-@dataclass(frozen=True)
-class SpaceChoice:
-    """The space a run without an explicit one takes, and why (the run's first line)."""
-
-    path: Path
-    why: str
-
-    def line(self) -> str:
-        shown = f"search_spaces/{self.path.name}" if self.path.parent == DEFAULT_SPACE.parent else str(self.path)
-        return f"Search space: {shown} ({self.why})"
-
-
-def choose_space(model: str | None) -> SpaceChoice:
-    """Fine-tuning ranges for a pretrained ``model`` (a directory, a hub id, an alias), the demo's for a preset or none."""
-    from trial_executor import PRESETS  # transformers: only a run that chooses pays for it
-
-    if model is None:
-        return SpaceChoice(DEFAULT_SPACE, "the demo space: no --model or --space given")
-    if model in PRESETS:
-        return SpaceChoice(DEFAULT_SPACE, f"{model} is a from-config preset, trained from random weights; --space to choose another")
-    return SpaceChoice(
-        FINETUNE_SPACE, f"{model} is a pretrained model: learning rates for fine-tuning, not for random weights; --space to choose another"
-    )
-
-
-def resolve_space(
-    space: SpaceLike | None = None, *, fix: Sequence[str] = (), model: str | None = None,
-    announce: Callable[[str], None] | None = print,
-) -> SearchSpace:
-    """A validated search space from a YAML path, a mapping or a :class:`SearchSpace`; ``model`` and ``fix`` applied.
-
-    ``space=None``: the space follows the model (:func:`choose_space`), and ``announce`` gets the
-    line saying which space was taken and why. A space given is always used as it is.
-    """
-    if space is None:
-        choice = choose_space(model)
-        if announce is not None:
-            announce(choice.line())
-        space = choice.path
-    if isinstance(space, SearchSpace):
-        resolved = space
-    elif isinstance(space, Mapping):
-        resolved = parse_search_space(dict(space))
-    else:
-        resolved = load_search_space(Path(space))
-    if model is not None:
-        resolved = with_model(resolved, model)
-    if fix:
-        resolved = resolved.with_fixes({**resolved.fixes, **resolved.parse_fixes(list(fix))})
-    _check_models(resolved)
-    return resolved
-
-
-def _check_models(space: SearchSpace) -> None:
-    # Imported here: transformers takes seconds to import, which a mistyped space should not wait for.
-    from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_max_length, check_model_name
-
-    defaults = TrainConfig.defaults()
-    model = space.params.get("model")
-    names = getattr(model, "choices", None) or [space.fixed.get("model", defaults["model"])]
-    # The longest max_length a trial can get: a model must take it (auto adapts by itself).
-    length = space.params.get("max_length")
-    lengths = getattr(length, "choices", None) or [getattr(length, "high", space.fixed.get("max_length", defaults["max_length"]))]
-    longest = max((int(x) for x in lengths if x != "auto"), default="auto")
-    for name in names:
-        try:
-            check_model_name(str(name))
-            check_max_length(str(name), longest)
-        except (ModelNotFoundError, ModelLimitError) as err:
-            raise UserError(str(err)) from None
 
 
 def resolve_data(
@@ -353,7 +268,7 @@ def optimize(
     """Run (or resume, or extend) a precision-search study to ``n_trials`` finished trials; return it.
 
     The keyword arguments are ``python -m hpo run``'s flags. ``space``: a YAML path, a mapping (the
-    YAML's content) or a :class:`hpo.SearchSpace`; ``None`` follows ``model`` (:func:`choose_space`). ``data``: a CSV/TSV/JSONL file or a
+    YAML's content) or a :class:`hpo.SearchSpace`; ``None`` follows ``model`` (:func:`hpo.space._resolving.choose_space`). ``data``: a CSV/TSV/JSONL file or a
     ``save_to_disk`` directory (read with the column arguments), a
     :class:`trial_executor.TextClassificationData`, or ``None`` for the synthetic demo reviews.
     ``storage``: a database URL (default ``$HPO_STORAGE``, else ``sqlite:///hpo-studies.db``).

@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 from test_errors import _hpo, assert_one_clean_line
 
 from hpo import create_storage, make_objective, mask_url, open_study, parse_search_space, run_to_budget
-from hpo.cli._run import trial_line
+from hpo.reporting._run_lines import trial_line
 from hpo.storage._storage import mask_secrets
 from trial_executor import demo_dataset
 

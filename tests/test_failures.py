@@ -20,7 +20,7 @@ import torch
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo import create_storage, finished_count, make_objective, open_study, parse_search_space, run_to_budget
-from hpo.cli._run import _summary, trial_line
+from hpo.reporting._run_lines import run_summary, trial_line
 from hpo.study._study import counts_toward_budget
 from trial_executor import demo_dataset
 
@@ -92,7 +92,7 @@ def test_nan_loss_and_unsupported_precision_are_pruned_and_the_study_goes_on(tmp
     assert tf32.user_attrs["skip_reason"] == "unsupported_precision" and "CPU" in tf32.user_attrs["skip_detail"]
     assert not counts_toward_budget(tf32)
     assert math.isfinite(healthy.value) and finished_count(study) == 4
-    summary = _summary(study, "sqlite:///f.db", 4, ["accuracy"])
+    summary = run_summary(study, "sqlite:///f.db", 4, ["accuracy"])
     assert "(1 complete, 3 pruned (3 non_finite_loss, 0 oom), 0 failed; 1 skipped as unsupported" in summary
 
 

@@ -10,9 +10,9 @@ import yaml
 from conftest import ROOT, run_cli
 
 import hpo
-from hpo._api import choose_space, resolve_space
 from hpo.reporting._report import build_report, summary_lines
 from hpo.reporting._status import status_lines, study_status
+from hpo.space._resolving import choose_space, resolve_space
 from trial_executor import demo_dataset
 from trial_executor._metrics import evaluation_metrics, stuck_at_majority
 from trial_executor._models import load_model

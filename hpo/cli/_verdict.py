@@ -20,7 +20,8 @@ from hpo._api import DEFAULT_STUDY_NAME, PreparedStudy, RunHooks, load, prepare_
 from hpo._attrs import stored_space
 from hpo._errors import UserError
 from hpo.cli._parsing import Parser, add_storage_argument, at_least, command_prog, run_guarded
-from hpo.cli._run import _add_data, start_training_command, trial_line
+from hpo.cli._run import _add_data, start_training_command
+from hpo.reporting._run_lines import trial_line
 from hpo.reporting._verdict import write_verdict
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import Heartbeat

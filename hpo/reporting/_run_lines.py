@@ -1,0 +1,89 @@
+"""What a run prints: one line per finished trial, and the summary at its end."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._attrs import (
+    CONSTRAINTS_ATTR,
+    FEASIBLE_ATTR,
+    PEAK_MEMORY_ATTR,
+    SKIP_DETAIL_ATTR,
+    THROUGHPUT_ATTR,
+    fail_reason_of,
+    is_majority_class,
+    skip_reason_of,
+)
+from hpo.space._measures import measured_value
+from hpo.storage._storage import STORAGE_ENV, mask_url
+from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED
+from hpo.study._study import finished_count
+
+
+def _format_value(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _objective_values(trial: FrozenTrial, names: Sequence[str]) -> str:
+    values = trial.values if trial.state == TrialState.COMPLETE else [measured_value(trial.user_attrs, n) for n in names]
+    return "  ".join(f"{name}={_format_value(value)}" for name, value in zip(names, values, strict=True))
+
+
+def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
+    """One line per finished trial: number, state, objective values, params, samples/s, peak memory."""
+    params = " ".join(f"{k}={_format_value(v)}" for k, v in trial.params.items())
+    attrs = trial.user_attrs
+    if skip_reason_of(trial) == SKIP_UNSUPPORTED:
+        return f"trial {trial.number:>3}  SKIPPED   {params}  ({attrs.get(SKIP_DETAIL_ATTR)})"
+    if skip_reason_of(trial) in (SKIP_NON_FINITE, SKIP_OOM):
+        return f"trial {trial.number:>3}  PRUNED    {params}  ({skip_reason_of(trial)}: {attrs.get(SKIP_DETAIL_ATTR)})"
+    if trial.state == TrialState.FAIL:
+        return f"trial {trial.number:>3}  FAIL      {params}  ({fail_reason_of(trial, 'see the log above')})"
+    parts = [f"trial {trial.number:>3}", f"{trial.state.name:<9}", _objective_values(trial, names), params]
+    if "throughput_samples_per_s" in attrs:
+        parts.append(f"{attrs[THROUGHPUT_ATTR]:.0f} samples/s")
+        parts.append(f"{attrs[PEAK_MEMORY_ATTR]:.0f} MB peak")
+    if is_majority_class(trial):
+        parts.append("(majority class: learned nothing; the learning rate may be too high)")
+    if attrs.get(FEASIBLE_ATTR) is False:
+        parts.append(f"(violates {', '.join(k for k, c in attrs[CONSTRAINTS_ATTR].items() if not c['satisfied'])})")
+    return "  ".join(parts)
+
+
+def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]) -> str:
+    """What a run prints at its end: trials by outcome, the best trial (or Pareto front), how to browse the study."""
+    trials = study.get_trials(deepcopy=False)
+    by_state = {s: sum(t.state == s for t in trials) for s in TrialState}
+    skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in trials)
+    diverged = sum(skip_reason_of(t) == SKIP_NON_FINITE for t in trials)
+    oom = sum(skip_reason_of(t) == SKIP_OOM for t in trials)
+    why = f" ({diverged} {SKIP_NON_FINITE}, {oom} {SKIP_OOM})" if diverged or oom else ""
+    shown = mask_url(url)
+    lines = [
+        "",
+        f"Study {study.study_name!r} in {shown}: {finished_count(study)} of {budget} budgeted trials finished "
+        f"({by_state[TrialState.COMPLETE]} complete, {by_state[TrialState.PRUNED] - skipped} pruned{why}, "
+        f"{by_state[TrialState.FAIL]} failed; {skipped} skipped as unsupported on this machine, not counted)",
+    ]
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    # Among trials meeting the space's constraints: the best trial, or the Pareto front.
+    front = study.best_trials if len(names) > 1 else []
+    if len(names) == 1:
+        with contextlib.suppress(ValueError):  # nothing completed, or nothing feasible
+            front = [study.best_trial]
+    for best in front:
+        label = "Best trial" if len(names) == 1 else "Pareto-front trial"
+        lines.append(f"{label} {best.number}: {_objective_values(best, names)}")
+        lines += [f"  {k}: {_format_value(v)}" for k, v in best.params.items()]
+    if not complete:
+        lines.append("No trial has completed yet.")
+    elif not front:
+        lines.append("No completed trial meets the space's constraints.")
+    lines.append(f"Browse it:  optuna-dashboard {shown}")
+    if shown != url:
+        lines.append(f"  (the password is masked: run `optuna-dashboard \"${STORAGE_ENV}\"` with ${STORAGE_ENV} set to the full URL)")
+    return "\n".join(lines)

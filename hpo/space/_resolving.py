@@ -1,0 +1,102 @@
+"""Which search space a run takes: a file, a mapping or a space given; else the one that suits the model.
+
+``--model`` and ``--fix`` are applied to the parsed space, and every model the space can train
+is checked (its name and the longest ``max_length`` it can get) before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpo._errors import UserError
+from hpo.space._params import SearchSpaceError
+from hpo.space._space import DEFAULT_SPACE, FINETUNE_SPACE, SearchSpace
+from hpo.space._space_loading import load_search_space, parse_search_space
+
+SpaceLike = str | Path | Mapping[str, Any] | SearchSpace
+
+
+def with_model(space: SearchSpace, model: str) -> SearchSpace:
+    """``space`` with ``model`` fixed in place of whatever it searched or fixed (``--model NAME``)."""
+    raw = space.stored_form()
+    raw["params"].pop("model", None)
+    raw["fixed"] = {**raw.get("fixed", {}), "model": model}
+    if not raw["params"]:
+        raise SearchSpaceError("--model: the space searches nothing but model; give a space with other params, or --space")
+    fixes = {k: v for k, v in space.fixes.items() if k != "model"}
+    return parse_search_space(raw, source="search space with --model").with_fixes(fixes)
+
+
+@dataclass(frozen=True)
+class SpaceChoice:
+    """The space a run without an explicit one takes, and why (the run's first line)."""
+
+    path: Path
+    why: str
+
+    def line(self) -> str:
+        shown = f"search_spaces/{self.path.name}" if self.path.parent == DEFAULT_SPACE.parent else str(self.path)
+        return f"Search space: {shown} ({self.why})"
+
+
+def choose_space(model: str | None) -> SpaceChoice:
+    """Fine-tuning ranges for a pretrained ``model`` (a directory, a hub id, an alias), the demo's for a preset or none."""
+    from trial_executor import PRESETS  # transformers: only a run that chooses pays for it
+
+    if model is None:
+        return SpaceChoice(DEFAULT_SPACE, "the demo space: no --model or --space given")
+    if model in PRESETS:
+        return SpaceChoice(DEFAULT_SPACE, f"{model} is a from-config preset, trained from random weights; --space to choose another")
+    return SpaceChoice(
+        FINETUNE_SPACE, f"{model} is a pretrained model: learning rates for fine-tuning, not for random weights; --space to choose another"
+    )
+
+
+def resolve_space(
+    space: SpaceLike | None = None, *, fix: Sequence[str] = (), model: str | None = None,
+    announce: Callable[[str], None] | None = print,
+) -> SearchSpace:
+    """A validated search space from a YAML path, a mapping or a :class:`SearchSpace`; ``model`` and ``fix`` applied.
+
+    ``space=None``: the space follows the model (:func:`choose_space`), and ``announce`` gets the
+    line saying which space was taken and why. A space given is always used as it is.
+    """
+    if space is None:
+        choice = choose_space(model)
+        if announce is not None:
+            announce(choice.line())
+        space = choice.path
+    if isinstance(space, SearchSpace):
+        resolved = space
+    elif isinstance(space, Mapping):
+        resolved = parse_search_space(dict(space))
+    else:
+        resolved = load_search_space(Path(space))
+    if model is not None:
+        resolved = with_model(resolved, model)
+    if fix:
+        resolved = resolved.with_fixes({**resolved.fixes, **resolved.parse_fixes(list(fix))})
+    _check_models(resolved)
+    return resolved
+
+
+def _check_models(space: SearchSpace) -> None:
+    # Imported here: transformers takes seconds to import, which a mistyped space should not wait for.
+    from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_max_length, check_model_name
+
+    defaults = TrainConfig.defaults()
+    model = space.params.get("model")
+    names = getattr(model, "choices", None) or [space.fixed.get("model", defaults["model"])]
+    # The longest max_length a trial can get: a model must take it (auto adapts by itself).
+    length = space.params.get("max_length")
+    lengths = getattr(length, "choices", None) or [getattr(length, "high", space.fixed.get("max_length", defaults["max_length"]))]
+    longest = max((int(x) for x in lengths if x != "auto"), default="auto")
+    for name in names:
+        try:
+            check_model_name(str(name))
+            check_max_length(str(name), longest)
+        except (ModelNotFoundError, ModelLimitError) as err:
+            raise UserError(str(err)) from None
