@@ -15,7 +15,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-SYNC_EVERY = 8  # the executor's host_read_every on CUDA
 LEARNING_RATE = 5e-5
 MAX_LENGTH = 128
 JOINED = 8  # SST-2 sentences per 128-token row
@@ -42,16 +41,18 @@ class SteadyClock:
 
     The same for every tool: steps of each new batch shape timed apart (synced) as start-up while
     their first ``SETUP_OCCURRENCES`` last (CUDA, or a compiled loop), and steady state from the first
-    sync after ``WARMUP_STEPS`` steps and ``WARMUP_SECONDS``; syncs every ``SYNC_EVERY`` steps, as
-    the executor reads its loss on CUDA. Call :meth:`begin` before a step and :meth:`end` after it.
+    sync after ``WARMUP_STEPS`` steps and ``WARMUP_SECONDS``; syncs as often as the executor reads
+    its loss on the device (``host_read_every``: 8 steps on CUDA, every step on the CPU). Call :meth:`begin` before a step and :meth:`end` after it.
     """
 
     def __init__(self, device: str, *, compiled: bool = False) -> None:
         import torch
 
+        from trial_executor._defaults import defaults_for
         from trial_executor._throughput import TrainClock
 
         self.device = torch.device(device)
+        self.sync_every = defaults_for(self.device).host_read_every
         self.clock = TrainClock(self.device, track_setup=device == "cuda" or compiled)
         self.clock.start()
         self._setup, self._began = False, 0.0
@@ -65,7 +66,7 @@ class SteadyClock:
         if self._setup:
             self.clock.setup_end(self._began)
         self.clock.stepped(samples, self._setup)
-        if self.clock.steps % SYNC_EVERY == 0:
+        if self.clock.steps % self.sync_every == 0:
             self._sync()
             self.clock.synced()
 

@@ -122,6 +122,9 @@ def test_a_step_with_more_than_one_backward_or_a_grad_scaler_is_never_compiled(c
     assert compile_step_refusal(TrainConfig(), chunk_by_length=False) is None
     ok = resolve_knobs(TrainConfig(compile_step=True), CPU, packed_supported=True, total_params=1_000)
     assert ok.compile_step and ok.compile_refused is None and not ok.torch_compile
+    # Chunking by default (the HF forward of a big model on the CPU) gives way to a compiled step asked for.
+    big = resolve_knobs(TrainConfig(compile_step=True), CPU, packed_supported=False, total_params=50_000_000)
+    assert big.compile_step and not big.chunk_by_length and big.buckets
 
 
 def test_cuda_graphs_of_the_forward_are_refused_with_accumulation() -> None:

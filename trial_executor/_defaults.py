@@ -124,11 +124,12 @@ def resolve_knobs(
     if chunk_default is None:
         # Packed, only the attention product is padded: chunks would save little and cost calls.
         chunk_default = not packed and total_params >= CHUNKING_MIN_PARAMS
-    chunk = pick(config.chunk_by_length, chunk_default)
+    whole_step = pick(config.compile_step, base.compile_step)
+    # A compiled step asked for wins over chunking by default (chunks are more than one backward).
+    chunk = pick(config.chunk_by_length, chunk_default and not whole_step)
     buckets = pick(config.buckets, base.buckets)
     compile_ = pick(config.torch_compile, base.torch_compile)
     refused = None
-    whole_step = pick(config.compile_step, base.compile_step)
     if whole_step:
         refused = compile_step_refusal(config, chunk)
         whole_step = refused is None
