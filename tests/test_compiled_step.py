@@ -116,13 +116,14 @@ def test_a_compiled_step_dispatches_a_fifth_of_the_eager_ops_and_bf16_adds_none(
     assert counts[("bf16", False)] > counts[("fp32", False)], counts  # eager autocast does add casts
 
 
-def test_trials_record_the_compiled_step_or_why_not_and_release_its_graphs(data: TextClassificationData) -> None:
-    config = TrainConfig(**{**BASE, "batch_size": 32, "epochs": 1, "eval_every": 0, "compile_step": True})
+def test_trials_record_the_compiled_step_or_why_not_and_release_its_graphs() -> None:
+    data = demo_dataset(n_train=64, n_valid=16, seed=3)  # one batch per epoch: one bucket to compile
+    config = TrainConfig(**{**BASE, "batch_size": 64, "epochs": 2, "eval_every": 0, "compile_step": True})
     result = run_trial(config, data)
     assert result.compiled_step and result.compile_refused is None and result.compile_seconds > 0
-    assert result.metrics["eval_rows"] == 16
+    assert result.steps == 2 and result.metrics["eval_rows"] == 16
     gc.collect()
     assert not [o for o in gc.get_objects() if isinstance(o, CompiledStep)]  # nothing of the trial kept alive
     assert torch._C._dynamo.eval_frame._debug_get_cache_entry_list(CompiledStep._loss.__code__) == []
-    refused = run_trial(config.replace(grad_accum_steps=2), data)
+    refused = run_trial(config.replace(grad_accum_steps=2, batch_size=32), data)
     assert not refused.compiled_step and "grad_accum_steps=2" in refused.compile_refused
