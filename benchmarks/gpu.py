@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._gpu_runs import RUNNERS, read_rows
+from benchmarks._gpu_runs import OURS_VARIANTS, RUNNERS, read_rows
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / "sst2"
@@ -93,6 +93,22 @@ def table(cells: dict[tuple[str, int, str, str], dict[str, Any]], kinds: Sequenc
         "| ours vs our fp32 | ours host-limited | ours compile s |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
+    lines += _rows(cells, kinds, batches, precisions)
+    variants = sorted({tool for *_, tool in cells if tool in OURS_VARIANTS and tool != "ours"})
+    if variants:  # our knobs on (each its own column) against the defaults (all off)
+        lines += ["", "| rows | batch | precision | ours | " + " | ".join(variants) + " |",
+                  "|---|---:|---|---:|" + "---:|" * len(variants)]
+        for kind in kinds:
+            for batch in batches:
+                for precision in precisions:
+                    speed = [cells.get((kind, batch, precision, t), {}).get("samples_per_s") for t in ("ours", *variants)]
+                    lines.append(f"| {kind} | {batch} | {precision} | " + " | ".join(_fmt(v) for v in speed) + " |")
+    return lines
+
+
+def _rows(cells: dict[tuple[str, int, str, str], dict[str, Any]], kinds: Sequence[str], batches: Sequence[int],
+          precisions: Sequence[str]) -> list[str]:
+    lines = []
     for kind in kinds:
         for batch in batches:
             fp32 = cells.get((kind, batch, "fp32", "ours"), {}).get("samples_per_s")
@@ -116,7 +132,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="a model directory (config + tokenizer), or bert-base-random / tiny-random (built here)")
     parser.add_argument("--rows", type=int, default=8000, help="training rows per cell (default 8000)")
     parser.add_argument("--quick", action="store_true", help="tiny-random, 384 rows, batch 32, fp32 and bf16: a dry run")
-    parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--tools", default=",".join(TOOLS),
+                        help=f"comma-separated; also our knobs on: {', '.join(t for t in OURS_VARIANTS if t != 'ours')}")
     parser.add_argument("--precisions", default=",".join(PRECISIONS))
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
     parser.add_argument("--kinds", default=",".join(ROW_KINDS), help="sst2 (rows as they are), long (128-token rows)")

@@ -92,6 +92,9 @@ RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
     "metrics_full_split": lambda r: r.metrics_full_split,
     "eval_precision": lambda r: r.eval_precision,
     SKIPPED_STEPS_ATTR: lambda r: r.skipped_steps,
+    # Whether the whole step ran compiled (CUDA graphs on CUDA), and why not when it was asked for.
+    "compiled_step": lambda r: r.compiled_step,
+    "compile_refused": lambda r: r.compile_refused,
 }
 
 # Study attrs.

@@ -14,14 +14,14 @@ from trial_executor._models import load_model
 from trial_executor._packed import PackedBertClassifier
 
 
-def test_a_few_widths_multiples_of_8_up_to_max_length() -> None:
-    assert width_buckets(128) == (16, 24, 32, 48, 64, 96, 128)
-    assert width_buckets(64) == (16, 24, 32, 48, 64)
+def test_a_few_widths_multiples_of_16_up_to_max_length() -> None:
+    assert width_buckets(128) == (16, 32, 48, 64, 96, 128)
+    assert width_buckets(64) == (16, 32, 48, 64)
     assert width_buckets(20) == (20,)
     for max_length in (8, 13, 40, 77, 512):
         buckets = width_buckets(max_length)
         assert buckets[-1] == max_length and len(buckets) <= 12 and list(buckets) == sorted(set(buckets))
-        assert all(w % 8 == 0 for w in buckets[:-1])
+        assert all(w % 16 == 0 for w in buckets[:-1])
     assert [bucket_width(n, (16, 32, 64)) for n in (1, 16, 17, 33, 64)] == [16, 16, 32, 64, 64]
     assert bucket_width(17, None) == 17
 

@@ -55,7 +55,13 @@ def test_the_users_values_win() -> None:
     knobs = resolve_knobs(config, CUDA, packed_supported=True, total_params=BIG)
     assert (knobs.chunk_by_length, knobs.packed_forward, knobs.buckets, knobs.torch_compile) == (True, False, False, True)
     assert not knobs.varlen_attention  # varlen needs the packed forward
-    varlen = resolve_knobs(TrainConfig(fp_precision="bf16", varlen_attention=True), CUDA, packed_supported=True, total_params=BIG)
+    varlen = resolve_knobs(
+        TrainConfig(fp_precision="bf16", varlen_attention=True), CUDA, packed_supported=True, total_params=BIG, varlen_supported=True,
+    )
     assert varlen.varlen_attention
+    # A torch without FlashAttention's varlen entry point (< 2.10) reports it off, not on.
+    assert not resolve_knobs(
+        TrainConfig(fp_precision="bf16", varlen_attention=True), CUDA, packed_supported=True, total_params=BIG, varlen_supported=False,
+    ).varlen_attention
     fp32 = resolve_knobs(TrainConfig(varlen_attention=True), CUDA, packed_supported=True, total_params=BIG)
     assert not fp32.varlen_attention  # FlashAttention needs fp16/bf16

@@ -8,14 +8,25 @@ no device queue, so the profiler is the witness: the same ops on a GPU would sta
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
+from transformers import (
+    AlbertConfig,
+    AutoModelForSequenceClassification,
+    ElectraConfig,
+    PretrainedConfig,
+    RobertaConfig,
+    XLMRobertaConfig,
+)
 
-from trial_executor import TrainConfig, demo_dataset, run_trial
+from trial_executor import TextClassificationData, TrainConfig, demo_dataset, run_trial
 from trial_executor._batching import COLLATE_RANGE
+from trial_executor._build import PaddingMaskForward
+from trial_executor._models import train_wordpiece_tokenizer
 from trial_executor._step import READ_RANGE, STEP_RANGE
 
 # Ops that read a tensor's value on the host (a device sync on a GPU) or give data-dependent shapes.
@@ -35,9 +46,9 @@ def _ancestors(event: Any) -> list[str]:
     return names
 
 
-def _syncs_outside_reads(config: TrainConfig) -> tuple[int, int, list[str]]:
+def _syncs_outside_reads(config: TrainConfig, data: TextClassificationData | None = None) -> tuple[int, int, list[str]]:
     """(steps, host reads, sync ops in a step or between steps outside a host read or collate)."""
-    data = demo_dataset(n_train=240, n_valid=32, seed=0)
+    data = data or demo_dataset(n_train=240, n_valid=32, seed=0)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         result = run_trial(config, data)
     events = prof.events()
@@ -73,6 +84,34 @@ def test_no_host_sync_inside_or_between_training_steps(knobs: dict[str, Any]) ->
     steps, reads, bad = _syncs_outside_reads(config)
     assert not bad, f"{len(bad)} host syncs in or between steps, e.g. {bad[:3]}"
     assert steps == 6 and 1 <= reads <= steps + 1
+
+
+def _tiny(kind: str, vocab: int) -> PretrainedConfig:
+    """A tiny config of each architecture the README lists beside BERT and DistilBERT (issue 23)."""
+    sizes = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+    common = {"vocab_size": vocab, "pad_token_id": 0, "max_position_embeddings": 130, "num_labels": 2}
+    if kind == "roberta":
+        return RobertaConfig(**sizes, **common)
+    if kind == "xlm-roberta":
+        return XLMRobertaConfig(**sizes, **common)
+    if kind == "electra":
+        return ElectraConfig(embedding_size=16, **sizes, **common)
+    return AlbertConfig(embedding_size=16, **sizes, **common)
+
+
+@pytest.mark.parametrize("kind", ["roberta", "xlm-roberta", "electra", "albert"])
+def test_every_listed_architecture_trains_without_a_host_read(kind: str, tmp_path: Path) -> None:
+    """Each gets the 4D boolean mask: transformers' 2D-mask path reads ``mask.all()`` every forward."""
+    data = demo_dataset(n_train=240, n_valid=32, seed=0)
+    tokenizer = train_wordpiece_tokenizer(data.train_texts)
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(_tiny(kind, len(tokenizer)), attn_implementation="sdpa")
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    assert PaddingMaskForward.applies(model)
+    config = TrainConfig(model=str(tmp_path), batch_size=16, max_steps=4, eval_every=0, device="cpu", max_length=32)
+    steps, _, bad = _syncs_outside_reads(config, data)
+    assert steps == 4 and not bad, f"{kind}: {len(bad)} host syncs in or between steps, e.g. {bad[:3]}"
 
 
 def test_the_witness_sees_a_sync_in_the_step() -> None:

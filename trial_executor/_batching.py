@@ -32,9 +32,11 @@ COLLATE_RANGE = "trial_executor::collate"
 GROUPING_WINDOW = 32
 # An extra chunk must save at least this share of its batch's padded tokens to be worth a call.
 CHUNK_COST = 0.1
-# Bucket widths shrink by this factor from max_length down to _MIN_BUCKET (multiples of 8).
+# Bucket widths shrink by this factor from max_length down to _MIN_BUCKET, in multiples of
+# _BUCKET_MULTIPLE (16: whole tensor-core tiles in half precision).
 _BUCKET_RATIO = 2**0.5
 _MIN_BUCKET = 16
+_BUCKET_MULTIPLE = 16
 
 
 @dataclass(frozen=True)
@@ -61,12 +63,12 @@ class Batch(NamedTuple):
 def width_buckets(max_length: int, *, ratio: float = _BUCKET_RATIO, smallest: int = _MIN_BUCKET) -> tuple[int, ...]:
     """A few batch widths from ``smallest`` up to ``max_length``, each about ``ratio`` times the last.
 
-    Widths are multiples of 8 (tensor-core friendly), and the largest is ``max_length`` itself,
+    Widths are multiples of 16 (whole tensor-core tiles), and the largest is ``max_length`` itself,
     so every row fits some bucket.
     """
-    widths, k = {max_length}, 1
+    widths, k, step = {max_length}, 1, _BUCKET_MULTIPLE
     while max_length / ratio**k >= smallest - 1e-9:
-        widths.add(min(max_length, math.ceil(max_length / ratio**k / 8 - 1e-9) * 8))
+        widths.add(min(max_length, math.ceil(max_length / ratio**k / step - 1e-9) * step))
         k += 1
     return tuple(sorted(widths))
 

@@ -16,6 +16,7 @@ import torch
 from transformers import PreTrainedModel
 
 from trial_executor._batching import Collation, TrainBatches, width_buckets
+from trial_executor._compiled import CompiledStep
 from trial_executor._config import TASK_METRICS, TrainConfig
 from trial_executor._data import TextClassificationData
 from trial_executor._defaults import Knobs, resolve_knobs
@@ -24,6 +25,7 @@ from trial_executor._models import load_model
 from trial_executor._optimizer import lr_lambda, make_optimizer
 from trial_executor._packed import PackedBertClassifier, supports_packed_forward
 from trial_executor._precision import PrecisionPolicy
+from trial_executor._static import StaticCollation, packed_width, token_buckets
 from trial_executor._step import TrainStep
 from trial_executor._tokenization import TokenizedData, tokenize_data
 
@@ -34,8 +36,12 @@ def uses_token_types(model: PreTrainedModel) -> bool:
     return takes_them and getattr(model.config, "type_vocab_size", 0) >= 2
 
 
-# Architectures whose HF forward uses the padding mask for attention only (a 4D mask is then the same function).
-_MASK_ONLY_FOR_ATTENTION = ("bert", "distilbert")
+# Architectures whose HF forward uses the padding mask for attention only (a 4D mask is then the same
+# function): each passes it to transformers' create_bidirectional_mask, which returns a 4D mask as it
+# is, and its classification head reads the first token (transformers 5.23). Not ModernBERT: its
+# head pools with the 2D mask and it builds a sliding-window mask from it; not DeBERTa-v2, whose
+# mask is its own and whose loss calls nonzero().
+_MASK_ONLY_FOR_ATTENTION = ("bert", "distilbert", "roberta", "xlm-roberta", "electra", "albert")
 
 
 class PaddingMaskForward:
@@ -66,7 +72,9 @@ def make_forward(
         model.activation_checkpointing_enable({"use_reentrant": False})
     forward: Callable[..., Any] = model
     if knobs.packed_forward:
-        forward = PackedBertClassifier(model, gradient_checkpointing=config.gradient_checkpointing, varlen=knobs.varlen_attention)
+        forward = PackedBertClassifier(
+            model, gradient_checkpointing=config.gradient_checkpointing, varlen=knobs.varlen_attention, static_shapes=knobs.compile_step,
+        )
     elif PaddingMaskForward.applies(model):
         forward = PaddingMaskForward(model)
     if not knobs.torch_compile:
@@ -100,6 +108,20 @@ class TrialParts:
     total_params: int
 
 
+def _collation(config: TrainConfig, knobs: Knobs, tokens: TokenizedData, pad_id: int, device: torch.device) -> Collation:
+    """How training batches are padded: dynamic (maybe up to width buckets), or static shapes for a compiled step."""
+    pin = device.type == "cuda"  # pinned on CUDA always (the step's copies are asynchronous); nothing to pin for on the CPU
+    if not knobs.compile_step:
+        buckets = width_buckets(tokens.max_length) if knobs.buckets else None
+        return Collation(pad_id, buckets=buckets, packed=knobs.packed_forward, pin=pin)
+    if not knobs.packed_forward:
+        return StaticCollation(pad_id, buckets=width_buckets(tokens.max_length), pin=pin, rows=config.batch_size)
+    sizes = token_buckets(tokens.train, config.batch_size, length_grouping=config.length_grouping, seed=config.seed)
+    return StaticCollation(
+        pad_id, buckets=(packed_width(tokens.max_length),), packed=True, pin=pin, rows=config.batch_size, token_buckets=sizes,
+    )
+
+
 def build_trial(config: TrainConfig, data: TextClassificationData, device: torch.device, policy: PrecisionPolicy) -> TrialParts:
     """Build ``config``'s model, forward, batches, optimizer and step on ``device`` (seed first)."""
     measured = TASK_METRICS[data.task]
@@ -121,11 +143,8 @@ def build_trial(config: TrainConfig, data: TextClassificationData, device: torch
         tokenizer, data, config.max_length, percentile=config.max_length_percentile,
         max_positions=max_positions, cache_dir=config.cache_dir, token_types=uses_token_types(model),
     )
-    buckets = width_buckets(tokens.max_length) if knobs.buckets else None
-    # Pinned on CUDA always (the step's copies are asynchronous); the CPU has nothing to pin for.
-    collation = Collation(pad_id, buckets=buckets, packed=knobs.packed_forward, pin=device.type == "cuda")
     batches = TrainBatches(
-        tokens.train, config.batch_size, collation, length_grouping=config.length_grouping,
+        tokens.train, config.batch_size, _collation(config, knobs, tokens, pad_id, device), length_grouping=config.length_grouping,
         chunk_by_length=knobs.chunk_by_length, num_workers=config.num_workers,
         persistent_workers=config.persistent_workers, prefetch_factor=config.prefetch_factor,
     )
@@ -133,14 +152,15 @@ def build_trial(config: TrainConfig, data: TextClassificationData, device: torch
     total_steps = config.epochs * math.ceil(micro_per_epoch / config.grad_accum_steps)
     if config.max_steps is not None:
         total_steps = min(total_steps, config.max_steps)
-    optimizer = make_optimizer(model, config, device, capturable=knobs.compile_mode == "reduce-overhead")
+    optimizer = make_optimizer(
+        model, config, device, capturable=knobs.compile_mode == "reduce-overhead", compiled=knobs.compile_step,
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(config.lr_schedule, round(config.warmup_ratio * total_steps), total_steps)
     )
     scaler = policy.grad_scaler()
-    step = TrainStep(
-        model, forward, optimizer, scheduler, scaler, policy, max_grad_norm=config.max_grad_norm, device=device,
-    )
+    step_type = CompiledStep if knobs.compile_step else TrainStep
+    step = step_type(model, forward, optimizer, scheduler, scaler, policy, max_grad_norm=config.max_grad_norm, device=device)
     return TrialParts(
         model, tokenizer, forward, eval_forward, knobs, tokens, batches, Collation(pad_id, packed=knobs.packed_forward),
         optimizer, scheduler, scaler, step, micro_per_epoch, total_steps, trainable_params, total_params,

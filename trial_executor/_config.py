@@ -84,9 +84,13 @@ class TrainConfig(BaseModel):
     tokenized data shared across trials and processes (``None``: no disk cache).
     ``buckets`` pads each batch up to one of a few widths (static shapes for compiled or captured
     steps); ``varlen_attention`` runs the packed forward's attention through FlashAttention's varlen
-    kernel (CUDA fp16/bf16; no attention-probability dropout). ``None`` for ``chunk_by_length``,
-    ``packed_forward``, ``buckets``, ``torch_compile`` and ``varlen_attention`` takes the device's
-    default (:mod:`trial_executor._defaults`, the one place that decides them).
+    kernel (CUDA fp16/bf16; no attention-probability dropout). ``compile_step`` compiles the whole
+    training step (forward with loss, backward, clipping, optimizer step) per static-shape bucket
+    with ``dynamic=False``, as CUDA graphs on CUDA (see :mod:`trial_executor._compiled`); a step with
+    more than one backward, or fp16's GradScaler, runs eager instead, with the reason recorded.
+    ``None`` for ``chunk_by_length``, ``packed_forward``, ``buckets``, ``torch_compile``,
+    ``compile_step`` and ``varlen_attention`` takes the device's default
+    (:mod:`trial_executor._defaults`, the one place that decides them).
     ``max_skipped_steps``: fp16 trials stop as non-finite once GradScaler skips more optimizer
     steps than this in a row.
 
@@ -132,6 +136,7 @@ class TrainConfig(BaseModel):
     length_grouping: bool = False
     chunk_by_length: bool | None = None
     torch_compile: bool | None = None
+    compile_step: bool | None = None
     packed_forward: bool | None = None
     buckets: bool | None = None
     varlen_attention: bool | None = None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from trial_executor._config import CHUNKING_MIN_PARAMS, TrainConfig
+from trial_executor._packed import varlen_attention_available
 from trial_executor._precisions import BY_NAME
 
 PENDING_GPU = "pending a GPU measurement"
@@ -29,6 +30,7 @@ class DeviceDefaults:
     varlen_attention: bool
     host_read_every: int  # optimizer steps between reads of the loss on the host (a GPU syncs there)
     evidence: dict[str, str]
+    compile_step: bool = False
 
 
 DEVICE_DEFAULTS: dict[str, DeviceDefaults] = {
@@ -42,6 +44,7 @@ DEVICE_DEFAULTS: dict[str, DeviceDefaults] = {
             "torch_compile": "dynamic-shape compile recompiles per width; not measured faster",
             "varlen_attention": "FlashAttention varlen is CUDA only",
             "host_read_every": "reading a CPU tensor costs nothing: every step, failures stop at once",
+            "compile_step": "inductor compile per token bucket costs seconds per trial; not measured faster on a CPU",
         },
     ),
     "cuda": DeviceDefaults(
@@ -54,6 +57,7 @@ DEVICE_DEFAULTS: dict[str, DeviceDefaults] = {
             "torch_compile": f"H100: dynamic-shape compile 108 samples/s (recompiles); reduce-overhead per bucket {PENDING_GPU}",
             "varlen_attention": f"no attention-probability dropout on that path; speed and accuracy {PENDING_GPU}",
             "host_read_every": "each read syncs the GPU; 8 steps keeps the queue full",
+            "compile_step": f"whole step as CUDA graphs per token bucket (issue 23); {PENDING_GPU}",
         },
     ),
 }
@@ -71,15 +75,46 @@ class Knobs:
     compile_dynamic: bool
     varlen_attention: bool
     host_read_every: int
+    compile_step: bool = False  # the whole step compiled per static-shape bucket (trial_executor._compiled)
+    compile_refused: str | None = None  # why a requested capture or compiled step did not run
 
 
 def defaults_for(device: torch.device) -> DeviceDefaults:
     return DEVICE_DEFAULTS.get(device.type, DEVICE_DEFAULTS["cpu"])
 
 
-def resolve_knobs(config: TrainConfig, device: torch.device, *, packed_supported: bool, total_params: int) -> Knobs:
-    """The knobs for ``config`` on ``device``; ``packed_supported``: the model has a packed forward."""
+def multiple_backward_reason(config: TrainConfig, chunk_by_length: bool) -> str | None:
+    """Why a step must not be captured as CUDA graphs: more than one backward per optimizer step."""
+    # A captured backward writes its gradients into the graph's own buffers: a second replay
+    # before the optimizer step overwrites the first (pytorch/pytorch#169545, #96693).
+    if config.grad_accum_steps > 1:
+        return f"grad_accum_steps={config.grad_accum_steps}: more than one backward per optimizer step is never captured"
+    if chunk_by_length:
+        return "chunk_by_length: one backward per chunk, more than one per optimizer step, is never captured"
+    return None
+
+
+def compile_step_refusal(config: TrainConfig, chunk_by_length: bool) -> str | None:
+    """Why the whole step cannot be compiled (it then runs eager), or ``None``."""
+    reason = multiple_backward_reason(config, chunk_by_length)
+    if reason is None and BY_NAME[config.fp_precision].grad_scaler:
+        reason = "fp16: GradScaler's unscale, inf check and skipped step are not captured; the step runs eager"
+    if reason is None and config.gradient_checkpointing:
+        reason = "gradient_checkpointing: recomputation inside a compiled step is not verified; the step runs eager"
+    return reason
+
+
+def resolve_knobs(
+    config: TrainConfig, device: torch.device, *, packed_supported: bool, total_params: int, varlen_supported: bool | None = None,
+) -> Knobs:
+    """The knobs for ``config`` on ``device``; ``packed_supported``: the model has a packed forward.
+
+    ``varlen_supported`` (``None``: this process's torch and device decide): FlashAttention's varlen
+    entry point can run, so a trial never reports varlen attention on where it could not run.
+    """
     base = defaults_for(device)
+    if varlen_supported is None:
+        varlen_supported = varlen_attention_available()
 
     def pick(value: bool | None, default: bool) -> bool:
         return default if value is None else value
@@ -89,19 +124,32 @@ def resolve_knobs(config: TrainConfig, device: torch.device, *, packed_supported
     if chunk_default is None:
         # Packed, only the attention product is padded: chunks would save little and cost calls.
         chunk_default = not packed and total_params >= CHUNKING_MIN_PARAMS
+    whole_step = pick(config.compile_step, base.compile_step)
+    # A compiled step asked for wins over chunking by default (chunks are more than one backward).
+    chunk = pick(config.chunk_by_length, chunk_default and not whole_step)
     buckets = pick(config.buckets, base.buckets)
     compile_ = pick(config.torch_compile, base.torch_compile)
+    refused = None
+    if whole_step:
+        refused = compile_step_refusal(config, chunk)
+        whole_step = refused is None
     # Static shapes (buckets, HF forward: the packed token count varies) can be captured as CUDA graphs.
     static = buckets and not packed
-    capture = compile_ and device.type == "cuda" and static
+    capture = compile_ and device.type == "cuda" and static and not whole_step
+    if capture and refused is None:
+        refused = multiple_backward_reason(config, chunk)
+        capture = refused is None
     half = BY_NAME[config.fp_precision].autocast_dtype is not None
     return Knobs(
-        chunk_by_length=pick(config.chunk_by_length, chunk_default),
+        chunk_by_length=chunk,
         packed_forward=packed,
-        buckets=buckets,
-        torch_compile=compile_,
+        # The compiled step's HF forward pads widths to buckets; the packed one pads token counts.
+        buckets=buckets or (whole_step and not packed),
+        torch_compile=compile_ and not whole_step,  # a compiled step compiles its own regions
         compile_mode="reduce-overhead" if capture else None,
         compile_dynamic=not static,
-        varlen_attention=packed and half and device.type == "cuda" and pick(config.varlen_attention, base.varlen_attention),
+        varlen_attention=packed and half and device.type == "cuda" and varlen_supported and pick(config.varlen_attention, base.varlen_attention),
         host_read_every=base.host_read_every,
+        compile_step=whole_step,
+        compile_refused=refused,
     )

@@ -32,6 +32,7 @@ from trial_executor._checkpoint import (
     rng_states,
     save_checkpoint,
 )
+from trial_executor._compiled import release_compiled
 from trial_executor._config import MINIMIZED_METRICS, TASK_METRICS, TrainConfig
 from trial_executor._data import TextClassificationData
 from trial_executor._evaluation import eval_rows, evaluate
@@ -112,7 +113,9 @@ def run_trial(
             f"out of memory at batch_size {config.batch_size} on {device.type}: {type(err).__name__}: {str(err)[:200]}",
         )
     finally:
-        # _train's model, optimizer and batches are unreachable once it returns.
+        # _train's model, optimizer and batches are unreachable once it returns; compiled graphs
+        # and CUDA-graph pools would keep them (and their memory) alive.
+        release_compiled()
         release_memory(device)
     # Raised outside the except blocks: a chained exception's traceback would keep _train's
     # frames, and with them the model and optimizer, alive.
@@ -216,7 +219,7 @@ class _Loop:
     ) -> None:
         self.config, self.data, self.device, self.parts, self.run = config, data, device, parts, run
         self.report, self.checkpointing, self.stop_requested, self.progress = report, checkpointing, stop_requested, progress
-        self.clock = TrainClock(device, track_setup=device.type == "cuda" or parts.knobs.torch_compile)
+        self.clock = TrainClock(device, track_setup=device.type == "cuda" or parts.knobs.torch_compile or parts.knobs.compile_step)
         self.lag = DeviceLag(device)
         self.stopped: str | None = None  # STOPPED_PRUNED or STOPPED_EARLY_STOPPING
         self.shown = 0.0
@@ -260,8 +263,8 @@ class _Loop:
 
     def _step(self, window: list[list[Batch]]) -> None:
         """One optimizer step; its first few of a new shape are timed apart as start-up cost."""
-        setup = self.clock.track_setup and self.clock.is_setup(
-            tuple(chunk.inputs["input_ids"].shape for chunks in window for chunk in chunks)
+        setup = self.clock.track_setup and self.clock.is_setup(  # a shape: every input's (packed: its token bucket too)
+            tuple(tuple(t.shape) for chunks in window for chunk in chunks for t in chunk.inputs.values())
         )
         began = self.clock.setup_begin() if setup else time.perf_counter()
         self.parts.step(window)
@@ -389,6 +392,8 @@ def _result(
         host_limited=None if busy is None else busy < HOST_LIMITED_BELOW,
         buckets=parts.knobs.buckets,
         varlen_attention=parts.knobs.varlen_attention,
+        compiled_step=parts.knobs.compile_step,
+        compile_refused=parts.knobs.compile_refused,
         metrics_full_split=run.history[-1][1].get("eval_rows") == len(parts.tokens.valid),
         eval_precision=policy.name,  # evaluate() runs under the same autocast as training
         skipped_steps=int(parts.step.skipped_total.item()) if parts.scaler is not None else None,

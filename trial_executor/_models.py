@@ -232,8 +232,16 @@ def _checkpoint_dtype(name: str, signature: object) -> str | None:
     return str(dtype).removeprefix("torch.") if dtype is not None else None
 
 
-# The HF head's loss per task: cross-entropy (inferred from int64 labels), MSE, BCE-with-logits.
-_PROBLEM_TYPES = {"classification": None, "regression": "regression", "multi_label": "multi_label_classification"}
+# The HF head's loss per task: cross-entropy, MSE, BCE-with-logits. Set at load, never left None:
+# HF's first forward would set it, failing the guards of a graph compiled before (issue 23).
+_PROBLEM_TYPES = {"classification": "single_label_classification", "regression": "regression", "multi_label": "multi_label_classification"}
+
+
+def problem_type(task: str, num_labels: int) -> str | None:
+    """What HF's first forward would set ``config.problem_type`` to for ``task`` (``None``: one class, HF decides)."""
+    if task == "classification" and num_labels < 2:
+        return None
+    return _PROBLEM_TYPES[task]
 
 
 def load_model(
@@ -250,18 +258,18 @@ def load_model(
     """
     id2label = dict(enumerate(label_names))
     label2id = {label: i for i, label in id2label.items()}
-    problem_type = _PROBLEM_TYPES[task]
+    problem = problem_type(task, len(label_names))
     if name in PRESETS:
         tokenizer = train_wordpiece_tokenizer(train_texts)
         config = PRESETS[name](len(tokenizer))
         config.num_labels, config.id2label, config.label2id = len(label_names), id2label, label2id
-        config.problem_type = problem_type
+        config.problem_type = problem
         model = AutoModelForSequenceClassification.from_config(config, attn_implementation="sdpa")
         return model, tokenizer
     source = resolve_model_name(name)
     if source not in PRETRAINED:
         check_model_name(name)  # a clear error before transformers' own
-    return PRETRAINED.fresh(source, label_names, problem_type)
+    return PRETRAINED.fresh(source, label_names, problem)
 
 
 def preload_model(name: str, label_names: Sequence[str], task: str = "classification") -> None:
@@ -274,4 +282,4 @@ def preload_model(name: str, label_names: Sequence[str], task: str = "classifica
     source = resolve_model_name(name)
     if source not in PRETRAINED:
         check_model_name(name)
-    PRETRAINED.warm(source, label_names, _PROBLEM_TYPES[task])
+    PRETRAINED.warm(source, label_names, problem_type(task, len(label_names)))

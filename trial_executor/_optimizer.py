@@ -27,18 +27,27 @@ def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[i
 
 
 def make_optimizer(
-    model: torch.nn.Module, config: TrainConfig, device: torch.device, *, capturable: bool = False
+    model: torch.nn.Module, config: TrainConfig, device: torch.device, *, capturable: bool = False, compiled: bool = False,
 ) -> torch.optim.AdamW:
     """AdamW, fused where this torch supports it on ``device``; no decay on biases and norms.
 
     ``capturable`` (CUDA): state and step counts stay on the device, so the step can be captured
-    in a CUDA graph and never reads its step count on the host.
+    in a CUDA graph and never reads its step count on the host. ``compiled``: for a step that
+    ``torch.compile`` traces (:mod:`trial_executor._compiled`): the learning rate is a tensor on
+    ``device`` that the scheduler fills in place (a Python float would be baked into the graph:
+    a recompile per new rate, or a frozen schedule under CUDA graphs), and the compiler fuses the
+    update (not the fused kernel, which it cannot trace).
     """
     decay, no_decay = [], []
     for param in model.parameters():
         if param.requires_grad:
             (decay if param.ndim >= 2 else no_decay).append(param)
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if compiled:
+        lr = torch.tensor(float(config.learning_rate), device=device)
+        # A tensor rate needs capturable (state and step counts as tensors) with foreach: the
+        # compiler traces one group of foreach ops, far quicker to compile than a loop per parameter.
+        return torch.optim.AdamW(groups, lr=lr, foreach=True, capturable=True)
     try:
         fused = device.type in ("cuda", "cpu")
         return torch.optim.AdamW(groups, lr=config.learning_rate, fused=fused, capturable=capturable and device.type == "cuda")

@@ -32,7 +32,8 @@ steps (:class:`_WordEmbeddingLookup`): a new tensor of that size each step is a 
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -131,6 +132,10 @@ def _project(h: torch.Tensor, modules: list[torch.nn.Module]) -> torch.Tensor:
     return torch.cat([m(h) for m in modules], dim=1)
 
 
+# torch 2.9's varlen_attn takes no ``scale`` (its default, head_dim ** -0.5, is BERT's own).
+_VARLEN_TAKES_SCALE = _varlen_attn is not None and "scale" in inspect.signature(_varlen_attn).parameters
+
+
 def varlen_attention_available() -> bool:
     """Whether this torch has FlashAttention's varlen entry point (torch >= 2.10) and a CUDA device."""
     return _varlen_attn is not None and torch.cuda.is_available()
@@ -141,7 +146,8 @@ def _attend_varlen(
 ) -> torch.Tensor:
     # (tokens, heads, head_dim) in, (tokens, heads * head_dim) out; no attention-probability dropout (see the class).
     assert _varlen_attn is not None
-    return _varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale).flatten(1)
+    scaling = {"scale": scale} if _VARLEN_TAKES_SCALE else {}
+    return _varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **scaling).flatten(1)
 
 
 class PackedBertClassifier:
@@ -161,12 +167,16 @@ class PackedBertClassifier:
     becomes a default (pending).
     """
 
-    def __init__(self, model: BertForSequenceClassification, *, gradient_checkpointing: bool = False, varlen: bool = False) -> None:
+    def __init__(
+        self, model: BertForSequenceClassification, *, gradient_checkpointing: bool = False, varlen: bool = False,
+        static_shapes: bool = False,
+    ) -> None:
         if not supports_packed_forward(model):
             raise ValueError(f"{type(model).__name__} with this config has no packed forward")
         self.model = model
         self.gradient_checkpointing = gradient_checkpointing
         self.varlen = varlen and _varlen_attn is not None
+        self.static_shapes = static_shapes
         self._embedding_grad: dict[str, torch.Tensor] = {}  # the reused word-embedding gradient buffer
 
     def _word_embeddings(self, ids: torch.Tensor) -> torch.Tensor:
@@ -177,9 +187,9 @@ class PackedBertClassifier:
             return embedding(ids)
         return _WordEmbeddingLookup.apply(weight, ids, embedding.padding_idx, self._embedding_grad)
 
-    def _embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, keep: torch.Tensor) -> torch.Tensor:
+    def _embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, keep: torch.Tensor, width: int) -> torch.Tensor:
         emb = self.model.bert.embeddings
-        positions = keep % input_ids.shape[1]
+        positions = keep % width
         # Same sum order as BertEmbeddings: word + token type + position.
         words = self._word_embeddings(input_ids.flatten().index_select(0, keep))
         if token_type_ids is None:
@@ -197,53 +207,84 @@ class PackedBertClassifier:
         batch, width = input_ids.shape
         if packed_index is None or cls_index is None or cu_seqlens is None:
             packed_index, cls_index, cu_seqlens = packing(attention_mask).values()
-        keep, cls = packed_index, cls_index  # packed position -> grid position; each row's [CLS]
-        key_mask = attention_mask.bool()[:, None, None, :]
-        training = model.training
-        h = self._embed(input_ids, token_type_ids, keep)
+        if self.static_shapes:
+            # Padding tokens of a static token bucket point at one slot past the grid (see _static):
+            # their ids come from a padding id appended there, and the grid drops that slot.
+            input_ids = F.pad(input_ids.flatten(), (0, 1)).view(1, -1)
+            token_type_ids = None if token_type_ids is None else F.pad(token_type_ids.flatten(), (0, 1)).view(1, -1)
+        h = self._embed(input_ids, token_type_ids, packed_index, width)
         varlen = self.varlen and h.is_cuda and torch.is_autocast_enabled("cuda")  # fp16/bf16 autocast
-        one_per_row = torch.arange(batch + 1, dtype=torch.int32, device=h.device) if varlen else None
-
-        def grid(x: torch.Tensor, parts: int, heads: int, head_dim: int) -> torch.Tensor:
-            # (tokens, parts*hidden) -> (parts, batch, heads, width, head_dim), zeros at padding.
-            full = x.new_zeros(batch * width, x.shape[1]).index_copy(0, keep, x)
-            return full.view(batch, width, parts, heads, head_dim).permute(2, 0, 3, 1, 4)
-
-        def run_layer(h: torch.Tensor, layer: torch.nn.Module, last: bool) -> torch.Tensor:
-            sa = layer.attention.self
-            heads, head_dim = sa.num_attention_heads, sa.attention_head_size
-            dropout = sa.dropout.p if training else 0.0
-            if varlen and not last:
-                q, k, v = _project(h, [sa.query, sa.key, sa.value]).view(-1, 3, heads, head_dim).unbind(1)
-                out = _attend_varlen(q, k, v, cu_seqlens, cu_seqlens, width, width, sa.scaling)
-            elif varlen:
-                k, v = _project(h, [sa.key, sa.value]).view(-1, 2, heads, head_dim).unbind(1)
-                h = h.index_select(0, cls)
-                q = sa.query(h).view(batch, heads, head_dim)
-                out = _attend_varlen(q, k, v, one_per_row, cu_seqlens, 1, width, sa.scaling)
-            elif not last:
-                q, k, v = grid(_project(h, [sa.query, sa.key, sa.value]), 3, heads, head_dim)
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout, scale=sa.scaling)
-                out = out.transpose(1, 2).reshape(batch * width, -1).index_select(0, keep)
-            else:
-                # Only the [CLS] rows reach the pooler: one query per row over all keys.
-                k, v = grid(_project(h, [sa.key, sa.value]), 2, heads, head_dim)
-                h = h.index_select(0, cls)
-                q = sa.query(h).view(batch, heads, 1, head_dim)
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout, scale=sa.scaling)
-                out = out.reshape(batch, -1)
-            # BertSelfOutput and BertOutput, with this module's dropout: dense, dropout, residual, norm.
-            so, fo = layer.attention.output, layer.output
-            attended = so.LayerNorm(_dropout(so.dense(out), so.dropout.p, training) + h)
-            return fo.LayerNorm(_dropout(fo.dense(layer.intermediate(attended)), fo.dropout.p, training) + attended)
-
+        # The key mask as an additive bias in the attention's dtype, made once per batch: a boolean
+        # mask is converted inside every scaled_dot_product_attention call.
+        dtype = torch.get_autocast_dtype(h.device.type) if torch.is_autocast_enabled(h.device.type) else h.dtype
+        bias = torch.zeros(attention_mask.shape, dtype=dtype, device=h.device).masked_fill_(attention_mask == 0, float("-inf"))
+        ctx = _Context(
+            batch, width, packed_index, cls_index, bias[:, None, None, :], cu_seqlens, model.training, varlen,
+            torch.arange(batch + 1, dtype=torch.int32, device=h.device) if varlen else None,
+        )
         layers = bert.encoder.layer
         recompute = self.gradient_checkpointing and model.training and torch.is_grad_enabled()
         for i, layer in enumerate(layers):
             last = i == len(layers) - 1
-            h = checkpoint(run_layer, h, layer, last, use_reentrant=False) if recompute else run_layer(h, layer, last)
+            h = checkpoint(self._layer, h, layer, last, ctx, use_reentrant=False) if recompute else self._layer(h, layer, last, ctx)
 
         pooled = bert.pooler.activation(bert.pooler.dense(h))
-        logits = model.classifier(_dropout(pooled, model.dropout.p, training))
+        logits = model.classifier(_dropout(pooled, model.dropout.p, model.training))
         loss = F.cross_entropy(logits.view(-1, model.num_labels), labels.view(-1)) if labels is not None else None
         return SequenceClassifierOutput(loss=loss, logits=logits)
+
+    def _grid(self, x: torch.Tensor, ctx: _Context, parts: int, heads: int, head_dim: int) -> torch.Tensor:
+        # (tokens, parts*hidden) -> (parts, batch, heads, width, head_dim), zeros at padding.
+        cells = ctx.batch * ctx.width
+        full = x.new_zeros(cells + self.static_shapes, x.shape[1]).index_copy(0, ctx.keep, x)[:cells]
+        return full.view(ctx.batch, ctx.width, parts, heads, head_dim).permute(2, 0, 3, 1, 4)
+
+    def _layer(self, h: torch.Tensor, layer: torch.nn.Module, last: bool, ctx: _Context) -> torch.Tensor:
+        sa = layer.attention.self
+        heads, head_dim, batch = sa.num_attention_heads, sa.attention_head_size, ctx.batch
+        dropout = sa.dropout.p if ctx.training else 0.0
+        if ctx.varlen:
+            # Static shapes: the padding tokens are one more segment; any segment fits in all the tokens.
+            longest = h.shape[0] if self.static_shapes else ctx.width
+            if not last:
+                q, k, v = _project(h, [sa.query, sa.key, sa.value]).view(-1, 3, heads, head_dim).unbind(1)
+                out = _attend_varlen(q, k, v, ctx.cu_seqlens, ctx.cu_seqlens, longest, longest, sa.scaling)
+            else:
+                k, v = _project(h, [sa.key, sa.value]).view(-1, 2, heads, head_dim).unbind(1)
+                h = h.index_select(0, ctx.cls)
+                q = sa.query(h).view(batch, heads, head_dim)
+                out = _attend_varlen(q, k, v, ctx.one_per_row, ctx.cu_seqlens[: batch + 1], 1, longest, sa.scaling)
+        elif not last:
+            q, k, v = self._grid(_project(h, [sa.query, sa.key, sa.value]), ctx, 3, heads, head_dim)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.key_bias, dropout_p=dropout, scale=sa.scaling)
+            out = out.transpose(1, 2).reshape(batch * ctx.width, -1)
+            if torch.compiler.is_compiling() and out.device.type == "cpu":
+                # The backward of a half-precision gather is an index_add the CPU compiler cannot
+                # lower (no half atomic add): a float32 gather keeps bf16 at fp32's op count.
+                out = out.float()
+            out = (F.pad(out, (0, 0, 0, 1)) if self.static_shapes else out).index_select(0, ctx.keep)
+        else:
+            # Only the [CLS] rows reach the pooler: one query per row over all keys.
+            k, v = self._grid(_project(h, [sa.key, sa.value]), ctx, 2, heads, head_dim)
+            h = h.index_select(0, ctx.cls)
+            q = sa.query(h).view(batch, heads, 1, head_dim)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.key_bias, dropout_p=dropout, scale=sa.scaling)
+            out = out.reshape(batch, -1)
+        # BertSelfOutput and BertOutput, with this module's dropout: dense, dropout, residual, norm.
+        so, fo = layer.attention.output, layer.output
+        attended = so.LayerNorm(_dropout(so.dense(out), so.dropout.p, ctx.training) + h)
+        return fo.LayerNorm(_dropout(fo.dense(layer.intermediate(attended)), fo.dropout.p, ctx.training) + attended)
+
+
+class _Context(NamedTuple):
+    """One batch's packing, shared by every layer."""
+
+    batch: int
+    width: int
+    keep: torch.Tensor  # packed position -> grid position
+    cls: torch.Tensor  # each row's [CLS] packed position
+    key_bias: torch.Tensor  # (batch, 1, 1, width): 0 for tokens, -inf for padding
+    cu_seqlens: torch.Tensor
+    training: bool
+    varlen: bool
+    one_per_row: torch.Tensor | None

@@ -35,7 +35,10 @@ class TrialResult:
     ``host_limited`` is true below one half: the executor's overhead, not the precision, set the
     speed. ``buckets`` and ``varlen_attention`` tell which of those knobs ran (varlen attention
     drops no attention probabilities). ``checkpoint_dtype`` is the dtype the model's weights were
-    stored in; training always used float32 master weights.
+    stored in; training always used float32 master weights. ``compiled_step``: the whole step
+    (forward with loss, backward, clipping, optimizer step) ran compiled per static-shape bucket, as
+    CUDA graphs on CUDA; ``compile_refused`` says why a requested compiled or captured step ran
+    otherwise (more than one backward per step, fp16's GradScaler), ``None`` when nothing was refused.
 
     Each evaluation's metrics carry ``eval_rows``, the validation rows it ran on: early evaluations
     (what a pruner sees) use the fixed sample of ``eval_sample_rows`` rows, the final one every row.
@@ -78,6 +81,8 @@ class TrialResult:
     eval_precision: str = ""
     # fp16: optimizer steps GradScaler skipped for inf/NaN gradients (since the last resume); None without a scaler.
     skipped_steps: int | None = None
+    compiled_step: bool = False
+    compile_refused: str | None = None
 
     @property
     def majority_class(self) -> bool:

@@ -57,7 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--warmup", type=at_least(0), default=None,
         help="untimed steps first; on CUDA more until steady (default: 1 on the CPU, 10 on CUDA)",
     )
+    for knob in _KNOBS:  # issue 23: measure each on and off (default: the device's default)
+        parser.add_argument(f"--{knob.replace('_', '-')}", choices=("on", "off"), default=None, help=f"{knob} for the step")
     return parser
+
+
+_KNOBS = ("compile_step", "torch_compile", "varlen_attention")
 
 
 # Per device: model, seq_len, batch sizes, steps, warmup when the flag is not given.
@@ -152,7 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"of the executor's training step (forward, backward, AdamW) on {device}",
             flush=True,
         )
-        rows = speed_test(args.model, device, batch_size=batch_size, seq_len=args.seq_len, steps=args.steps, warmup=args.warmup)
+        knobs = {k: getattr(args, k) == "on" for k in _KNOBS if getattr(args, k) is not None}
+        rows = speed_test(
+            args.model, device, batch_size=batch_size, seq_len=args.seq_len, steps=args.steps, warmup=args.warmup, knobs=knobs,
+        )
         print("\n".join(speed_table(rows)))
         if device.type == "cuda":
             print("\n".join(host_table(rows)))

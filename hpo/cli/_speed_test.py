@@ -23,10 +23,12 @@ from transformers import AutoModelForSequenceClassification, BertConfig, Pretrai
 from trial_executor import PRECISIONS, PRESETS, PrecisionPolicy, TrainConfig, UnsupportedPrecisionError
 from trial_executor._batching import Batch, Collation, TokenizedSplit
 from trial_executor._build import make_forward
+from trial_executor._compiled import CompiledStep, release_compiled
 from trial_executor._defaults import resolve_knobs
 from trial_executor._hardware import peak_memory_mb, release_memory, reset_peak_memory
 from trial_executor._optimizer import make_optimizer
 from trial_executor._packed import supports_packed_forward
+from trial_executor._static import TOKEN_MULTIPLE, StaticCollation, packed_width, round_up
 from trial_executor._step import TrainStep
 from trial_executor._throughput import DeviceLag
 
@@ -93,23 +95,32 @@ class _Timing:
 
 def _executor_step(
     policy: PrecisionPolicy, config: PretrainedConfig, device: torch.device, batch_size: int, seq_len: int, seed: int,
+    knobs: dict[str, bool] | None = None,
 ) -> tuple[TrainStep, list[list[Batch]]]:
-    """The executor's own step (forward choice, optimizer, precision policy) on one random batch."""
+    """The executor's own step (forward choice, optimizer, precision policy, ``knobs``) on one random batch."""
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_config(config, attn_implementation="sdpa").to(device).train()
-    train_config = TrainConfig(fp_precision=policy.name, batch_size=batch_size, learning_rate=1e-4, warmup_ratio=0.0)
+    model.config.problem_type = "single_label_classification"  # as load_model sets it
+    train_config = TrainConfig(fp_precision=policy.name, batch_size=batch_size, learning_rate=1e-4, warmup_ratio=0.0, **(knobs or {}))
     total = sum(p.numel() for p in model.parameters())
-    knobs = resolve_knobs(train_config, device, packed_supported=supports_packed_forward(model), total_params=total)
-    forward, _ = make_forward(model, train_config, knobs)
-    optimizer = make_optimizer(model, train_config, device)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    step = TrainStep(
-        model, forward, optimizer, scheduler, policy.grad_scaler(), policy, max_grad_norm=1.0, device=device,
+    resolved = resolve_knobs(train_config, device, packed_supported=supports_packed_forward(model), total_params=total)
+    forward, _ = make_forward(model, train_config, resolved)
+    optimizer = make_optimizer(
+        model, train_config, device, capturable=resolved.compile_mode == "reduce-overhead", compiled=resolved.compile_step,
     )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    step_type = CompiledStep if resolved.compile_step else TrainStep
+    step = step_type(model, forward, optimizer, scheduler, policy.grad_scaler(), policy, max_grad_norm=1.0, device=device)
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, config.vocab_size, (batch_size, seq_len), generator=generator).tolist()
     labels = torch.randint(0, 2, (batch_size,), generator=generator).tolist()
-    collation = Collation(0, packed=knobs.packed_forward, pin=device.type == "cuda")
+    pin = device.type == "cuda"
+    collation = Collation(0, packed=resolved.packed_forward, pin=pin)
+    if resolved.compile_step:
+        collation = StaticCollation(
+            0, buckets=(packed_width(seq_len),), packed=resolved.packed_forward, pin=pin, rows=batch_size,
+            token_buckets=(round_up(batch_size * seq_len, TOKEN_MULTIPLE),),
+        )
     return step, [[collation(TokenizedSplit(ids, labels), range(batch_size))]]
 
 
@@ -128,10 +139,10 @@ def _warm_up(step: TrainStep, window: list[list[Batch]], device: torch.device, w
 
 def _time_steps(
     policy: PrecisionPolicy, config: PretrainedConfig, device: torch.device, batch_size: int, seq_len: int,
-    warmup: int, steps: int, seed: int,
+    warmup: int, steps: int, seed: int, knobs: dict[str, bool] | None = None,
 ) -> _Timing:
     """``steps`` timed executor steps after warm-up; on a GPU also the host's cost and who set the pace."""
-    step, window = _executor_step(policy, config, device, batch_size, seq_len, seed)
+    step, window = _executor_step(policy, config, device, batch_size, seq_len, seed, knobs)
     _warm_up(step, window, device, warmup)
     host = None
     if device.type == "cuda":
@@ -159,9 +170,15 @@ def _time_steps(
 
 
 def speed_test(
-    model: str, device: torch.device, *, batch_size: int, seq_len: int, steps: int, warmup: int = 2, seed: int = 0
+    model: str, device: torch.device, *, batch_size: int, seq_len: int, steps: int, warmup: int = 2, seed: int = 0,
+    knobs: dict[str, bool] | None = None,
 ) -> list[SpeedRow]:
-    """Time every precision on ``device``; fp32 runs first and is the reference for speedups."""
+    """Time every precision on ``device``; fp32 runs first and is the reference for speedups.
+
+    ``knobs`` (``compile_step``, ``torch_compile``, ``varlen_attention``: on or off) override the
+    device's defaults, as a space's fixed values would; a refused knob (fp16 and ``compile_step``)
+    runs as a trial would, without it.
+    """
     config = model_config(model)
     rows: list[SpeedRow] = []
     reference: float | None = None
@@ -176,12 +193,13 @@ def speed_test(
             release_memory(device)
             reset_peak_memory(device)
             try:
-                timing = _time_steps(policy, config, device, batch_size, seq_len, warmup, steps, seed)
+                timing = _time_steps(policy, config, device, batch_size, seq_len, warmup, steps, seed, knobs)
             except (torch.OutOfMemoryError, MemoryError):
                 release_memory(device)
                 rows.append(SpeedRow(precision, note=f"out of memory at batch size {batch_size}"))
                 continue
             peak = peak_memory_mb(device)
+            release_compiled()
             release_memory(device)
             per_step, loss = timing.seconds / steps, timing.loss
             if precision == "fp32":

@@ -1,0 +1,110 @@
+"""The whole training step compiled per static-shape bucket (issue 23): few host operations per step.
+
+When the host, not the device, sets the pace (small batches on a GPU), a step costs what the
+Python and the dispatcher cost to issue its hundreds of operations, and autocast adds casts to
+issue. :class:`CompiledStep` compiles the step's two regions with ``torch.compile(dynamic=False)``:
+
+- the forward with the loss (computed here, outside the HF model, weighted by ``row_weight`` so
+  dummy rows count for nothing), whose backward AOTAutograd compiles with it;
+- clipping and the optimizer step (AdamW with its learning rate a tensor that the scheduler
+  updates in place, so a new rate is no new graph).
+
+On CUDA both are compiled with ``mode="reduce-overhead"``: CUDA graphs, one set per bucket,
+replayed each step. On the CPU the default mode (CUDA graphs are CUDA only). Shapes come from
+:class:`~trial_executor._static.StaticCollation`, so a trial compiles once per bucket; the first
+steps of each shape are timed apart as ``compile_seconds`` and left out of throughput
+(:class:`~trial_executor._throughput.TrainClock`). :func:`release_compiled` drops the graphs,
+dynamo's caches and CUDA-graph memory at the end of every trial.
+
+Only steps with one backward are compiled: ``trial_executor._defaults.compile_step_refusal``
+sends accumulation, chunking and fp16's GradScaler to the eager :class:`TrainStep`, with the reason
+recorded on the trial.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import record_function
+
+from trial_executor._batching import Batch, to_device
+from trial_executor._precision import PrecisionPolicy
+from trial_executor._step import STEP_RANGE, TrainStep
+
+
+def weighted_loss(logits: torch.Tensor, labels: torch.Tensor, row_weight: torch.Tensor, problem_type: str | None) -> torch.Tensor:
+    """The HF head's loss for ``problem_type``, averaged over the rows with weight 1 (dummy rows weigh 0)."""
+    rows = labels.shape[0]
+    if problem_type == "regression":
+        per_row = (logits.view(rows, -1) - labels.view(rows, -1)).pow(2).mean(1)
+    elif problem_type == "multi_label_classification":
+        per_row = F.binary_cross_entropy_with_logits(logits, labels, reduction="none").mean(1)
+    else:
+        per_row = F.cross_entropy(logits, labels, reduction="none")
+    return (per_row * row_weight).sum() / row_weight.sum()
+
+
+def clip_grad_norm(parameters: Sequence[torch.Tensor], max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_``'s rule (scale by ``max_norm / (norm + 1e-6)`` when that is < 1), traced.
+
+    Its ``_foreach_norm`` is not lowered by the compiler on the CPU: one eager norm per
+    parameter; per-parameter norms written out fuse into a few kernels.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
+
+
+class CompiledStep(TrainStep):
+    """:class:`TrainStep` for windows of one micro-batch of one chunk, its regions compiled (see the module)."""
+
+    def __init__(
+        self, model: torch.nn.Module, forward: Callable[..., Any], optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler | None, policy: PrecisionPolicy,
+        *, max_grad_norm: float | None, device: torch.device, loss_sum: float = 0.0,
+    ) -> None:
+        if scaler is not None:
+            raise ValueError("fp16's GradScaler is not compiled: use TrainStep (see compile_step_refusal)")
+        super().__init__(model, forward, optimizer, scheduler, None, policy, max_grad_norm=max_grad_norm, device=device, loss_sum=loss_sum)
+        self.problem_type = getattr(getattr(model, "config", None), "problem_type", None)
+        self._raw_step = inspect.unwrap(type(optimizer).step)
+        optimizer._opt_called = True  # what the scheduler's step wrapper records; the raw step bypasses it
+        mode = "reduce-overhead" if device.type == "cuda" else None
+        self.compiled_loss = torch.compile(self._loss, dynamic=False, mode=mode)
+        self.compiled_update = torch.compile(self._update, dynamic=False, mode=mode)
+
+    def _loss(self, labels: torch.Tensor, row_weight: torch.Tensor, **inputs: torch.Tensor) -> torch.Tensor:
+        with self.policy.autocast():
+            logits = self.forward(**inputs).logits
+        return weighted_loss(logits.float(), labels, row_weight, self.problem_type)
+
+    def _update(self) -> None:
+        if self.max_grad_norm is not None:
+            clip_grad_norm(self.parameters, self.max_grad_norm)
+        # The undecorated step: Optimizer.step's own wrappers break the graph on purpose around it
+        # (no_grad for AOTAutograd; the caller runs this region under no_grad instead) and
+        # count calls for the scheduler (see __init__).
+        self._raw_step(self.optimizer)
+
+    def __call__(self, window: Sequence[Sequence[Batch]]) -> None:
+        if len(window) != 1 or len(window[0]) != 1:
+            raise ValueError("a compiled step takes one micro-batch of one chunk (one backward per optimizer step)")
+        with record_function(STEP_RANGE):
+            loss = self.compiled_loss(**to_device(window[0][0].inputs, self.device))
+            loss.backward()
+            self.loss_sum += loss.detach()
+            with torch.no_grad():
+                self.compiled_update()
+            self.scheduler.step()  # fills the learning-rate tensors in place
+            self.optimizer.zero_grad(set_to_none=True)
+
+
+def release_compiled() -> None:
+    """Drop every compiled graph, dynamo's caches and the CUDA-graph pools (the next trial compiles its own)."""
+    if "torch._dynamo" in sys.modules:  # else nothing was ever compiled in this process (and importing it costs)
+        torch.compiler.reset()
