@@ -60,7 +60,7 @@ THROUGHPUT_ATTR = "throughput_samples_per_s"
 PEAK_MEMORY_ATTR = "peak_memory_mb"
 STEPS_ATTR = "steps"
 HOST_LIMITED_ATTR = "host_limited"
-MAJORITY_CLASS_ATTR = "majority_class"  # the final evaluation never left the majority class
+MAJORITY_CLASS_ATTR = "majority_class"  # trained to its end and still at the majority class
 SKIPPED_STEPS_ATTR = "skipped_steps"
 RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
     METRICS_ATTR: lambda r: r.metrics,

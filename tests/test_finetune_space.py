@@ -13,7 +13,7 @@ import hpo
 from hpo.reporting._report import build_report, summary_lines
 from hpo.reporting._status import status_lines, study_status
 from hpo.space._resolving import choose_space, resolve_space
-from trial_executor import demo_dataset
+from trial_executor import TrainConfig, demo_dataset, run_trial
 from trial_executor._metrics import evaluation_metrics, stuck_at_majority
 from trial_executor._models import load_model
 
@@ -104,3 +104,13 @@ def test_a_trial_trained_with_learning_rate_one_is_flagged_in_attrs_status_and_r
     path = tmp_path / "lr1.yaml"
     path.write_text(yaml.safe_dump(space))
     assert resolve_space(path).fixed["learning_rate"] == 1.0
+
+
+def test_a_pruned_trial_is_not_judged_only_one_that_trained_to_its_end() -> None:
+    # Pruned at its first evaluation, a run has not had the chance to leave the majority class (a low
+    # learning rate needs more rows): only a run that trained to its end is flagged.
+    data = demo_dataset(n_train=200, n_valid=64, seed=1)
+    config = TrainConfig(model="tiny-bert", batch_size=16, learning_rate=1.0, epochs=1, max_length=32, eval_every=4, device="cpu")
+    pruned = run_trial(config, data, report=lambda step, metrics: True)
+    assert pruned.stopped_early and pruned.metrics["majority_class"] == 1.0 and not pruned.majority_class
+    assert run_trial(config, data).majority_class

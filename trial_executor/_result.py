@@ -86,8 +86,10 @@ class TrialResult:
 
     @property
     def majority_class(self) -> bool:
-        """The last evaluation predicted one class for every row, or scored exactly the majority share (classification)."""
-        return bool(self.metrics.get(MAJORITY_CLASS))
+        """Trained to its end and still at the majority class: the last evaluation predicted one class for every row,
+        or scored exactly the majority share (classification). A pruned run is not judged: it stopped early,
+        often at its first evaluation, where a low learning rate has not left the majority class yet."""
+        return not self.stopped_early and bool(self.metrics.get(MAJORITY_CLASS))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
