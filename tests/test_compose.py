@@ -140,9 +140,16 @@ def test_dockerfile_installs_pinned_cpu_torch_then_the_project() -> None:
 
     project_run = next(i for i, run in enumerate(runs) if re.search(r"pip install [\"']?\.(\[|[\"']?(\s|$))", run))
     assert torch_run < project_run, "torch must be installed first, or pip pulls the CUDA build"
+    # Extras named in the RUN line, or through a build argument (ARG EXTRAS=a,b): each must exist.
+    text = (ROOT / "Dockerfile").read_text()
     for spec in re.findall(r"pip install [\"']?\.\[([^\]]*)\]", runs[project_run]):
+        arg = re.fullmatch(r"\$\{(\w+)\}", spec)
+        if arg:
+            spec = re.search(rf"^ARG {arg.group(1)}=(\S+)$", text, re.M).group(1)
         extras = {extra.strip() for extra in spec.split(",")}
         assert extras <= set(PYPROJECT["project"]["optional-dependencies"]), extras
+    for extra in re.findall(r"--build-arg EXTRAS=(\S+)", text):
+        assert set(extra.split(",")) <= set(PYPROJECT["project"]["optional-dependencies"]), extra
 
 
 def test_dockerfile_copies_what_pip_install_needs_and_dockerignore_keeps_secrets_out() -> None:

@@ -31,6 +31,7 @@ from hpo._attrs import (
 from hpo._errors import UserError
 from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError
+from hpo.storage._retrying_storage import retry_lost_connection
 from hpo.storage._storage import sqlite_file_lock
 from hpo.study._liveness import fail_dead_local_trials
 from hpo.study._outcomes import INTERRUPTED, SKIP_OVER_BUDGET, SKIP_UNSUPPORTED
@@ -198,6 +199,8 @@ def _take_slot(study: optuna.Study, trial: optuna.Trial, n_trials: int) -> bool:
     """Give ``trial`` a slot of the budget unless finished and running trials hold them all: checked and taken under
     the study's lock, so several workers never start more trials than the budget has left."""
     with _study_lock(study._storage, study.study_name):
+        if trial.user_attrs.get(BUDGET_SLOT_ATTR) == trial.number:
+            return True  # taken by an attempt whose lock's connection was lost on the way out
         finished, held = _budget_used(study)
         if finished + held >= n_trials:
             return False
@@ -260,7 +263,8 @@ def run_to_budget(
             study.stop()
 
     def budgeted(trial: optuna.Trial) -> float | Sequence[float]:
-        if not _take_slot(study, trial, n_trials):
+        # The lock's own connection is not the storage's: a lost one is retried like every storage call.
+        if not retry_lost_connection("taking a slot of the budget", lambda: _take_slot(study, trial, n_trials)):
             trial.set_user_attr(SKIP_REASON_ATTR, SKIP_OVER_BUDGET)
             study.stop()
             raise optuna.TrialPruned("the running trials of other workers hold the rest of the budget")
