@@ -33,6 +33,9 @@ TINY = {**SMALL_SPACE, "params": {k: v for k, v in SMALL_SPACE["params"].items()
 
 # Trials of 24 steps that checkpoint every 6: long enough to be caught mid-run, short for the suite.
 SHORT_CHECKPOINTED = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 1, "max_steps": 24, "eval_every": 6}}
+# Long enough that the trials still run when Ctrl-C reaches the workers (the 18 steps left of a short
+# trial take under a second on a quiet machine, and it completed first).
+LONGER_CHECKPOINTED = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 4, "max_steps": 400, "eval_every": 6}}
 
 
 @pytest.fixture(scope="session")  # session: kept when another module's test runs in between on this xdist worker
@@ -46,9 +49,9 @@ def ray_address() -> Iterator[str]:
         ray.shutdown()
 
 
-def _ray_args(url: str, data: Path, tmp_path: Path, name: str, address: str) -> list[str]:
+def _ray_args(url: str, data: Path, tmp_path: Path, name: str, address: str, space: dict = SHORT_CHECKPOINTED) -> list[str]:
     """Two Ray workers on trials that checkpoint every 6 steps, a budget of 2."""
-    return cli_args(url, _space(tmp_path, SHORT_CHECKPOINTED), data, "--study-name", name, "--n-trials", "2",
+    return cli_args(url, _space(tmp_path, space), data, "--study-name", name, "--n-trials", "2",
                     "--artifact-store", str(tmp_path / "artifacts"), "--ray", address, "--workers", "2")
 
 
@@ -104,7 +107,7 @@ def test_a_sigkilled_ray_worker_is_restarted_and_its_trial_resumes_with_the_budg
 def test_ctrl_c_on_the_driver_leaves_the_running_trials_waiting_and_a_rerun_finishes_the_budget(
     ray_address: str, pg_database: str, small_data: Path, tmp_path: Path,
 ) -> None:
-    args = _ray_args(pg_database, small_data, tmp_path, "ray-int", ray_address)
+    args = _ray_args(pg_database, small_data, tmp_path, "ray-int", ray_address, LONGER_CHECKPOINTED)
     # As a terminal's Ctrl-C: SIGINT to the driver's whole process group.
     _, out, err, code = _strike(pg_database, "ray-int", args, tmp_path, lambda d, t: os.killpg(d.pid, signal.SIGINT))
     assert code == 130, err[-3000:]
