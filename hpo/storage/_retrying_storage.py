@@ -89,6 +89,10 @@ def _chain(err: BaseException) -> Iterator[BaseException]:
         link = link.__cause__ or link.__context__
 
 
+# What a PostgreSQL server says when it refuses a connection for good (the client gets no SQLSTATE then).
+_PG_REFUSED = ("does not exist", "password authentication failed", "no pg_hba.conf entry")
+
+
 def _dbapi_error_is_transient(err: DBAPIError) -> bool:
     if err.connection_invalidated:
         return True
@@ -97,6 +101,8 @@ def _dbapi_error_is_transient(err: DBAPIError) -> bool:
     sqlstate = getattr(err.orig, "pgcode", None) or getattr(err.orig, "sqlstate", None)
     if sqlstate:
         return str(sqlstate).startswith(_PG_TRANSIENT)
+    if any(text in str(err.orig) for text in _PG_REFUSED):
+        return False  # the server answered and refused (no such database or role, bad password): no retry outlasts it
     return isinstance(err, (OperationalError, InterfaceError))  # no SQLSTATE: the client lost the server
 
 
