@@ -23,6 +23,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from hpo._errors import UserError
+from hpo.storage._bulk_reads import BulkReadingRDBStorage
 from hpo.storage._retrying_storage import RetryingStorage, is_lost_connection, retry_lost_connection
 
 DEFAULT_SQLITE_FILE = "hpo-studies.db"
@@ -328,5 +329,5 @@ def _open_rdb(url: str, parsed: URL, lock_engine: sqlalchemy.Engine | None, hear
         # Heartbeats are "experimental" in Optuna 5; they are what stale-trial recovery needs.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         kwargs: dict[str, Any] = heartbeat.storage_kwargs() if heartbeat else {}
-        rdb = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=not to_make, **kwargs)
+        rdb = BulkReadingRDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=not to_make, **kwargs)
     return RetryingStorage(rdb)
