@@ -9,7 +9,10 @@ through ``create_storage``. Then, each in a fresh process as a user runs it: ``s
 ``report``, ``export`` (CSV), ``best``; the dashboard's study page (``python -m hpo dashboard``,
 its first API answer for the study: every trial, as the page loads it); and a worker's time
 from asking for a trial to having its params (the objective's first steps, the sampler among
-them), first and later. The throwaway database is dropped at the end.
+them), first and later. Last, reading every trial in-process, Optuna's own ORM reader
+(``RDBStorage._get_trials``, the anchor) against the bulk reader ``create_storage`` puts in its
+place (``hpo/storage/_bulk_reads.py``), alternating on the same database. The throwaway database is
+dropped at the end.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 import hpo
 from benchmarks._postgres import throwaway_database
+from hpo.storage._bulk_reads import read_trials
 from hpo.storage._storage import Heartbeat, create_storage
 from trial_executor import demo_dataset
 
@@ -162,6 +166,23 @@ def time_worker_start(url: str, repeats: int = 5) -> list[float]:
     return seconds
 
 
+def time_readers(url: str, repeats: int = 3) -> tuple[list[float], list[float]]:
+    """Seconds to read every trial: Optuna's ORM reader (the anchor) and ours, alternating, same database."""
+    storage = optuna.storages.RDBStorage(url)
+    study_id = storage.get_study_id_from_name(STUDY)
+    orm, bulk = [], []
+    try:
+        for _ in range(repeats):
+            for seconds, read in ((orm, lambda: storage._get_trials(study_id, None, set(), -1)),
+                                  (bulk, lambda: read_trials(storage.engine, study_id))):
+                started = time.perf_counter()
+                read()
+                seconds.append(time.perf_counter() - started)
+    finally:
+        storage.engine.dispose()
+    return orm, bulk
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=5000)
@@ -180,6 +201,10 @@ def main() -> None:
             print(f"{command[0]}: {results[command[0]]:.2f} s", flush=True)
         for label, seconds in time_dashboard(url, workdir).items():
             print(f"{label}: {seconds:.2f}" + ("" if label.endswith("answered") else " s"), flush=True)
+        orm, bulk = time_readers(url)
+        print(f"reading every trial in-process: Optuna's ORM reader median {statistics.median(orm):.2f} s, "
+              f"the bulk reader {statistics.median(bulk):.2f} s ({statistics.median(orm) / statistics.median(bulk):.1f}x), "
+              f"3 alternating repeats", flush=True)
         starts = time_worker_start(url)
         print(f"worker ask-to-params: first {starts[0]:.3f} s, then median {statistics.median(starts[1:]):.3f} s "
               f"(max {max(starts[1:]):.3f} s) of {len(starts) - 1}", flush=True)
