@@ -31,6 +31,9 @@ from hpo.reporting._run_lines import trial_line
 from hpo.storage._storage import mask_secrets
 from trial_executor import demo_dataset
 
+# One test process for this module: its module-scoped fixture (real runs) is then made once, not once per process.
+pytestmark = pytest.mark.xdist_group("test_bad_input")
+
 SECRET_TAIL = "tail-of-the-pw"
 CPUS = len(os.sched_getaffinity(0))
 

@@ -23,7 +23,8 @@ from hpo.__main__ import COMMANDS
 from hpo.__main__ import main as hpo_main
 from trial_executor import demo_dataset
 
-pytestmark = pytest.mark.postgres
+# One test process for this module: its module-scoped fixture (real runs) is then made once, not once per process.
+pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("test_cli")]
 
 SECRET = "Cl1Secret"
 TINY = {**SMALL_SPACE, "fixed": {**SMALL_SPACE["fixed"], "max_steps": 3, "eval_every": 1}}

@@ -25,7 +25,8 @@ import yaml
 from _private_postgres import PrivatePostgres
 from conftest import ROOT, SMALL_SPACE
 
-pytestmark = pytest.mark.postgres
+# One test process for this module: its module-scoped fixture (real runs) is then made once, not once per process.
+pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("test_errors")]
 
 SECRET = "s3cretPw"
 UNREACHABLE = f"postgresql://u:{SECRET}@127.0.0.1:1/db"

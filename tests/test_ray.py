@@ -42,7 +42,9 @@ LONGER_CHECKPOINTED = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs"
 def ray_address() -> Iterator[str]:
     import ray
 
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 1024**2)
+    # Loopback only: tests reach nothing but this machine.
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 1024**2,
+             _node_ip_address="127.0.0.1")
     try:
         yield ray.get_runtime_context().gcs_address
     finally:

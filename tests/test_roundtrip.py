@@ -16,6 +16,9 @@ from test_api import TINY
 
 from hpo.cli._parsing import BROKEN_PIPE_EXIT
 
+# One test process for this module: its module-scoped fixture (real runs) is then made once, not once per process.
+pytestmark = pytest.mark.xdist_group("test_roundtrip")
+
 
 def _hpo(*args: str, cwd: Path, stdout: int | None = subprocess.PIPE) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "hpo", *args], cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},

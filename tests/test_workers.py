@@ -23,12 +23,12 @@ from hpo.study import counts_toward_budget
 
 pytestmark = pytest.mark.postgres
 
-# Trials of a few seconds that checkpoint often: long enough to be caught mid-run.
+# Trials of a few seconds (90 steps) that checkpoint every 10: long enough to be caught mid-run.
 LONG_TRIALS = {
     "objective": {"metric": "accuracy", "direction": "maximize"},
     "pruner": {"type": "none"},
     "params": {"learning_rate": {"type": "float", "low": 5e-4, "high": 2e-3, "log": True}},
-    "fixed": {"model": "tiny-bert", "epochs": 3, "batch_size": 16, "max_length": 48, "eval_every": 10},
+    "fixed": {"model": "tiny-bert", "epochs": 2, "batch_size": 16, "max_length": 48, "eval_every": 10},
 }
 FAST_HEARTBEAT = ["--heartbeat-interval", "1", "--grace-period", "3"]
 
@@ -161,7 +161,8 @@ def test_four_workers_started_together_on_a_fresh_database_keep_the_budget(pg_da
 
 def test_a_study_completes_across_a_database_restart(private_postgres: PrivatePostgres, small_data: Path, tmp_path: Path) -> None:
     space = _space(tmp_path, {**SMALL_SPACE, "fixed": {**SMALL_SPACE["fixed"], "epochs": 2}})
-    args = cli_args(private_postgres.url, space, small_data, "--study-name", "restart", "--n-trials", "5")
+    # Three trials: one finished before the outage, one running through it, one started after it.
+    args = cli_args(private_postgres.url, space, small_data, "--study-name", "restart", "--n-trials", "3")
     worker = _start(args, tmp_path, tmp_path / "worker.log")
     try:
         _wait_for(private_postgres.url, "restart", lambda t: t.state == TrialState.COMPLETE)
@@ -172,6 +173,6 @@ def test_a_study_completes_across_a_database_restart(private_postgres: PrivatePo
     finally:
         worker.kill()
     trials = _trials(private_postgres.url, "restart")
-    assert _finished(trials) == 5
+    assert _finished(trials) == 3
     failed = [(t.number, t.state.name, t.user_attrs.get("fail_reason")) for t in trials if t.state in (TrialState.RUNNING, TrialState.FAIL)]
     assert not failed, (failed, (tmp_path / "worker.log").read_text()[-3000:])

@@ -106,8 +106,10 @@ def connect(address: str | None, storage_url: str) -> RayCluster:
     refuse_shared_sqlite(storage_url, address, nodes=1)  # Ray Client: refused before connecting
     started_here = address is None and not ray.is_initialized()
     if not ray.is_initialized():
-        # log_to_driver: each worker's warnings show on the driver's terminal.
-        ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False)
+        # log_to_driver: each worker's warnings show on the driver's terminal. A cluster started here
+        # serves this run alone: it listens on loopback, not on every address of the machine.
+        local = {"_node_ip_address": "127.0.0.1"} if address is None else {}
+        ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False, **local)
     total = ray.cluster_resources()
     cluster = RayCluster(
         ray=ray, address=address or "a local Ray cluster", nodes=sum(bool(node.get("Alive")) for node in ray.nodes()),
