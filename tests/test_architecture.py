@@ -95,11 +95,12 @@ def test_the_checks_see_a_cycle() -> None:
 
 def test_reading_a_space_or_a_study_does_not_import_torch() -> None:
     # The read-only commands and the space loader stay clear of torch (seconds to import); the
-    # objective and the executor's run are the deferred names of the two __init__ files.
+    # objective and the executor's run are the deferred names of the two __init__ files. So do
+    # the run and verdict commands until they train: --help and a bad flag answer in a second.
     # optuna, which they do import, shows the check sees what is imported.
     code = (
         "import sys\n"
-        "import hpo, hpo.status, hpo.report, hpo.export, hpo.best\n"
+        "import hpo, hpo.status, hpo.report, hpo.export, hpo.best, hpo.run, hpo.verdict\n"
         "hpo.load_search_space(hpo.DEFAULT_SPACE)\n"
         "print(sorted(m for m in ('optuna', 'torch', 'transformers') if m in sys.modules))\n"
     )

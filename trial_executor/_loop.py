@@ -41,25 +41,13 @@ from trial_executor._hardware import MemoryWindow, bound_native_caches, is_oom, 
 from trial_executor._lora import load_trainable_state_dict, trainable_state_dict
 from trial_executor._models import check_max_length, checkpoint_dtype, preload_model
 from trial_executor._precision import PrecisionPolicy
-from trial_executor._result import TrialResult
+from trial_executor._result import ProgressFn, StepProgress, TrialResult
 from trial_executor._saving import save_final_model
 from trial_executor._throughput import HOST_LIMITED_BELOW, DeviceLag, TrainClock
 
 ReportFn = Callable[[int, dict[str, float]], bool]
 """``report(step, metrics)`` is called after each evaluation and returns True to stop the run."""
 
-
-@dataclass(frozen=True)
-class StepProgress:
-    """Where a run stands, for a progress display: sent after optimizer steps, at most twice a second."""
-
-    step: int
-    total_steps: int
-    train_loss: float  # mean over the micro-batches since the last evaluation
-    samples_per_s: float  # training samples per second of training time so far
-
-
-ProgressFn = Callable[[StepProgress], None]
 
 STOPPED_PRUNED, STOPPED_EARLY_STOPPING = "pruned", "early_stopping"
 # Progress updates come with the host reads of the loss, at most this often, and at the last step.

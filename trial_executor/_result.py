@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from trial_executor._config import MAJORITY_CLASS
+
+
+@dataclass(frozen=True)
+class StepProgress:
+    """Where a run stands, for a progress display: sent after optimizer steps, at most twice a second."""
+
+    step: int
+    total_steps: int
+    train_loss: float  # mean over the micro-batches since the last evaluation
+    samples_per_s: float  # training samples per second of training time so far
+
+
+ProgressFn = Callable[[StepProgress], None]
 
 
 @dataclass(frozen=True)
