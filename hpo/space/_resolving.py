@@ -44,10 +44,10 @@ class SpaceChoice:
 
 def choose_space(model: str | None) -> SpaceChoice:
     """Fine-tuning ranges for a pretrained ``model`` (a directory, a hub id, an alias), the demo's for a preset or none."""
-    from trial_executor import PRESETS  # transformers: only a run that chooses pays for it
-
     if model is None:
         return SpaceChoice(DEFAULT_SPACE, "the demo space: no --model or --space given")
+    from trial_executor import PRESETS  # transformers: only a run that names a model pays for it here
+
     if model in PRESETS:
         return SpaceChoice(DEFAULT_SPACE, f"{model} is a from-config preset, trained from random weights; --space to choose another")
     return SpaceChoice(
