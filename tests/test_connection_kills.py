@@ -22,10 +22,11 @@ import pytest
 from conftest import PG_ADMIN_URL, ROOT
 from optuna.trial import TrialState
 
-from hpo._attrs import skip_reason_of
+from hpo._attrs import BUDGET_SLOT_ATTR, skip_reason_of
 from hpo.storage._storage import StorageError, create_storage
 from hpo.study import counts_toward_budget
 from hpo.study._outcomes import SKIP_OVER_BUDGET
+from hpo.study._study import _take_slot
 
 pytestmark = pytest.mark.postgres
 
@@ -117,3 +118,23 @@ def test_a_worker_waits_for_a_database_that_stays_down_then_fails_in_one_line(
     assert str(raised.value).startswith("cannot reach PostgreSQL at 127.0.0.1:1 (is the server running?)")
     assert "\n" not in str(raised.value) and "pw-secret" not in str(raised.value)
     assert "opening the storage lost its database connection" in caplog.text and "retry 3" in caplog.text
+
+
+def test_a_slot_written_by_an_attempt_that_lost_its_lock_is_counted_again_and_given_back_when_over(pg_database: str) -> None:
+    """The race the connection-kill test once hit (33 trials for a budget of 32), played in order.
+
+    Worker A writes its slot, then its lock's connection is killed, which releases the lock
+    before A's transaction ends; worker B, locking meanwhile, takes the last slot. A's retry
+    must count again without its own slot and give it back, not accept it as taken.
+    """
+    study = optuna.create_study(storage=create_storage(pg_database), study_name="race")
+    for _ in range(2):
+        study.tell(study.ask(), 1.0)
+    a, b = study.ask(), study.ask()
+    assert _take_slot(study, b, n_trials=3)  # B, under the lock A lost, takes the last slot (2 finished)
+    a.set_user_attr(BUDGET_SLOT_ATTR, a.number)  # A's first attempt writes its slot all the same
+    assert not _take_slot(study, a, n_trials=3)  # A's retry: 2 finished and B's, without A's own: full
+    assert study.trials[a.number].user_attrs[BUDGET_SLOT_ATTR] is None and b.user_attrs[BUDGET_SLOT_ATTR] == b.number
+    c = study.ask()
+    c.set_user_attr(BUDGET_SLOT_ATTR, c.number)  # the same lost lock, with room left: the slot stays
+    assert _take_slot(study, c, n_trials=5) and study.trials[c.number].user_attrs[BUDGET_SLOT_ATTR] == c.number

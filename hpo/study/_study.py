@@ -199,12 +199,17 @@ def _take_slot(study: optuna.Study, trial: optuna.Trial, n_trials: int) -> bool:
     """Give ``trial`` a slot of the budget unless finished and running trials hold them all: checked and taken under
     the study's lock, so several workers never start more trials than the budget has left."""
     with _study_lock(study._storage, study.study_name):
-        if trial.user_attrs.get(BUDGET_SLOT_ATTR) == trial.number:
-            return True  # taken by an attempt whose lock's connection was lost on the way out
         finished, held = _budget_used(study)
-        if finished + held >= n_trials:
+        # Ours already: an earlier attempt wrote it, then its lock's connection was lost, which
+        # released the lock early; another worker may have taken the last slot meanwhile. So the
+        # slot is counted again under this lock, without ours, and given back if over.
+        mine = trial.user_attrs.get(BUDGET_SLOT_ATTR) == trial.number
+        if finished + held - mine >= n_trials:
+            if mine:
+                trial.set_user_attr(BUDGET_SLOT_ATTR, None)
             return False
-        trial.set_user_attr(BUDGET_SLOT_ATTR, trial.number)
+        if not mine:
+            trial.set_user_attr(BUDGET_SLOT_ATTR, trial.number)
         return True
 
 
