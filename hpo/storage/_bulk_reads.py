@@ -4,7 +4,7 @@ Optuna's ``RDBStorage._get_trials`` loads trials through the ORM: one mapped ins
 param, value, attribute and intermediate value (~180,000 of them for 5,000 trials of ours, each
 with ~35 user attrs), then a ``FrozenTrial`` per trial. At that size the ORM bookkeeping, not the
 database, is the whole cost of ``status``, ``report``, ``export``, the dashboard's first load and a
-fresh worker's first read. :func:`read_trials` sends the same six SELECTs (trials, then each child
+fresh worker's first read. :func:`read_trials` sends the SELECTs Optuna sends (the study, the trials, then each child
 table) on Optuna's own tables, takes plain rows, decodes each distribution JSON once per distinct
 text, and builds the same ``FrozenTrial`` objects; ``tests/test_bulk_reads.py`` pins it against
 ``RDBStorage`` on the same databases.
@@ -79,7 +79,7 @@ def read_trials(
     return [children.frozen_trial(row) for row in trial_rows]
 
 
-def _snapshot(engine: sqlalchemy.Engine) -> Any:
+def _snapshot(engine: sqlalchemy.Engine) -> sqlalchemy.Connection:
     # PostgreSQL's default (read committed) gives each SELECT its own snapshot: a trial finishing
     # between them would be read RUNNING with its final values. One repeatable-read transaction
     # reads the trial and its rows as they stood together; SQLite's read transaction already does.
