@@ -1,7 +1,7 @@
 """The measured runs of ``benchmarks.gpu``: one tool, one precision, one batch size, in this process.
 
 Every tool is timed by the same rule, the executor's own (:class:`SteadyClock` wraps
-:class:`~trial_executor._throughput.TrainClock`): samples per second of the training loop in
+:class:`~trial_executor.device._throughput.TrainClock`): samples per second of the training loop in
 steady state, after ``WARMUP_STEPS`` steps and ``WARMUP_SECONDS``, with the first steps of each
 new batch shape (compilation, CUDA-graph capture, kernel selection) timed apart for every tool,
 not only ours. Ours reports the same figure itself (``throughput_samples_per_s``).
@@ -37,7 +37,7 @@ def read_rows(data_dir: Path, rows: int, kind: str, seed: int = 0) -> tuple[list
 
 
 class SteadyClock:
-    """The executor's own steady-state rule (:class:`~trial_executor._throughput.TrainClock`) for any loop.
+    """The executor's own steady-state rule (:class:`~trial_executor.device._throughput.TrainClock`) for any loop.
 
     The same for every tool: steps of each new batch shape timed apart (synced) as start-up while
     their first ``SETUP_OCCURRENCES`` last (CUDA, or a compiled loop), and steady state from the first
@@ -48,8 +48,7 @@ class SteadyClock:
     def __init__(self, device: str, *, compiled: bool = False) -> None:
         import torch
 
-        from trial_executor._defaults import defaults_for
-        from trial_executor._throughput import TrainClock
+        from trial_executor.device import TrainClock, defaults_for
 
         self.device = torch.device(device)
         self.sync_every = defaults_for(self.device).host_read_every
@@ -83,7 +82,7 @@ class SteadyClock:
 
 
 def _precision_state(precision: str) -> None:
-    from trial_executor._precision import set_tf32
+    from trial_executor.precision import set_tf32
 
     set_tf32(precision == "tf32")
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import torch
 
     from trial_executor import TextClassificationData
-    from trial_executor._batching import TokenizedSplit
+    from trial_executor.batches import TokenizedSplit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / "sst2"
@@ -76,7 +76,7 @@ def load_sst2(data_dir: Path, rows: int, seed: int, dev_rows: int = 0, valid_fil
 
 def tokenize_split(tokenizer: Any, texts: Sequence[str], labels: Sequence[int]) -> TokenizedSplit:
     """Our tokenization, without the disk cache."""
-    from trial_executor._tokenization import tokenize
+    from trial_executor.batches import tokenize
 
     split, _cache_hit = tokenize(tokenizer, texts, labels, MAX_LENGTH)
     return split
@@ -86,7 +86,7 @@ def our_train_batches(
     split: TokenizedSplit, pad_id: int, generator: torch.Generator, grouping: bool
 ) -> Iterator[list[dict[str, torch.Tensor]]]:
     """One epoch of our training batches (each a one-chunk list), as ``run_trial`` draws them."""
-    from trial_executor._batching import Collation, train_batches
+    from trial_executor.batches import Collation, train_batches
 
     # minilm-l6 runs the packed forward, so run_trial does not chunk its batches (auto), and
     # collate computes the packed forward's index tensors, as run_trial's does.
@@ -107,7 +107,7 @@ def train_config(precision: str, grouping: bool, seed: int) -> Any:
 
 
 def seed_like_run_trial(seed: int) -> None:
-    from trial_executor._loop import seed_everything
+    from trial_executor.train import seed_everything
 
     seed_everything(seed)
 
@@ -185,9 +185,8 @@ def run_hand(spec: dict[str, Any], data: TextClassificationData) -> dict[str, An
     """
     import torch
 
-    from trial_executor._batching import Collation, eval_batches
-    from trial_executor._models import load_model
-    from trial_executor._packed import PackedBertClassifier
+    from trial_executor.batches import Collation, eval_batches
+    from trial_executor.model import PackedBertClassifier, load_model
 
     precision, grouping = SETTINGS[spec["setting"]]
     seed = spec["seed"]
@@ -258,7 +257,7 @@ def run_hf(spec: dict[str, Any], data: TextClassificationData) -> dict[str, Any]
     import numpy as np
     from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments, set_seed
 
-    from trial_executor._models import load_model
+    from trial_executor.model import load_model
 
     precision, grouping = SETTINGS[spec["setting"]]
     seed = spec["seed"]

@@ -43,7 +43,7 @@ def prepare_model(kind: str, directory: Path, texts: list[str]) -> str:
     """A random-init BERT (``bert-base-random`` or ``tiny-random``) saved with a tokenizer fitted to ``texts``."""
     from transformers import BertConfig, BertForSequenceClassification
 
-    from trial_executor._models import train_wordpiece_tokenizer
+    from trial_executor.model import train_wordpiece_tokenizer
 
     tokenizer = train_wordpiece_tokenizer(texts, vocab_size=30522 if kind == "bert-base-random" else 2000)
     sizes = {} if kind == "bert-base-random" else {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,

@@ -2,7 +2,7 @@
 
 import difflib
 
-from trial_executor._messages import bounded_list
+from trial_executor.data import bounded_list
 
 __all__ = ["UserError", "bounded_list", "did_you_mean", "suggest_key"]
 

@@ -15,8 +15,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("hpo", "trial_executor")
-# Each layer may import the ones before it, never one after it.
-LAYERS = ["trial_executor", "hpo._errors", "hpo._attrs", "hpo.space", "hpo.storage", "hpo.study", "hpo.reporting", "hpo._api", "hpo.cli"]
+# The executor's torch-free contract: the only modules of trial_executor outside a concept package.
+EXECUTOR_CONTRACT = ("trial_executor._precisions", "trial_executor._config", "trial_executor._result", "trial_executor._failures")
+# Each layer may import the ones before it, never one after it (a module's layer: its longest match).
+LAYERS = [
+    *EXECUTOR_CONTRACT,
+    "trial_executor.data", "trial_executor.batches", "trial_executor.precision", "trial_executor.model",
+    "trial_executor.device", "trial_executor.train", "trial_executor",
+    "hpo._errors", "hpo._attrs", "hpo.space", "hpo.storage", "hpo.study", "hpo.reporting", "hpo._api", "hpo.cli",
+]
 
 
 def module_name(path: Path) -> str:
@@ -55,8 +62,8 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def layer_of(module: str) -> int:
-    matches = [i for i, layer in enumerate(LAYERS) if module == layer or module.startswith(layer + ".")]
-    return matches[-1] if matches else len(LAYERS)  # hpo/__init__, __main__ and the entry modules sit on top
+    matches = [layer for layer in LAYERS if module == layer or module.startswith(layer + ".")]
+    return LAYERS.index(max(matches, key=len)) if matches else len(LAYERS)  # hpo/__init__, __main__ and the entry modules sit on top
 
 
 def test_no_import_cycle() -> None:
@@ -131,3 +138,20 @@ def test_functions_and_files_stay_readable() -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
                 too_long.append(f"{path.relative_to(ROOT)}: {node.name}() {node.end_lineno - node.lineno + 1} lines")
     assert too_long == []
+
+
+def test_the_executor_is_concept_packages_around_a_torch_free_contract() -> None:
+    top_level = sorted(module_name(p) for p in (ROOT / "trial_executor").glob("*.py") if p.name != "__init__.py")
+    assert top_level == sorted(EXECUTOR_CONTRACT)
+    packages = sorted(p.parent.name for p in (ROOT / "trial_executor").glob("*/__init__.py"))
+    assert [f"trial_executor.{name}" for name in packages] == sorted(layer for layer in LAYERS if layer.count(".") == 1 and layer.startswith("trial_executor.") and not layer.split(".")[1].startswith("_"))
+    # Nothing below a concept package: one level of private modules each.
+    assert sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "trial_executor").glob("*/*/*.py")) == []
+
+
+def test_the_executor_contract_and_data_do_not_import_torch() -> None:
+    code = "import sys\nimport " + ", ".join([*EXECUTOR_CONTRACT, "trial_executor.data", "trial_executor"]) + "\n"
+    code += "print(sorted(m for m in ('numpy', 'torch', 'transformers', 'pydantic') if m in sys.modules))\n"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
+    assert out.strip() == "['pydantic']"  # pydantic (the config's validation) shows the check sees what is imported

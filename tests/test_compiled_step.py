@@ -17,11 +17,11 @@ from torch._dynamo.utils import counters
 from torch.profiler import ProfilerActivity, profile
 
 from trial_executor import TextClassificationData, TrainConfig, demo_dataset, run_trial
-from trial_executor._build import TrialParts, build_trial
-from trial_executor._compiled import CompiledStep
-from trial_executor._loop import seed_everything
-from trial_executor._precision import PrecisionPolicy
-from trial_executor._step import STEP_RANGE
+from trial_executor.precision._policy import PrecisionPolicy
+from trial_executor.train._build import TrialParts, build_trial
+from trial_executor.train._compiled import CompiledStep
+from trial_executor.train._loop import seed_everything
+from trial_executor.train._step import STEP_RANGE
 
 CPU = torch.device("cpu")
 BASE = {"batch_size": 8, "max_length": 32, "device": "cpu", "epochs": 40, "warmup_ratio": 0.1, "learning_rate": 3e-3}

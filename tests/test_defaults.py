@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from trial_executor import TrainConfig
-from trial_executor._defaults import DEVICE_DEFAULTS, PENDING_GPU, DeviceDefaults, resolve_knobs
+from trial_executor.device._defaults import DEVICE_DEFAULTS, PENDING_GPU, DeviceDefaults, resolve_knobs
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")  # resolve_knobs reads the device type only
 BIG = 22_000_000  # minilm-l6's size: above the CPU's chunking threshold

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from trial_executor import TextClassificationData, TrainConfig, demo_dataset, run_trial
-from trial_executor._batching import Collation, TokenizedSplit, collate, train_batches
-from trial_executor._metrics import classification_metrics
+from trial_executor.batches._batching import Collation, TokenizedSplit, collate, train_batches
+from trial_executor.train._metrics import classification_metrics
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_invalid_config_is_rejected() -> None:
 
 
 def test_adamw_is_fused_where_supported() -> None:
-    from trial_executor._optimizer import make_optimizer
+    from trial_executor.train._optimizer import make_optimizer
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
     optimizer = make_optimizer(model, TrainConfig(weight_decay=0.1), torch.device("cpu"))

@@ -14,8 +14,8 @@ from hpo.reporting._report import build_report, summary_lines
 from hpo.reporting._status import status_lines, study_status
 from hpo.space._resolving import choose_space, resolve_space
 from trial_executor import TrainConfig, demo_dataset, run_trial
-from trial_executor._metrics import evaluation_metrics, stuck_at_majority
-from trial_executor._models import load_model
+from trial_executor.model._loading import load_model
+from trial_executor.train._metrics import evaluation_metrics, stuck_at_majority
 
 FINETUNE = ROOT / "search_spaces" / "finetune.yaml"
 DEFAULT = ROOT / "search_spaces" / "default.yaml"

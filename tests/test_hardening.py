@@ -20,7 +20,7 @@ from hpo import UserError
 from hpo.cli._report import main as report_main
 from hpo.cli._run import main
 from hpo.study._run_checks import check_heartbeat
-from trial_executor._messages import bounded_list
+from trial_executor.data._messages import bounded_list
 
 
 def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:

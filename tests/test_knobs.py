@@ -10,14 +10,14 @@ import torch
 import torch.nn.functional as F
 
 from trial_executor import STOPPED_EARLY_STOPPING, STOPPED_PRUNED, TextClassificationData, TrainConfig, demo_dataset, run_trial
-from trial_executor._batching import Collation, collate
-from trial_executor._evaluation import evaluate
-from trial_executor._loop import seed_everything
-from trial_executor._metrics import classification_metrics
-from trial_executor._models import load_model, train_wordpiece_tokenizer
-from trial_executor._packed import PackedBertClassifier
-from trial_executor._precision import PrecisionPolicy
-from trial_executor._tokenization import auto_max_length, tokenize, tokenize_data
+from trial_executor.batches._batching import Collation, collate
+from trial_executor.batches._tokenization import auto_max_length, tokenize, tokenize_data
+from trial_executor.model._loading import load_model, train_wordpiece_tokenizer
+from trial_executor.model._packed import PackedBertClassifier
+from trial_executor.precision._policy import PrecisionPolicy
+from trial_executor.train._evaluation import evaluate
+from trial_executor.train._loop import seed_everything
+from trial_executor.train._metrics import classification_metrics
 
 
 @pytest.fixture(scope="module")

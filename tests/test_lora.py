@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from trial_executor import Checkpointing, TextClassificationData, TrainConfig, TrialInterrupted, demo_dataset, run_trial
-from trial_executor._batching import collate
-from trial_executor._loop import seed_everything
-from trial_executor._lora import apply_lora, trainable_state_dict
-from trial_executor._models import load_model
-from trial_executor._optimizer import make_optimizer
-from trial_executor._packed import PackedBertClassifier
-from trial_executor._tokenization import tokenize
+from trial_executor.batches._batching import collate
+from trial_executor.batches._tokenization import tokenize
+from trial_executor.model._loading import load_model
+from trial_executor.model._lora import apply_lora, trainable_state_dict
+from trial_executor.model._packed import PackedBertClassifier
+from trial_executor.train._loop import seed_everything
+from trial_executor.train._optimizer import make_optimizer
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trial_executor import ModelNotFoundError, TrainConfig, check_model_name, demo_dataset, run_trial
-from trial_executor._models import load_model
+from trial_executor.model._loading import load_model
 
 
 def test_local_pretrained_directory_round_trip(tmp_path: Path) -> None:

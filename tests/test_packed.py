@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from trial_executor import TrainConfig, demo_dataset, run_trial
-from trial_executor._batching import TokenizedSplit, collate
-from trial_executor._models import load_model
-from trial_executor._packed import PackedBertClassifier, _WordEmbeddingLookup, cpu_dropout, supports_packed_forward
+from trial_executor.batches._batching import TokenizedSplit, collate
+from trial_executor.model._loading import load_model
+from trial_executor.model._packed import PackedBertClassifier, _WordEmbeddingLookup, cpu_dropout, supports_packed_forward
 
 
 def _batch(vocab: int, rows: int, seed: int) -> dict[str, torch.Tensor]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trial_executor import PrecisionPolicy, TrainConfig, UnsupportedPrecisionError, demo_dataset, run_trial, tf32_enabled
-from trial_executor._precision import set_tf32
+from trial_executor.precision._policy import set_tf32
 
 CPU = torch.device("cpu")
 

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 import hpo
 from hpo.reporting._export import best_space
 from trial_executor import DataError, TrainConfig, load_text_classification, run_trial
-from trial_executor._metrics import evaluation_metrics
+from trial_executor.train._metrics import evaluation_metrics
 
 TINY_FIXED = {"model": "tiny-bert", "batch_size": 16, "eval_every": 4, "max_length": 32, "learning_rate": 3e-3}
 

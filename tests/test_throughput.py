@@ -7,10 +7,10 @@ import time
 import torch
 
 from trial_executor import TrainConfig, demo_dataset, run_trial
-from trial_executor._batching import Collation, TokenizedSplit
-from trial_executor._models import load_model
-from trial_executor._packed import PackedBertClassifier
-from trial_executor._throughput import SETUP_OCCURRENCES, WARMUP_STEPS, DeviceLag, TrainClock
+from trial_executor.batches._batching import Collation, TokenizedSplit
+from trial_executor.device._throughput import SETUP_OCCURRENCES, WARMUP_STEPS, DeviceLag, TrainClock
+from trial_executor.model._loading import load_model
+from trial_executor.model._packed import PackedBertClassifier
 
 
 def test_a_long_enough_trial_reports_steady_state_throughput() -> None:

@@ -7,12 +7,12 @@ from pathlib import Path
 import torch
 
 from trial_executor import TextClassificationData, TrainConfig, run_trial
-from trial_executor._batching import Collation
-from trial_executor._build import PaddingMaskForward, build_trial
-from trial_executor._models import load_model
-from trial_executor._packed import PackedBertClassifier
-from trial_executor._precision import PrecisionPolicy
-from trial_executor._tokenization import tokenize
+from trial_executor.batches._batching import Collation
+from trial_executor.batches._tokenization import tokenize
+from trial_executor.model._loading import load_model
+from trial_executor.model._packed import PackedBertClassifier
+from trial_executor.precision._policy import PrecisionPolicy
+from trial_executor.train._build import PaddingMaskForward, build_trial
 
 FIRST = ["the movie was great", "a dull plot", "the service was slow but friendly", "great"]
 SECOND = ["i agree", "the acting was not bad at all", "no", "the ending felt flat and long"]

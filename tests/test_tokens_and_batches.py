@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from trial_executor import TrainConfig, demo_dataset, run_trial
-from trial_executor._batching import Collation, TokenizedSplit, collate, epoch_batches, padding_efficiency
-from trial_executor._models import train_wordpiece_tokenizer
-from trial_executor._tokenization import tokenize
+from trial_executor.batches._batching import Collation, TokenizedSplit, collate, epoch_batches, padding_efficiency
+from trial_executor.batches._tokenization import tokenize
+from trial_executor.model._loading import train_wordpiece_tokenizer
 
 
 def test_padding_efficiency_of_a_hand_made_batch() -> None:
@@ -81,7 +81,7 @@ def test_concurrent_writers_leave_one_valid_entry(tmp_path: Path) -> None:
 
 
 def test_length_chunks_cover_the_batch_and_cut_padding() -> None:
-    from trial_executor._batching import length_chunks
+    from trial_executor.batches._batching import length_chunks
 
     split = TokenizedSplit(input_ids=[[1] * k for k in [3] * 24 + [60] * 8], labels=[0] * 32)
     chunks = length_chunks(split, list(range(32)))
@@ -94,8 +94,8 @@ def test_length_chunks_cover_the_batch_and_cut_padding() -> None:
 
 
 def test_chunked_batch_has_the_whole_batch_gradient() -> None:
-    from trial_executor._batching import length_chunks
-    from trial_executor._models import load_model
+    from trial_executor.batches._batching import length_chunks
+    from trial_executor.model._loading import load_model
 
     data = demo_dataset(n_train=64, n_valid=8)
     torch.manual_seed(0)

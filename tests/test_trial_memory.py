@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from trial_executor import TrainConfig, demo_dataset, run_trial
-from trial_executor._hardware import NATIVE_CACHE_CAPACITY
+from trial_executor.device._hardware import NATIVE_CACHE_CAPACITY
 
 BALLAST_MB = 256
 

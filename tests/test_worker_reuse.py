@@ -10,10 +10,10 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification
 
 from trial_executor import TrainConfig, demo_dataset, run_trial
-from trial_executor._evaluation import eval_rows
-from trial_executor._models import load_model
-from trial_executor._pretrained_cache import PRETRAINED
-from trial_executor._tokenization import tokenize_data
+from trial_executor.batches._tokenization import tokenize_data
+from trial_executor.model._loading import load_model
+from trial_executor.model._pretrained_cache import PRETRAINED
+from trial_executor.train._evaluation import eval_rows
 
 WEIGHT = "bert.encoder.layer.0.attention.self.query.weight"
 

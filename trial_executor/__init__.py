@@ -13,28 +13,40 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from trial_executor._config import METRICS, MINIMIZED_METRICS, PRECISION_ALIASES, PRECISIONS, TASK_METRICS, TASKS, TrainConfig
-from trial_executor._data import DataError, TextClassificationData, load_text_classification
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
 from trial_executor._result import ProgressFn, StepProgress, TrialResult
-from trial_executor._synthetic import demo_dataset, make_synthetic_reviews
+from trial_executor.data import DataError, TextClassificationData, demo_dataset, load_text_classification, make_synthetic_reviews
 
 if TYPE_CHECKING:
-    from trial_executor._checkpoint import CHECKPOINT_FILE, Checkpointing, TrialInterrupted
-    from trial_executor._hardware import hardware_metadata, resolve_device
-    from trial_executor._loop import STOPPED_EARLY_STOPPING, STOPPED_PRUNED, ReportFn, run_trial
-    from trial_executor._lora import LoraUnavailableError
-    from trial_executor._lora import peft_available as lora_available
-    from trial_executor._models import PRESETS, ModelLimitError, ModelNotFoundError, check_max_length, check_model_name
-    from trial_executor._precision import PrecisionPolicy, UnsupportedPrecisionError, precision_support, tf32_enabled
+    from trial_executor.device import hardware_metadata, resolve_device
+    from trial_executor.model import (
+        PRESETS,
+        LoraUnavailableError,
+        ModelLimitError,
+        ModelNotFoundError,
+        check_max_length,
+        check_model_name,
+    )
+    from trial_executor.model import peft_available as lora_available
+    from trial_executor.precision import PrecisionPolicy, UnsupportedPrecisionError, precision_support, tf32_enabled
+    from trial_executor.train import (
+        CHECKPOINT_FILE,
+        STOPPED_EARLY_STOPPING,
+        STOPPED_PRUNED,
+        Checkpointing,
+        ReportFn,
+        TrialInterrupted,
+        run_trial,
+    )
 
 # The deferred (torch-bound) names, by module: the same names as the block above.
 _TORCH_BOUND = {
-    "trial_executor._checkpoint": ("CHECKPOINT_FILE", "Checkpointing", "TrialInterrupted"),
-    "trial_executor._hardware": ("hardware_metadata", "resolve_device"),
-    "trial_executor._lora": ("LoraUnavailableError", "lora_available"),
-    "trial_executor._loop": ("STOPPED_EARLY_STOPPING", "STOPPED_PRUNED", "ReportFn", "run_trial"),
-    "trial_executor._models": ("PRESETS", "ModelLimitError", "ModelNotFoundError", "check_max_length", "check_model_name"),
-    "trial_executor._precision": ("PrecisionPolicy", "UnsupportedPrecisionError", "precision_support", "tf32_enabled"),
+    "trial_executor.train._checkpoint": ("CHECKPOINT_FILE", "Checkpointing", "TrialInterrupted"),
+    "trial_executor.device._hardware": ("hardware_metadata", "resolve_device"),
+    "trial_executor.model._lora": ("LoraUnavailableError", "lora_available"),
+    "trial_executor.train._loop": ("STOPPED_EARLY_STOPPING", "STOPPED_PRUNED", "ReportFn", "run_trial"),
+    "trial_executor.model._loading": ("PRESETS", "ModelLimitError", "ModelNotFoundError", "check_max_length", "check_model_name"),
+    "trial_executor.precision._policy": ("PrecisionPolicy", "UnsupportedPrecisionError", "precision_support", "tf32_enabled"),
 }
 _MODULE_OF = {name: module for module, names in _TORCH_BOUND.items() for name in names}
 _NAME_THERE = {"lora_available": "peft_available"}

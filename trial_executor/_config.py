@@ -24,7 +24,7 @@ from trial_executor._precisions import PRECISION_ALIASES, PRECISIONS
 # (the orchestrator, read-only commands) does not import torch.
 
 # What the labels ask of the model, and what each kind of task is measured by (the first: the
-# default early-stopping metric). Regression and multi-label metrics: trial_executor._metrics.
+# default early-stopping metric). Regression and multi-label metrics: trial_executor.train._metrics.
 TASKS: tuple[str, ...] = ("classification", "regression", "multi_label")
 TASK_METRICS: dict[str, tuple[str, ...]] = {
     "classification": ("accuracy", "macro_f1", "loss"),
@@ -76,21 +76,21 @@ class TrainConfig(BaseModel):
     split no larger: every row), the final one on every row; ``max_steps`` caps
     optimizer steps across epochs (``None``: run every epoch in full). The effective batch is
     ``batch_size * grad_accum_steps``. ``length_grouping`` batches texts of similar length
-    (see :mod:`trial_executor._batching`); ``chunk_by_length`` computes each batch in
+    (see :mod:`trial_executor.batches._batching`); ``chunk_by_length`` computes each batch in
     length-sorted chunks (same rows and gradient, less padding; ``None``: only for models of
     ``CHUNKING_MIN_PARAMS`` or more that run the HF forward, where it was measured to pay);
     ``packed_forward`` computes BERT classifiers on real tokens only (the same function; see
-    :mod:`trial_executor._packed`; other architectures run their own forward); ``cache_dir`` holds
+    :mod:`trial_executor.model._packed`; other architectures run their own forward); ``cache_dir`` holds
     tokenized data shared across trials and processes (``None``: no disk cache).
     ``buckets`` pads each batch up to one of a few widths (static shapes for compiled or captured
     steps); ``varlen_attention`` runs the packed forward's attention through FlashAttention's varlen
     kernel (CUDA fp16/bf16; no attention-probability dropout). ``compile_step`` compiles the whole
     training step (forward with loss, backward, clipping, optimizer step) per static-shape bucket
-    with ``dynamic=False``, as CUDA graphs on CUDA (see :mod:`trial_executor._compiled`); a step with
+    with ``dynamic=False``, as CUDA graphs on CUDA (see :mod:`trial_executor.train._compiled`); a step with
     more than one backward, or fp16's GradScaler, runs eager instead, with the reason recorded.
     ``None`` for ``chunk_by_length``, ``packed_forward``, ``buckets``, ``torch_compile``,
     ``compile_step`` and ``varlen_attention`` takes the device's default
-    (:mod:`trial_executor._defaults`, the one place that decides them).
+    (:mod:`trial_executor.device._defaults`, the one place that decides them).
     ``max_skipped_steps``: fp16 trials stop as non-finite once GradScaler skips more optimizer
     steps than this in a row.
 

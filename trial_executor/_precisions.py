@@ -2,7 +2,7 @@
 
 Torch-free, so that reading a config or a study does not import torch: the autocast dtype is
 named here (``"float16"``) and resolved to a ``torch.dtype`` only when a trial runs
-(:mod:`trial_executor._precision`). Adding a precision is one row here; its support check and
+(:mod:`trial_executor.precision._policy`). Adding a precision is one row here; its support check and
 policy follow from the row's facts.
 """
 

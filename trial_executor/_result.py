@@ -45,7 +45,7 @@ class TrialResult:
     ``compile_seconds`` (compilation, CUDA-graph capture, kernel selection); otherwise, in runs
     too short to warm up, it is over the whole training loop, as ``throughput_all_samples_per_s``
     always is. ``device_busy_fraction`` (CUDA only; ``None`` on the CPU) is the share of measured
-    steps in which the device, not the host, set the pace (see :mod:`trial_executor._throughput`);
+    steps in which the device, not the host, set the pace (see :mod:`trial_executor.device._throughput`);
     ``host_limited`` is true below one half: the executor's overhead, not the precision, set the
     speed. ``buckets`` and ``varlen_attention`` tell which of those knobs ran (varlen attention
     drops no attention probabilities). ``checkpoint_dtype`` is the dtype the model's weights were

@@ -20,7 +20,7 @@ from hpo._errors import did_you_mean
 from hpo.cli._parsing import Parser, at_least, command_prog
 from hpo.cli._speed_test import CHECK_MODELS, DEFAULT_CHECK_MODEL, SpeedRow, model_config, parameter_count, speed_test
 from trial_executor import hardware_metadata, precision_support, resolve_device
-from trial_executor._throughput import HOST_LIMITED_BELOW
+from trial_executor.device import HOST_LIMITED_BELOW
 
 PROG = command_prog("check")
 

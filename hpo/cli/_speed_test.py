@@ -2,11 +2,11 @@
 
 Numbers from here say what a precision buys on this machine before a study spends hours on
 it: time per training step, speedup against fp32, peak memory. The step is the executor's own
-(:class:`~trial_executor._step.TrainStep`, with the forward, optimizer and per-device knobs a
+(:class:`~trial_executor.train._step.TrainStep`, with the forward, optimizer and per-device knobs a
 trial would use), so the figures are what a study will see. On a GPU it warms up until two
 steps in a row agree within 10%, and also measures the host's time to issue one step (its share
 of the step time near 1: the host, not the device, sets the pace) and how many timed steps the
-device set the pace of (:class:`~trial_executor._throughput.DeviceLag`).
+device set the pace of (:class:`~trial_executor.device._throughput.DeviceLag`).
 """
 
 from __future__ import annotations
@@ -21,16 +21,10 @@ import torch
 from transformers import AutoModelForSequenceClassification, BertConfig, PretrainedConfig
 
 from trial_executor import PRECISIONS, PRESETS, PrecisionPolicy, TrainConfig, UnsupportedPrecisionError
-from trial_executor._batching import Batch, Collation, TokenizedSplit
-from trial_executor._build import make_forward
-from trial_executor._compiled import CompiledStep, release_compiled
-from trial_executor._defaults import resolve_knobs
-from trial_executor._hardware import peak_memory_mb, release_memory, reset_peak_memory
-from trial_executor._optimizer import make_optimizer
-from trial_executor._packed import supports_packed_forward
-from trial_executor._static import TOKEN_MULTIPLE, StaticCollation, packed_width, round_up
-from trial_executor._step import TrainStep
-from trial_executor._throughput import DeviceLag
+from trial_executor.batches import TOKEN_MULTIPLE, Batch, Collation, StaticCollation, TokenizedSplit, packed_width, round_up
+from trial_executor.device import DeviceLag, peak_memory_mb, release_memory, reset_peak_memory, resolve_knobs
+from trial_executor.model import supports_packed_forward
+from trial_executor.train import CompiledStep, TrainStep, make_forward, make_optimizer, release_compiled
 
 _SMALL_VOCAB = 8192
 

@@ -141,7 +141,7 @@ class SearchSpace(Strict):
 
     objective: Objective | None = None
     objectives: list[NamedObjective] | None = Field(default=None, min_length=1)
-    # What the labels are for; auto: what the data's labels say (trial_executor._values).
+    # What the labels are for; auto: what the data's labels say (trial_executor.data._values).
     task: Literal["auto", "classification", "regression", "multi_label"] = "auto"
     pruner: PrunerSpec = NoPruner(type="none")
     sampler: SamplerSpec = TPESamplerSpec(type="tpe")

@@ -180,7 +180,7 @@ def _check_semantics(space: SearchSpace) -> str | None:
     modes = finetune.choices if isinstance(finetune, CategoricalParam) else [space.fixed.get("finetune", "full")]
     if "lora" in modes:
         # Here, not at the top: _lora imports torch, which reading a space should not need.
-        from trial_executor._lora import INSTALL_HINT, peft_available
+        from trial_executor.model import INSTALL_HINT, peft_available
 
         if not peft_available():
             return INSTALL_HINT

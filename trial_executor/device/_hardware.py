@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import torch
 
-from trial_executor._precision import precision_support, tf32_enabled
+from trial_executor.precision import precision_support, tf32_enabled
 
 
 def resolve_device(name: str) -> torch.device:

@@ -2,7 +2,7 @@
 
 ``peft`` replaces the targeted ``nn.Linear`` modules inside the model with LoRA layers and
 wraps the head (``modules_to_save``); the model keeps its class, so the loop trains it as
-before (and :mod:`trial_executor._packed` calls the LoRA layers as modules). Only the
+before (and :mod:`trial_executor.model._packed` calls the LoRA layers as modules). Only the
 trainable parameters go into checkpoints: the frozen weights are rebuilt by loading the
 model again (pretrained weights, or a preset's seeded random init).
 """

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import record_function
 
-from trial_executor._batching import (
+from trial_executor.batches._batching import (
     COLLATE_RANGE,
     Batch,
     Collation,

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 
-from trial_executor._batching import Batch, to_device
-from trial_executor._precision import PrecisionPolicy
+from trial_executor.batches import Batch, to_device
+from trial_executor.precision import PrecisionPolicy
 
 STEP_RANGE = "trial_executor::train_step"
 READ_RANGE = "trial_executor::host_read"

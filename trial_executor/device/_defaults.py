@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from trial_executor._config import CHUNKING_MIN_PARAMS, TrainConfig
-from trial_executor._packed import varlen_attention_available
 from trial_executor._precisions import BY_NAME
+from trial_executor.model import varlen_attention_available
 
 PENDING_GPU = "pending a GPU measurement"
 
@@ -75,7 +75,7 @@ class Knobs:
     compile_dynamic: bool
     varlen_attention: bool
     host_read_every: int
-    compile_step: bool = False  # the whole step compiled per static-shape bucket (trial_executor._compiled)
+    compile_step: bool = False  # the whole step compiled per static-shape bucket (trial_executor.train._compiled)
     compile_refused: str | None = None  # why a requested capture or compiled step did not run
 
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from trial_executor._batching import Batch, Collation, TokenizedSplit, label_tensor, to_device
 from trial_executor._config import TrainConfig
-from trial_executor._metrics import evaluation_metrics
-from trial_executor._precision import PrecisionPolicy
+from trial_executor.batches import Batch, Collation, TokenizedSplit, label_tensor, to_device
+from trial_executor.precision import PrecisionPolicy
+from trial_executor.train._metrics import evaluation_metrics
 
 EVAL_SAMPLE_SEED = 0  # not the trial's seed: every trial evaluates early on the same rows
 _KEPT = 4  # collated row sets kept: a sample and the full split, of one or two datasets

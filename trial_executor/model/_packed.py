@@ -11,7 +11,7 @@ computes the same logits and loss with the model's own modules and weights, but:
 
 Gradients are the HF forward's (padding and the last layer's other positions never reach
 the loss); only floating-point summation order and the dropout masks' random draws differ.
-Rows must be right-padded, as :func:`~trial_executor._batching.collate` pads them.
+Rows must be right-padded, as :func:`~trial_executor.batches._batching.collate` pads them.
 
 Projections that are plain ``nn.Linear`` modules run fused (one matmul for q, k and v); any
 other module in their place (a ``peft`` LoRA layer) is called as a module, so its adapter
@@ -41,7 +41,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import BertForSequenceClassification, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from trial_executor._batching import packing
+from trial_executor.batches import packing
 
 try:  # FlashAttention on packed rows (torch >= 2.10); CUDA only
     from torch.nn.attention.varlen import varlen_attn as _varlen_attn
@@ -154,7 +154,7 @@ class PackedBertClassifier:
     """Call like the model: ``forward(input_ids=, attention_mask=, labels=None, token_type_ids=None)`` -> loss and logits.
 
     The packing tensors (``packed_index``, ``cls_index``, ``cu_seqlens``: see
-    :func:`~trial_executor._batching.packing`) come from collate, computed on the host; without
+    :func:`~trial_executor.batches._batching.packing`) come from collate, computed on the host; without
     them the forward computes them itself from ``attention_mask`` (which syncs a GPU: fine for
     evaluation and tests, never in the training step).
 

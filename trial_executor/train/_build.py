@@ -15,19 +15,24 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from trial_executor._batching import Collation, TrainBatches, width_buckets
-from trial_executor._compiled import CompiledStep
 from trial_executor._config import TASK_METRICS, TrainConfig
-from trial_executor._data import TextClassificationData
-from trial_executor._defaults import Knobs, resolve_knobs
-from trial_executor._lora import apply_lora, parameter_counts
-from trial_executor._models import load_model
-from trial_executor._optimizer import lr_lambda, make_optimizer
-from trial_executor._packed import PackedBertClassifier, supports_packed_forward
-from trial_executor._precision import PrecisionPolicy
-from trial_executor._static import StaticCollation, packed_width, token_buckets
-from trial_executor._step import TrainStep
-from trial_executor._tokenization import TokenizedData, tokenize_data
+from trial_executor.batches import (
+    Collation,
+    StaticCollation,
+    TokenizedData,
+    TrainBatches,
+    packed_width,
+    token_buckets,
+    tokenize_data,
+    width_buckets,
+)
+from trial_executor.data import TextClassificationData
+from trial_executor.device import Knobs, resolve_knobs
+from trial_executor.model import PackedBertClassifier, apply_lora, load_model, parameter_counts, supports_packed_forward
+from trial_executor.precision import PrecisionPolicy
+from trial_executor.train._compiled import CompiledStep
+from trial_executor.train._optimizer import lr_lambda, make_optimizer
+from trial_executor.train._step import TrainStep
 
 
 def uses_token_types(model: PreTrainedModel) -> bool:

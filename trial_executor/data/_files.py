@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from trial_executor._messages import bounded_list
+from trial_executor.data._messages import bounded_list
 
 
 class DataError(ValueError):

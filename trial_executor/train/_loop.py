@@ -1,7 +1,7 @@
 """The training loop: one config and one dataset in, one :class:`TrialResult` out.
 
 Reads top to bottom: resolve precision, build the model (LoRA adapters, gradient
-checkpointing), tokenize, then per accumulation window one :class:`~trial_executor._step.TrainStep`
+checkpointing), tokenize, then per accumulation window one :class:`~trial_executor.train._step.TrainStep`
 (forward, backward, clipping, optimizer step; it never waits for the device), a read of the
 loss on the host every few steps (the only sync: failure checks and progress), evaluation every
 ``eval_every`` optimizer steps and at the end, reported to the caller, who may stop the run
@@ -22,9 +22,32 @@ from typing import Any
 import numpy as np
 import torch
 
-from trial_executor._batching import Batch
-from trial_executor._build import TrialParts, build_trial
-from trial_executor._checkpoint import (
+from trial_executor._config import MINIMIZED_METRICS, TASK_METRICS, TrainConfig
+from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
+from trial_executor._result import ProgressFn, StepProgress, TrialResult
+from trial_executor.batches import Batch
+from trial_executor.data import TextClassificationData
+from trial_executor.device import (
+    HOST_LIMITED_BELOW,
+    DeviceLag,
+    MemoryWindow,
+    TrainClock,
+    bound_native_caches,
+    is_oom,
+    release_memory,
+    resolve_device,
+)
+from trial_executor.model import (
+    check_max_length,
+    checkpoint_dtype,
+    load_trainable_state_dict,
+    preload_model,
+    save_final_model,
+    trainable_state_dict,
+)
+from trial_executor.precision import PrecisionPolicy
+from trial_executor.train._build import TrialParts, build_trial
+from trial_executor.train._checkpoint import (
     Checkpointing,
     TrialInterrupted,
     load_checkpoint,
@@ -32,18 +55,8 @@ from trial_executor._checkpoint import (
     rng_states,
     save_checkpoint,
 )
-from trial_executor._compiled import release_compiled
-from trial_executor._config import MINIMIZED_METRICS, TASK_METRICS, TrainConfig
-from trial_executor._data import TextClassificationData
-from trial_executor._evaluation import eval_rows, evaluate
-from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
-from trial_executor._hardware import MemoryWindow, bound_native_caches, is_oom, release_memory, resolve_device
-from trial_executor._lora import load_trainable_state_dict, trainable_state_dict
-from trial_executor._models import check_max_length, checkpoint_dtype, preload_model
-from trial_executor._precision import PrecisionPolicy
-from trial_executor._result import ProgressFn, StepProgress, TrialResult
-from trial_executor._saving import save_final_model
-from trial_executor._throughput import HOST_LIMITED_BELOW, DeviceLag, TrainClock
+from trial_executor.train._compiled import release_compiled
+from trial_executor.train._evaluation import eval_rows, evaluate
 
 ReportFn = Callable[[int, dict[str, float]], bool]
 """``report(step, metrics)`` is called after each evaluation and returns True to stop the run."""

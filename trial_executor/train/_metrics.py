@@ -72,7 +72,7 @@ def multi_label_metrics(logits: torch.Tensor, targets: torch.Tensor) -> dict[str
 
 
 def evaluation_metrics(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
-    """The task's metrics and loss; the targets' form says the task (see :func:`~trial_executor._batching.label_tensor`):
+    """The task's metrics and loss; the targets' form says the task (see :func:`~trial_executor.batches._batching.label_tensor`):
 
     int64 class ids (classification), one float per row (regression), float multi-hot rows (multi-label).
     Classification adds the ``majority_class`` flag (:func:`stuck_at_majority`) beside its metrics.

@@ -30,7 +30,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from trial_executor._pretrained_cache import PRETRAINED, directory_signature
+from trial_executor.model._pretrained_cache import PRETRAINED, directory_signature
 
 
 class ModelNotFoundError(ValueError):
@@ -253,7 +253,7 @@ def load_model(
     Weights are always float32 master weights, whatever dtype the checkpoint was saved in
     (transformers would otherwise load a float16 or bfloat16 checkpoint as it is): autocast
     decides the compute precision, never the file. Pretrained models are read from disk once per
-    process (:mod:`trial_executor._pretrained_cache`); each call gets a fresh copy. Presets are
+    process (:mod:`trial_executor.model._pretrained_cache`); each call gets a fresh copy. Presets are
     built anew each call: their seeded random initialisation is the trial's own.
     """
     id2label = dict(enumerate(label_names))

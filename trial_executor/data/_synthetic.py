@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from trial_executor._data import TextClassificationData
+from trial_executor.data._data import TextClassificationData
 
 _SUBJECTS = [
     "the movie", "this film", "the plot", "the acting", "the soundtrack", "the ending", "the dialogue",

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from trial_executor._batching import TokenizedSplit
-from trial_executor._data import TextClassificationData
+from trial_executor.batches._batching import TokenizedSplit
+from trial_executor.data import TextClassificationData
 
 # Tokenizers are cached per process (one object serves many trials): hash each once.
 _fingerprints: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, str] = weakref.WeakKeyDictionary()

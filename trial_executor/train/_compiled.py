@@ -11,12 +11,12 @@ issue. :class:`CompiledStep` compiles the step's two regions with ``torch.compil
 
 On CUDA both are compiled with ``mode="reduce-overhead"``: CUDA graphs, one set per bucket,
 replayed each step. On the CPU the default mode (CUDA graphs are CUDA only). Shapes come from
-:class:`~trial_executor._static.StaticCollation`, so a trial compiles once per bucket; the first
+:class:`~trial_executor.batches._static.StaticCollation`, so a trial compiles once per bucket; the first
 steps of each shape are timed apart as ``compile_seconds`` and left out of throughput
-(:class:`~trial_executor._throughput.TrainClock`). :func:`release_compiled` drops the graphs,
+(:class:`~trial_executor.device._throughput.TrainClock`). :func:`release_compiled` drops the graphs,
 dynamo's caches and CUDA-graph memory at the end of every trial.
 
-Only steps with one backward are compiled: ``trial_executor._defaults.compile_step_refusal``
+Only steps with one backward are compiled: ``trial_executor.device._defaults.compile_step_refusal``
 sends accumulation, chunking and fp16's GradScaler to the eager :class:`TrainStep`, with the reason
 recorded on the trial.
 """
@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import record_function
 
-from trial_executor._batching import Batch, to_device
-from trial_executor._precision import PrecisionPolicy
-from trial_executor._step import STEP_RANGE, TrainStep
+from trial_executor.batches import Batch, to_device
+from trial_executor.precision import PrecisionPolicy
+from trial_executor.train._step import STEP_RANGE, TrainStep
 
 
 def weighted_loss(logits: torch.Tensor, labels: torch.Tensor, row_weight: torch.Tensor, problem_type: str | None) -> torch.Tensor:

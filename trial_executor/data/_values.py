@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from trial_executor._files import DataError
+from trial_executor.data._files import DataError
 
 Label = int | float | str | tuple[int | str, ...]
 

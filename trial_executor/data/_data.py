@@ -1,7 +1,7 @@
 """Text-classification data: loading CSV, TSV and JSON(L) files into one in-memory form.
 
-How files are read is :mod:`trial_executor._files`; what a text or a label may be, and which
-task the labels are for, is :mod:`trial_executor._values`. Texts reach the tokenizer exactly as
+How files are read is :mod:`trial_executor.data._files`; what a text or a label may be, and which
+task the labels are for, is :mod:`trial_executor.data._values`. Texts reach the tokenizer exactly as
 they are in the file; labels become the targets the model trains on, their names kept as given.
 """
 
@@ -14,9 +14,9 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trial_executor._files import DataError, Records, has_validation_split, read_records
-from trial_executor._messages import bounded_list
-from trial_executor._values import (
+from trial_executor.data._files import DataError, Records, has_validation_split, read_records
+from trial_executor.data._messages import bounded_list
+from trial_executor.data._values import (
     AUTO,
     CLASSIFICATION,
     MULTI_LABEL,
@@ -136,7 +136,7 @@ def load_text_classification(
     Validation comes from ``valid_path`` (or, for a saved ``DatasetDict``, its ``validation``
     split) or else a seeded hold-out of ``valid_fraction``. ``task`` is ``classification``,
     ``regression``, ``multi_label``, or ``auto``: what the labels say (see
-    :mod:`trial_executor._values`). Class ids follow numeric order for integer labels and
+    :mod:`trial_executor.data._values`). Class ids follow numeric order for integer labels and
     alphabetical order otherwise. A JSON file may be JSON Lines or one array of objects. Rows with
     empty text are dropped and counted (``empty_text="drop"``) or refused (``"fail"``).
     Raises :class:`DataError` with a one-line explanation.

@@ -33,7 +33,7 @@ def make_optimizer(
 
     ``capturable`` (CUDA): state and step counts stay on the device, so the step can be captured
     in a CUDA graph and never reads its step count on the host. ``compiled``: for a step that
-    ``torch.compile`` traces (:mod:`trial_executor._compiled`): the learning rate is a tensor on
+    ``torch.compile`` traces (:mod:`trial_executor.train._compiled`): the learning rate is a tensor on
     ``device`` that the scheduler fills in place (a Python float would be baked into the graph:
     a recompile per new rate, or a frozen schedule under CUDA graphs), and the compiler fuses the
     update (not the fused kernel, which it cannot trace).

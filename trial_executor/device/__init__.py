@@ -1,0 +1,34 @@
+"""The machine: device choice, hardware metadata, memory, per-device defaults and honest throughput.
+"""
+
+from __future__ import annotations
+
+from trial_executor.device._defaults import Knobs, defaults_for, resolve_knobs
+from trial_executor.device._hardware import (
+    MemoryWindow,
+    bound_native_caches,
+    hardware_metadata,
+    is_oom,
+    peak_memory_mb,
+    release_memory,
+    reset_peak_memory,
+    resolve_device,
+)
+from trial_executor.device._throughput import HOST_LIMITED_BELOW, DeviceLag, TrainClock
+
+__all__ = [
+    "HOST_LIMITED_BELOW",
+    "DeviceLag",
+    "Knobs",
+    "MemoryWindow",
+    "TrainClock",
+    "bound_native_caches",
+    "defaults_for",
+    "hardware_metadata",
+    "is_oom",
+    "peak_memory_mb",
+    "release_memory",
+    "reset_peak_memory",
+    "resolve_device",
+    "resolve_knobs",
+]

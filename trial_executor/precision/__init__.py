@@ -1,0 +1,16 @@
+"""How a trial computes: the policy resolved from a precision row (autocast, the GradScaler's whole lifecycle, TF32).
+
+The rows themselves (torch-free) are in :mod:`trial_executor._precisions`.
+"""
+
+from __future__ import annotations
+
+from trial_executor.precision._policy import PrecisionPolicy, UnsupportedPrecisionError, precision_support, set_tf32, tf32_enabled
+
+__all__ = [
+    "PrecisionPolicy",
+    "UnsupportedPrecisionError",
+    "precision_support",
+    "set_tf32",
+    "tf32_enabled",
+]

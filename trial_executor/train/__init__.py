@@ -1,0 +1,27 @@
+"""Training one trial: build its parts, the step, the loop, evaluation, metrics, checkpoints.
+"""
+
+from __future__ import annotations
+
+from trial_executor.train._build import make_forward
+from trial_executor.train._checkpoint import CHECKPOINT_FILE, Checkpointing, TrialInterrupted
+from trial_executor.train._compiled import CompiledStep, release_compiled
+from trial_executor.train._loop import STOPPED_EARLY_STOPPING, STOPPED_PRUNED, ReportFn, run_trial, seed_everything
+from trial_executor.train._optimizer import make_optimizer
+from trial_executor.train._step import TrainStep
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "STOPPED_EARLY_STOPPING",
+    "STOPPED_PRUNED",
+    "Checkpointing",
+    "CompiledStep",
+    "ReportFn",
+    "TrainStep",
+    "TrialInterrupted",
+    "make_forward",
+    "make_optimizer",
+    "release_compiled",
+    "run_trial",
+    "seed_everything",
+]
