@@ -55,9 +55,11 @@ def _traced_only(parts: TrialParts) -> TrialParts:
     clipping, the raw optimizer step with a tensor learning rate), and "aot_eager" runs exactly
     that graph, without inductor's code generation (tens of seconds per graph on a cold cache).
     """
-    step = parts.step
-    parts.step = CompiledStep(parts.model, step.forward, parts.optimizer, parts.scheduler, None, step.policy,
-                              max_grad_norm=step.max_grad_norm, device=CPU, backend="aot_eager")
+    step = parts.train_step
+    parts.step_parts.train_step = CompiledStep(
+        parts.model, step.forward, step.optimizer, step.scheduler, step.policy, max_grad_norm=step.max_grad_norm, device=CPU,
+        backend="aot_eager",
+    )
     return parts
 
 
@@ -73,16 +75,16 @@ def _losses(parts: TrialParts, windows: list) -> tuple[list[float], list[int]]:
     """Each step's loss, and dynamo's count of compiled graphs after each step."""
     losses, graphs = [], []
     for window in windows:
-        parts.step(window)
-        losses.append(parts.step.read().loss_sum)
-        parts.step.loss_sum.zero_()
+        parts.train_step(window)
+        losses.append(parts.train_step.read().loss_sum)
+        parts.train_step.loss_sum.zero_()
         graphs.append(counters["stats"]["unique_graphs"])
     return losses, graphs
 
 
 def test_200_steps_compile_once_per_bucket_without_graph_breaks_and_match_eager(data: TextClassificationData) -> None:
     parts = _traced_only(_parts(data, compile_step=True))
-    assert isinstance(parts.step, CompiledStep) and parts.knobs.compile_step
+    assert isinstance(parts.train_step, CompiledStep) and parts.knobs.compile_step
     windows = _windows(parts, 200)
     buckets = [w[0][0].inputs["packed_index"].numel() for w in windows]
     assert len(set(buckets)) >= 2 and len({w[0][0].inputs["input_ids"].shape for w in windows}) == 1
@@ -94,7 +96,7 @@ def test_200_steps_compile_once_per_bucket_without_graph_breaks_and_match_eager(
     for i in range(1, len(windows)):
         assert graphs[i] == graphs[i - 1] + (i == first_seen[buckets[i]]), f"a compile at step {i}"
     assert graphs[-1] == len(set(buckets)) + 1
-    assert parts.optimizer.param_groups[0]["lr"].item() == pytest.approx(parts.scheduler.get_last_lr()[0])
+    assert parts.step_parts.optimizer.param_groups[0]["lr"].item() == pytest.approx(parts.step_parts.scheduler.get_last_lr()[0])
 
     eager = _parts(data, compile_step=False)  # the eager step, dynamic padding, the same rows in the same order
     eager_losses, _ = _losses(eager, _windows(eager, 200))
@@ -107,9 +109,9 @@ def test_200_steps_compile_once_per_bucket_without_graph_breaks_and_match_eager(
 def _host_ops(parts: TrialParts, window: list) -> int:
     """Aten operations the host dispatches inside one step (the profiler's train-step range)."""
     for _ in range(3):  # warm-up: compiled, and every lazily built buffer in place
-        parts.step(window)
+        parts.train_step(window)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        parts.step(window)
+        parts.train_step(window)
     events = prof.events()
     (span,) = [e.time_range for e in events if e.name == STEP_RANGE]
     return sum(1 for e in events if e.name.startswith("aten::") and span.start <= e.time_range.start <= span.end)

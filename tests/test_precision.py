@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from trial_executor import PrecisionPolicy, TrainConfig, UnsupportedPrecisionError, demo_dataset, run_trial, tf32_enabled
-from trial_executor.precision._policy import set_tf32
+from trial_executor._precisions import BY_NAME
+from trial_executor.precision import GradScalerPolicy, set_tf32
 
 CPU = torch.device("cpu")
 
@@ -18,8 +19,8 @@ CPU = torch.device("cpu")
 def test_policy_on_cpu(name: str, dtype: torch.dtype | None, scaler: bool) -> None:
     policy = PrecisionPolicy.resolve(name, CPU)
     assert policy.autocast_dtype == dtype
-    assert policy.use_grad_scaler is scaler
-    assert (policy.grad_scaler() is not None) is scaler
+    assert policy.uses_grad_scaler is scaler
+    assert isinstance(policy, GradScalerPolicy) is scaler
     linear = torch.nn.Linear(8, 8)
     with policy.autocast():
         out = linear(torch.randn(2, 8))
@@ -51,7 +52,7 @@ def test_global_flags_are_set_by_every_trial() -> None:
 
 
 def test_tf32_policy_sets_tf32_flags() -> None:
-    policy = PrecisionPolicy(name="tf32", device_type="cuda", autocast_dtype=None, use_grad_scaler=False, tf32=True)
+    policy = PrecisionPolicy(BY_NAME["tf32"], torch.device("cuda"))  # built, not resolved: this machine may have no GPU
     try:
         policy.apply_global_state(cudnn_benchmark=True)
         assert tf32_enabled()

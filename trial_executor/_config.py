@@ -198,6 +198,10 @@ class TrainConfig(BaseModel):
         """The fields by name, values as given: what trials and checkpoints store."""
         return {name: getattr(self, name) for name in type(self).model_fields}
 
+    def stop_metric(self, task: str) -> str:
+        """The metric early stopping watches on ``task``'s data: ``early_stopping_metric``, else the task's first."""
+        return self.early_stopping_metric or TASK_METRICS[task][0]
+
     @property
     def eval_interval_steps(self) -> int:
         """Optimizer steps between evaluations (0: only at the end), from whichever of the two is set."""

@@ -15,13 +15,16 @@ from dataclasses import dataclass
 class Precision:
     """One precision: ``autocast_dtype`` (a ``torch`` dtype name; ``None``: float32 forward),
     whether fp16-style loss scaling (``GradScaler``) is needed, whether CUDA matmuls run in TF32,
-    and the CUDA compute capability it needs (``None``: any)."""
+    the CUDA compute capability it needs (``None``: any), and ``policy``: the
+    :class:`~trial_executor.precision.PrecisionPolicy` subclass that runs it, as ``"module:Class"``
+    (``None``: the plain policy, or ``GradScalerPolicy`` when ``grad_scaler``)."""
 
     name: str
     autocast_dtype: str | None = None
     grad_scaler: bool = False
     tf32: bool = False
     min_cuda_capability: tuple[int, int] | None = None
+    policy: str | None = None
 
 
 REGISTRY: tuple[Precision, ...] = (

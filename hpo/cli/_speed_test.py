@@ -22,9 +22,8 @@ from transformers import AutoModelForSequenceClassification, BertConfig, Pretrai
 
 from trial_executor import PRECISIONS, PRESETS, PrecisionPolicy, TrainConfig, UnsupportedPrecisionError
 from trial_executor.batches import TOKEN_MULTIPLE, Batch, Collation, StaticCollation, TokenizedSplit, packed_width, round_up
-from trial_executor.device import DeviceLag, peak_memory_mb, release_memory, reset_peak_memory, resolve_knobs
-from trial_executor.model import supports_packed_forward
-from trial_executor.train import CompiledStep, TrainStep, make_forward, make_optimizer, release_compiled
+from trial_executor.device import DeviceLag, peak_memory_mb, release_memory, reset_peak_memory
+from trial_executor.train import TrainStep, build_step, release_compiled
 
 _SMALL_VOCAB = 8192
 
@@ -95,16 +94,12 @@ def _executor_step(
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_config(config, attn_implementation="sdpa").to(device).train()
     model.config.problem_type = "single_label_classification"  # as load_model sets it
-    train_config = TrainConfig(fp_precision=policy.name, batch_size=batch_size, learning_rate=1e-4, warmup_ratio=0.0, **(knobs or {}))
-    total = sum(p.numel() for p in model.parameters())
-    resolved = resolve_knobs(train_config, device, packed_supported=supports_packed_forward(model), total_params=total)
-    forward, _ = make_forward(model, train_config, resolved)
-    optimizer = make_optimizer(
-        model, train_config, device, capturable=resolved.compile_mode == "reduce-overhead", compiled=resolved.compile_step,
+    train_config = TrainConfig(
+        fp_precision=policy.name, batch_size=batch_size, learning_rate=1e-4, warmup_ratio=0.0, lr_schedule="constant", max_grad_norm=1.0,
+        **(knobs or {}),
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    step_type = CompiledStep if resolved.compile_step else TrainStep
-    step = step_type(model, forward, optimizer, scheduler, policy.grad_scaler(), policy, max_grad_norm=1.0, device=device)
+    parts = build_step(model, train_config, device, policy, total_steps=1)
+    step, resolved = parts.train_step, parts.knobs
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, config.vocab_size, (batch_size, seq_len), generator=generator).tolist()
     labels = torch.randint(0, 2, (batch_size,), generator=generator).tolist()

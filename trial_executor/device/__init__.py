@@ -14,12 +14,13 @@ from trial_executor.device._hardware import (
     reset_peak_memory,
     resolve_device,
 )
-from trial_executor.device._throughput import HOST_LIMITED_BELOW, DeviceLag, TrainClock
+from trial_executor.device._throughput import HOST_LIMITED_BELOW, DeviceLag, LoopTiming, TrainClock
 
 __all__ = [
     "HOST_LIMITED_BELOW",
     "DeviceLag",
     "Knobs",
+    "LoopTiming",
     "MemoryWindow",
     "TrainClock",
     "bound_native_caches",

@@ -21,8 +21,9 @@ speed).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 
 import torch
 
@@ -146,3 +147,50 @@ class DeviceLag:
 
     def busy_fraction(self) -> float | None:
         return self.busy_steps / self.measured_steps if self.measured_steps else None
+
+
+class LoopTiming:
+    """A training loop's clocks behind three calls: each optimizer step timed, host reads, pauses.
+
+    ``with timing.step(shape, samples):`` around one optimizer step (its first few of a new
+    ``shape`` are start-up cost, timed apart); :meth:`synced` after each host read;
+    ``with timing.paused() as seconds:`` around what is not training (evaluation, a checkpoint),
+    ``seconds`` being the training segment that just ended.
+    """
+
+    def __init__(self, device: torch.device, *, track_setup: bool) -> None:
+        self.device = device
+        self.clock = TrainClock(device, track_setup=track_setup)
+        self.lag = DeviceLag(device)
+
+    def start(self) -> None:
+        self.clock.start()
+        self.lag.anchor()
+
+    @contextlib.contextmanager
+    def step(self, shape: Hashable, samples: int) -> Iterator[None]:
+        clock, lag = self.clock, self.lag
+        setup = clock.is_setup(shape)
+        began = clock.setup_begin() if setup else time.perf_counter()
+        yield
+        if setup:  # synced: re-anchor the device clock
+            clock.setup_end(began)
+            lag.collect()
+            lag.anchor()
+        elif clock.steady:
+            lag.step_done(began)
+        clock.stepped(samples, setup)
+
+    def synced(self) -> None:
+        """Call right after the host read the device's state (a sync point)."""
+        self.lag.collect()
+        self.clock.synced()
+        self.lag.anchor()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[float]:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.lag.collect()
+        yield self.clock.stop()
+        self.start()

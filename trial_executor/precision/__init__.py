@@ -5,11 +5,21 @@ The rows themselves (torch-free) are in :mod:`trial_executor._precisions`.
 
 from __future__ import annotations
 
-from trial_executor.precision._policy import PrecisionPolicy, UnsupportedPrecisionError, precision_support, set_tf32, tf32_enabled
+from trial_executor.precision._policy import (
+    GradScalerPolicy,
+    PrecisionPolicy,
+    UnsupportedPrecisionError,
+    policy_class,
+    precision_support,
+    set_tf32,
+    tf32_enabled,
+)
 
 __all__ = [
+    "GradScalerPolicy",
     "PrecisionPolicy",
     "UnsupportedPrecisionError",
+    "policy_class",
     "precision_support",
     "set_tf32",
     "tf32_enabled",

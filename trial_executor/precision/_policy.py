@@ -1,15 +1,18 @@
-"""The one place that decides numeric precision for a trial.
+"""The one place that decides numeric precision for a trial, as Lightning Fabric's precision plugins do.
 
-A :class:`PrecisionPolicy` is resolved from a precision name and a device. It says which
-autocast dtype to use, whether a ``GradScaler`` is needed, and sets the process-global TF32
-and ``cudnn.benchmark`` flags, which leak from one trial into the next unless every trial
-sets them explicitly.
+A :class:`PrecisionPolicy` is resolved from a precision's registry row
+(:mod:`trial_executor._precisions`) and a device. It owns autocast, loss scaling with its whole
+lifecycle (scale, unscale, skipped steps, checkpoint state), and the process-global TF32 and
+``cudnn.benchmark`` flags, which leak from one trial into the next unless every trial sets them
+explicitly. A new precision is one registry row and, at most, one policy class.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import importlib
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -87,32 +90,33 @@ def precision_support(device: torch.device) -> dict[str, str | None]:
     return {p: (None if p == "fp32" else f"{p} is not supported on device type {device.type}") for p in PRECISIONS}
 
 
-@dataclass(frozen=True)
 class PrecisionPolicy:
-    """How a trial computes: autocast dtype, loss scaling and TF32."""
+    """How one trial computes: autocast, loss scaling and its state, TF32; one instance per trial.
 
-    name: str
-    device_type: str
-    autocast_dtype: torch.dtype | None
-    use_grad_scaler: bool
-    tf32: bool
+    A trial's step calls :meth:`autocast` around each forward, :meth:`backward` on each loss and
+    :meth:`optimizer_step` once per window; checkpoints carry :meth:`state_dict`. This base class
+    needs no loss scaling (fp32, tf32, bf16). :class:`GradScalerPolicy` (fp16) owns the
+    ``GradScaler``'s whole lifecycle. A registry row picks its class by ``policy`` (``"module:Class"``),
+    else by its ``grad_scaler`` fact.
+    """
+
+    uses_grad_scaler = False
+
+    def __init__(self, precision: Precision, device: torch.device) -> None:
+        self.name = precision.name
+        self.device_type = device.type
+        self.autocast_dtype = _autocast_dtype(precision)
+        self.tf32 = precision.tf32
 
     @classmethod
     def resolve(cls, name: str, device: torch.device) -> PrecisionPolicy:
-        """Build the policy for ``name`` on ``device``; raise if the device cannot run it."""
-        if name not in PRECISIONS:
+        """A fresh policy for ``name`` on ``device`` (its row's class); raise if the device cannot run it."""
+        if name not in BY_NAME:
             raise ValueError(f"unknown precision {name!r}; expected one of {', '.join(PRECISIONS)}")
         reason = precision_support(device)[name]
         if reason is not None:
             raise UnsupportedPrecisionError(f"{name} unsupported: {reason}")
-        precision = BY_NAME[name]
-        return cls(
-            name=name,
-            device_type=device.type,
-            autocast_dtype=_autocast_dtype(precision),
-            use_grad_scaler=precision.grad_scaler,
-            tf32=precision.tf32,
-        )
+        return policy_class(BY_NAME[name])(BY_NAME[name], device)
 
     def apply_global_state(self, cudnn_benchmark: bool) -> None:
         """Set the process-global TF32 and cuDNN flags for this trial, whatever the last trial left."""
@@ -125,7 +129,84 @@ class PrecisionPolicy:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.autocast_dtype)
 
-    def grad_scaler(self) -> torch.amp.GradScaler | None:
-        """A fresh ``GradScaler`` for fp16, else ``None``."""
-        return torch.amp.GradScaler(self.device_type) if self.use_grad_scaler else None
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
 
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, clip: Callable[[], None]) -> None:
+        """Clip (``clip``: the caller's gradient clipping, a no-op without it), then step ``optimizer``."""
+        clip()
+        optimizer.step()
+
+    def read_skip_streak(self) -> int:
+        """The longest run of skipped optimizer steps since the last read (reads the device: syncs)."""
+        return 0
+
+    def skipped_steps(self) -> int | None:
+        """Every optimizer step skipped so far (``None``: this precision never skips one)."""
+        return None
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """What a checkpoint must carry to resume this policy (``None``: nothing)."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Resume from :meth:`state_dict`'s value."""
+
+
+class GradScalerPolicy(PrecisionPolicy):
+    """fp16: the loss scaled by a ``GradScaler``, which skips a step whose gradients are inf/NaN.
+
+    Skips are counted on the device (no sync per step): the scaler lowers its scale exactly when
+    it skipped, so comparing the scale before and after a step counts them.
+    """
+
+    uses_grad_scaler = True
+
+    def __init__(self, precision: Precision, device: torch.device) -> None:
+        super().__init__(precision, device)
+        self.scaler = torch.amp.GradScaler(device.type)
+        self._skip_streak = torch.zeros((), dtype=torch.int32, device=device)
+        self._worst_streak = torch.zeros((), dtype=torch.int32, device=device)
+        self._skipped_total = torch.zeros((), dtype=torch.int32, device=device)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, clip: Callable[[], None]) -> None:
+        scaler = self.scaler
+        scale_before = scaler._scale.clone() if scaler._scale is not None else None  # read-only; get_scale() syncs
+        scaler.unscale_(optimizer)
+        clip()
+        scaler.step(optimizer)
+        scaler.update()
+        if scale_before is not None:
+            skipped = (scaler._scale < scale_before).to(torch.int32)
+            self._skip_streak.add_(1).mul_(skipped)
+            self._skipped_total.add_(skipped)
+            torch.maximum(self._worst_streak, self._skip_streak, out=self._worst_streak)
+
+    def read_skip_streak(self) -> int:
+        worst = int(self._worst_streak.item())
+        self._worst_streak.copy_(self._skip_streak)
+        return worst
+
+    def skipped_steps(self) -> int | None:
+        return int(self._skipped_total.item())
+
+    def state_dict(self) -> dict[str, Any] | None:
+        return self.scaler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if state is not None:
+            self.scaler.load_state_dict(state)
+
+
+def policy_class(precision: Precision) -> type[PrecisionPolicy]:
+    """The policy class of a registry row: its ``policy`` (``"module:Class"``), else by its facts."""
+    if precision.policy is not None:
+        module, _, name = precision.policy.partition(":")
+        found = getattr(importlib.import_module(module), name)
+        if not (isinstance(found, type) and issubclass(found, PrecisionPolicy)):
+            raise TypeError(f"precision {precision.name!r}: policy {precision.policy!r} is not a PrecisionPolicy subclass")
+        return found
+    return GradScalerPolicy if precision.grad_scaler else PrecisionPolicy

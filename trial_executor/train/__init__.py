@@ -1,13 +1,11 @@
-"""Training one trial: build its parts, the step, the loop, evaluation, metrics, checkpoints.
-"""
+"""Training one trial: build its parts (:func:`build_step` for the step alone), the step, the loop, evaluation, checkpoints."""
 
 from __future__ import annotations
 
-from trial_executor.train._build import make_forward
+from trial_executor.train._build import StepParts, build_step
 from trial_executor.train._checkpoint import CHECKPOINT_FILE, Checkpointing, TrialInterrupted
 from trial_executor.train._compiled import CompiledStep, release_compiled
 from trial_executor.train._loop import STOPPED_EARLY_STOPPING, STOPPED_PRUNED, ReportFn, run_trial, seed_everything
-from trial_executor.train._optimizer import make_optimizer
 from trial_executor.train._step import TrainStep
 
 __all__ = [
@@ -17,10 +15,10 @@ __all__ = [
     "Checkpointing",
     "CompiledStep",
     "ReportFn",
+    "StepParts",
     "TrainStep",
     "TrialInterrupted",
-    "make_forward",
-    "make_optimizer",
+    "build_step",
     "release_compiled",
     "run_trial",
     "seed_everything",

@@ -92,25 +92,57 @@ def make_forward(
 
 
 @dataclass
+class StepParts:
+    """A model's training step as a trial builds it: the per-device knobs, forwards, optimizer, scheduler."""
+
+    knobs: Knobs
+    forward: Callable[..., Any]
+    eval_forward: Callable[..., Any]
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    train_step: TrainStep
+
+
+def build_step(model: PreTrainedModel, config: TrainConfig, device: torch.device, policy: PrecisionPolicy, total_steps: int) -> StepParts:
+    """The training step for ``model`` (already on ``device``) under ``config``: what every trial trains with.
+
+    ``hpo.check`` and the benchmarks build theirs here too, so their figures are a trial's.
+    """
+    total_params = parameter_counts(model)[1]
+    knobs = resolve_knobs(config, device, packed_supported=supports_packed_forward(model), total_params=total_params)
+    forward, eval_forward = make_forward(model, config, knobs)
+    optimizer = make_optimizer(model, config, device, capturable=knobs.compile_mode == "reduce-overhead", compiled=knobs.compile_step)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(config.lr_schedule, round(config.warmup_ratio * total_steps), total_steps)
+    )
+    step_type = CompiledStep if knobs.compile_step else TrainStep
+    train_step = step_type(model, forward, optimizer, scheduler, policy, max_grad_norm=config.max_grad_norm, device=device)
+    return StepParts(knobs, forward, eval_forward, optimizer, scheduler, train_step)
+
+
+@dataclass
 class TrialParts:
     """A built trial: what the loop drives."""
 
     model: PreTrainedModel
     tokenizer: Any
-    forward: Callable[..., Any]
-    eval_forward: Callable[..., Any]
-    knobs: Knobs
+    policy: PrecisionPolicy
+    step_parts: StepParts
     tokens: TokenizedData
     batches: TrainBatches
     eval_collation: Collation
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    scaler: torch.amp.GradScaler | None
-    step: TrainStep
     micro_per_epoch: int
     total_steps: int
     trainable_params: int
     total_params: int
+
+    @property
+    def knobs(self) -> Knobs:
+        return self.step_parts.knobs
+
+    @property
+    def train_step(self) -> TrainStep:
+        return self.step_parts.train_step
 
 
 def _collation(config: TrainConfig, knobs: Knobs, tokens: TokenizedData, pad_id: int, device: torch.device) -> Collation:
@@ -127,8 +159,13 @@ def _collation(config: TrainConfig, knobs: Knobs, tokens: TokenizedData, pad_id:
     )
 
 
+def _total_steps(config: TrainConfig, micro_per_epoch: int) -> int:
+    total_steps = config.epochs * math.ceil(micro_per_epoch / config.grad_accum_steps)
+    return total_steps if config.max_steps is None else min(total_steps, config.max_steps)
+
+
 def build_trial(config: TrainConfig, data: TextClassificationData, device: torch.device, policy: PrecisionPolicy) -> TrialParts:
-    """Build ``config``'s model, forward, batches, optimizer and step on ``device`` (seed first)."""
+    """Build ``config``'s model, tokens, step and batches on ``device`` (seed first)."""
     measured = TASK_METRICS[data.task]
     if config.early_stopping_metric is not None and config.early_stopping_metric not in measured:
         raise ValueError(
@@ -140,33 +177,21 @@ def build_trial(config: TrainConfig, data: TextClassificationData, device: torch
         model = apply_lora(model, config)  # adapters injected in place; the model keeps its class
     trainable_params, total_params = parameter_counts(model)
     model.to(device).train()
-    knobs = resolve_knobs(config, device, packed_supported=supports_packed_forward(model), total_params=total_params)
-    forward, eval_forward = make_forward(model, config, knobs)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     max_positions = min(getattr(model.config, "max_position_embeddings", 512), tokenizer.model_max_length)
     tokens = tokenize_data(
         tokenizer, data, config.max_length, percentile=config.max_length_percentile,
         max_positions=max_positions, cache_dir=config.cache_dir, token_types=uses_token_types(model),
     )
+    micro_per_epoch = math.ceil(len(tokens.train) / config.batch_size)
+    total_steps = _total_steps(config, micro_per_epoch)
+    step_parts = build_step(model, config, device, policy, total_steps)
     batches = TrainBatches(
-        tokens.train, config.batch_size, _collation(config, knobs, tokens, pad_id, device), length_grouping=config.length_grouping,
-        chunk_by_length=knobs.chunk_by_length, num_workers=config.num_workers,
+        tokens.train, config.batch_size, _collation(config, step_parts.knobs, tokens, pad_id, device), length_grouping=config.length_grouping,
+        chunk_by_length=step_parts.knobs.chunk_by_length, num_workers=config.num_workers,
         persistent_workers=config.persistent_workers, prefetch_factor=config.prefetch_factor,
     )
-    micro_per_epoch = math.ceil(len(tokens.train) / config.batch_size)
-    total_steps = config.epochs * math.ceil(micro_per_epoch / config.grad_accum_steps)
-    if config.max_steps is not None:
-        total_steps = min(total_steps, config.max_steps)
-    optimizer = make_optimizer(
-        model, config, device, capturable=knobs.compile_mode == "reduce-overhead", compiled=knobs.compile_step,
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(config.lr_schedule, round(config.warmup_ratio * total_steps), total_steps)
-    )
-    scaler = policy.grad_scaler()
-    step_type = CompiledStep if knobs.compile_step else TrainStep
-    step = step_type(model, forward, optimizer, scheduler, scaler, policy, max_grad_norm=config.max_grad_norm, device=device)
     return TrialParts(
-        model, tokenizer, forward, eval_forward, knobs, tokens, batches, Collation(pad_id, packed=knobs.packed_forward),
-        optimizer, scheduler, scaler, step, micro_per_epoch, total_steps, trainable_params, total_params,
+        model, tokenizer, policy, step_parts, tokens, batches, Collation(pad_id, packed=step_parts.knobs.packed_forward),
+        micro_per_epoch, total_steps, trainable_params, total_params,
     )

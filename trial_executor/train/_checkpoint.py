@@ -9,6 +9,7 @@ run continues exactly where its predecessor saved.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -22,6 +23,11 @@ import numpy as np
 import torch
 
 from trial_executor._config import TrainConfig
+from trial_executor.data import TextClassificationData
+from trial_executor.model import load_trainable_state_dict, trainable_state_dict
+from trial_executor.train._build import TrialParts
+from trial_executor.train._early_stopping import EarlyStopping
+from trial_executor.train._progress import RunProgress
 
 CHECKPOINT_FILE = "checkpoint.pt"
 _logger = logging.getLogger(__name__)
@@ -111,3 +117,37 @@ def load_checkpoint(path: Path, config: dict[str, Any], data_fingerprint: str) -
     if saved != wanted or state["data_fingerprint"] != data_fingerprint:
         raise ValueError(f"checkpoint {path} was saved by a run with another config or data; it cannot be resumed")
     return state
+
+
+def trial_state(
+    parts: TrialParts, config: TrainConfig, data: TextClassificationData, run: RunProgress, stopping: EarlyStopping,
+) -> dict[str, Any]:
+    """Everything :func:`restore_trial` needs to go on from ``run.step`` in another process."""
+    return {
+        "config": config.to_dict(), "data_fingerprint": data.fingerprint, "step": run.step,
+        "progress": dataclasses.asdict(run), "early_stopping": dataclasses.asdict(stopping), "rng": rng_states(),
+        # LoRA: the frozen weights are rebuilt from the model's source; only what trains is saved.
+        "model": trainable_state_dict(parts.model) if config.finetune == "lora" else parts.model.state_dict(),
+        "optimizer": parts.step_parts.optimizer.state_dict(), "scheduler": parts.step_parts.scheduler.state_dict(),
+        "scaler": parts.policy.state_dict(),
+    }
+
+
+def restore_trial(
+    parts: TrialParts, config: TrainConfig, data: TextClassificationData, path: Path, stopping: EarlyStopping,
+) -> RunProgress:
+    """Load the checkpoint at ``path`` into ``parts`` and ``stopping``; the run's progress as it was saved."""
+    state = load_checkpoint(path, config.to_dict(), data.fingerprint)
+    if config.finetune == "lora":
+        load_trainable_state_dict(parts.model, state["model"])
+    else:
+        parts.model.load_state_dict(state["model"])
+    parts.step_parts.optimizer.load_state_dict(state["optimizer"])
+    parts.step_parts.scheduler.load_state_dict(state["scheduler"])
+    parts.policy.load_state_dict(state["scaler"])
+    if "early_stopping" in state:  # older checkpoints: the count starts again
+        stopping.best_score, stopping.evals_since_best = state["early_stopping"]["best_score"], state["early_stopping"]["evals_since_best"]
+    run = RunProgress.from_dict(state["progress"])
+    restore_rng_states(state["rng"])
+    parts.train_step.loss_sum.fill_(run.window_loss)
+    return run

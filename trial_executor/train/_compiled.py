@@ -65,12 +65,12 @@ class CompiledStep(TrainStep):
 
     def __init__(
         self, model: torch.nn.Module, forward: Callable[..., Any], optimizer: torch.optim.Optimizer,
-        scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler | None, policy: PrecisionPolicy,
+        scheduler: torch.optim.lr_scheduler.LRScheduler, policy: PrecisionPolicy,
         *, max_grad_norm: float | None, device: torch.device, loss_sum: float = 0.0, backend: str = "inductor",
     ) -> None:
-        if scaler is not None:
+        if policy.uses_grad_scaler:
             raise ValueError("fp16's GradScaler is not compiled: use TrainStep (see compile_step_refusal)")
-        super().__init__(model, forward, optimizer, scheduler, None, policy, max_grad_norm=max_grad_norm, device=device, loss_sum=loss_sum)
+        super().__init__(model, forward, optimizer, scheduler, policy, max_grad_norm=max_grad_norm, device=device, loss_sum=loss_sum)
         self.problem_type = getattr(getattr(model, "config", None), "problem_type", None)
         self._raw_step = inspect.unwrap(type(optimizer).step)
         optimizer._opt_called = True  # what the scheduler's step wrapper records; the raw step bypasses it

@@ -3,7 +3,7 @@
 :class:`TrainStep` is the unit a caller compiles, captures or times (``hpo.check`` calls it
 too). It never makes the host wait for the device: batch metadata arrives from collate as
 host numbers and pinned tensors, the loss is summed into a device tensor, fp16's skipped
-steps are counted on the device, and nothing in forward, backward or the optimizer step reads
+steps are counted on the device (by the precision policy), and nothing in forward, backward or the optimizer step reads
 a device value (no ``.item()``, ``nonzero()``, boolean-mask indexing or data-dependent
 shapes). The loop reads that state every few steps through :meth:`TrainStep.read`, the one
 place that syncs, marked ``trial_executor::host_read`` for the profiler; each step is marked
@@ -35,26 +35,23 @@ class StepReading:
 
 
 class TrainStep:
-    """``step(window)``: train on one accumulation window (a list of micro-batches, each a list of chunks).
+    """``train_step(window)``: one optimizer step over an accumulation window (micro-batches, each a list of chunks).
 
     The loss of a window is the mean over its micro-batches, and over each micro-batch's rows:
     a chunk's mean loss counts by its share of its micro-batch. ``loss_sum`` adds up each
-    micro-batch's mean loss (read and reset by the caller at evaluations).
+    micro-batch's mean loss (read and reset by the caller at evaluations). The precision policy
+    owns autocast, the backward (fp16: scaled) and the optimizer step (fp16: unscaled, maybe skipped).
     """
 
     def __init__(
         self, model: torch.nn.Module, forward: Callable[..., Any], optimizer: torch.optim.Optimizer,
-        scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler | None, policy: PrecisionPolicy,
+        scheduler: torch.optim.lr_scheduler.LRScheduler, policy: PrecisionPolicy,
         *, max_grad_norm: float | None, device: torch.device, loss_sum: float = 0.0,
     ) -> None:
         self.model, self.forward, self.optimizer, self.scheduler = model, forward, optimizer, scheduler
-        self.scaler, self.policy, self.max_grad_norm, self.device = scaler, policy, max_grad_norm, device
+        self.policy, self.max_grad_norm, self.device = policy, max_grad_norm, device
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         self.loss_sum = torch.full((), loss_sum, device=device)
-        # fp16: GradScaler lowers its scale exactly when inf/NaN gradients made it skip the step.
-        self._skip_streak = torch.zeros((), dtype=torch.int32, device=device)
-        self._worst_streak = torch.zeros((), dtype=torch.int32, device=device)
-        self.skipped_total = torch.zeros((), dtype=torch.int32, device=device)  # every skipped step (read once, at the end)
 
     def __call__(self, window: Sequence[Sequence[Batch]]) -> None:
         with record_function(STEP_RANGE):
@@ -65,35 +62,18 @@ class TrainStep:
                     with self.policy.autocast():
                         loss = self.forward(**inputs).loss
                     share = chunk.rows / rows
-                    scaled = loss * (share / len(window))
-                    (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+                    self.policy.backward(loss * (share / len(window)))
                     self.loss_sum += loss.detach() * share
-            self._optimizer_step()
+            self.policy.optimizer_step(self.optimizer, self._clip)
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
 
-    def _optimizer_step(self) -> None:
-        scaler = self.scaler
-        if scaler:
-            scale_before = scaler._scale.clone() if scaler._scale is not None else None  # read-only; get_scale() syncs
-            scaler.unscale_(self.optimizer)
+    def _clip(self) -> None:
         if self.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
-        if scaler:
-            scaler.step(self.optimizer)
-            scaler.update()
-            if scale_before is not None:
-                skipped = (scaler._scale < scale_before).to(torch.int32)
-                self._skip_streak.add_(1).mul_(skipped)
-                self.skipped_total.add_(skipped)
-                torch.maximum(self._worst_streak, self._skip_streak, out=self._worst_streak)
-        else:
-            self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
 
     def read(self) -> StepReading:
         """The device state on the host: the one place a step's results are read (a GPU syncs here)."""
         with record_function(READ_RANGE):
-            worst = int(self._worst_streak.item()) if self.scaler else 0
-            if self.scaler:
-                self._worst_streak.copy_(self._skip_streak)
+            worst = self.policy.read_skip_streak()
             return StepReading(float(self.loss_sum.item()), worst)
