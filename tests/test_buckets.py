@@ -9,9 +9,9 @@ import torch
 
 from trial_executor import TrainConfig, demo_dataset, run_trial
 from trial_executor.batches._batching import Collation, TokenizedSplit, bucket_width, width_buckets
+from trial_executor.model import PaddingMaskForward
 from trial_executor.model._loading import load_model
 from trial_executor.model._packed import PackedBertClassifier
-from trial_executor.train._build import PaddingMaskForward
 
 
 def test_a_few_widths_multiples_of_16_up_to_max_length() -> None:

@@ -25,8 +25,8 @@ from transformers import (
 
 from trial_executor import TextClassificationData, TrainConfig, demo_dataset, run_trial
 from trial_executor.batches._batching import COLLATE_RANGE
+from trial_executor.model import PaddingMaskForward
 from trial_executor.model._loading import train_wordpiece_tokenizer
-from trial_executor.train._build import PaddingMaskForward
 from trial_executor.train._step import READ_RANGE, STEP_RANGE
 
 # Ops that read a tensor's value on the host (a device sync on a GPU) or give data-dependent shapes.

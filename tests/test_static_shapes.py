@@ -11,9 +11,9 @@ from trial_executor import TrainConfig
 from trial_executor.batches._batching import Collation, TokenizedSplit, epoch_batches, width_buckets
 from trial_executor.batches._static import TOKEN_MULTIPLE, StaticCollation, packed_width, token_buckets
 from trial_executor.device._defaults import compile_step_refusal, resolve_knobs
+from trial_executor.model import PaddingMaskForward
 from trial_executor.model._loading import load_model, problem_type
 from trial_executor.model._packed import PackedBertClassifier
-from trial_executor.train._build import PaddingMaskForward
 from trial_executor.train._compiled import weighted_loss
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")

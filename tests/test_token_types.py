@@ -9,10 +9,11 @@ import torch
 from trial_executor import TextClassificationData, TrainConfig, run_trial
 from trial_executor.batches._batching import Collation
 from trial_executor.batches._tokenization import tokenize
+from trial_executor.model import PaddingMaskForward
 from trial_executor.model._loading import load_model
 from trial_executor.model._packed import PackedBertClassifier
 from trial_executor.precision._policy import PrecisionPolicy
-from trial_executor.train._build import PaddingMaskForward, build_trial
+from trial_executor.train._build import build_trial
 
 FIRST = ["the movie was great", "a dull plot", "the service was slow but friendly", "great"]
 SECOND = ["i agree", "the acting was not bad at all", "no", "the ending felt flat and long"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from trial_executor.model._forward import PaddingMaskForward, select_forward, uses_token_types
 from trial_executor.model._loading import (
     PRESETS,
     ModelLimitError,
@@ -33,6 +34,7 @@ __all__ = [
     "ModelLimitError",
     "ModelNotFoundError",
     "PackedBertClassifier",
+    "PaddingMaskForward",
     "apply_lora",
     "check_max_length",
     "check_model_name",
@@ -43,8 +45,10 @@ __all__ = [
     "peft_available",
     "preload_model",
     "save_final_model",
+    "select_forward",
     "supports_packed_forward",
     "train_wordpiece_tokenizer",
     "trainable_state_dict",
+    "uses_token_types",
     "varlen_attention_available",
 ]

@@ -6,7 +6,6 @@ Kept apart from the loop so the loop reads as training only, and so other caller
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,60 +27,28 @@ from trial_executor.batches import (
 )
 from trial_executor.data import TextClassificationData
 from trial_executor.device import Knobs, resolve_knobs
-from trial_executor.model import PackedBertClassifier, apply_lora, load_model, parameter_counts, supports_packed_forward
+from trial_executor.model import (
+    apply_lora,
+    load_model,
+    parameter_counts,
+    select_forward,
+    supports_packed_forward,
+    uses_token_types,
+)
 from trial_executor.precision import PrecisionPolicy
 from trial_executor.train._compiled import CompiledStep
 from trial_executor.train._optimizer import lr_lambda, make_optimizer
 from trial_executor.train._step import TrainStep
 
 
-def uses_token_types(model: PreTrainedModel) -> bool:
-    """Whether ``model`` embeds token types (BERT: 0 for a pair's first text, 1 for the second)."""
-    takes_them = "token_type_ids" in inspect.signature(model.forward).parameters
-    return takes_them and getattr(model.config, "type_vocab_size", 0) >= 2
-
-
-# Architectures whose HF forward uses the padding mask for attention only (a 4D mask is then the same
-# function): each passes it to transformers' create_bidirectional_mask, which returns a 4D mask as it
-# is, and its classification head reads the first token (transformers 5.23). Not ModernBERT: its
-# head pools with the 2D mask and it builds a sliding-window mask from it; not DeBERTa-v2, whose
-# mask is its own and whose loss calls nonzero().
-_MASK_ONLY_FOR_ATTENTION = ("bert", "distilbert", "roberta", "xlm-roberta", "electra", "albert")
-
-
-class PaddingMaskForward:
-    """The HF model, its padding mask handed over as a ``(batch, 1, 1, width)`` boolean attention mask.
-
-    Given a 2D mask, transformers tests ``mask.all()`` every forward to skip masking: a device
-    read that makes the host wait for the GPU each step. A 4D mask is used as it is; it
-    broadcasts over heads and queries in ``scaled_dot_product_attention``.
-    """
-
-    def __init__(self, model: PreTrainedModel) -> None:
-        self.model = model
-
-    @staticmethod
-    def applies(model: PreTrainedModel) -> bool:
-        config = model.config
-        return config.model_type in _MASK_ONLY_FOR_ATTENTION and getattr(config, "_attn_implementation", None) == "sdpa"
-
-    def __call__(self, attention_mask: torch.Tensor, **inputs: torch.Tensor) -> Any:
-        return self.model(attention_mask=attention_mask.bool()[:, None, None, :], **inputs)
-
-
 def make_forward(
     model: PreTrainedModel, config: TrainConfig, knobs: Knobs
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The training forward (maybe compiled) and the evaluation forward (never compiled: other shapes)."""
-    if config.gradient_checkpointing and not knobs.packed_forward:
-        model.activation_checkpointing_enable({"use_reentrant": False})
-    forward: Callable[..., Any] = model
-    if knobs.packed_forward:
-        forward = PackedBertClassifier(
-            model, gradient_checkpointing=config.gradient_checkpointing, varlen=knobs.varlen_attention, static_shapes=knobs.compile_step,
-        )
-    elif PaddingMaskForward.applies(model):
-        forward = PaddingMaskForward(model)
+    forward = select_forward(
+        model, packed=knobs.packed_forward, varlen=knobs.varlen_attention, static_shapes=knobs.compile_step,
+        gradient_checkpointing=config.gradient_checkpointing,
+    )
     if not knobs.torch_compile:
         return forward, forward
     if knobs.compile_mode == "reduce-overhead":
