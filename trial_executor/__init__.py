@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from trial_executor._caches import clear_caches
 from trial_executor._config import METRICS, MINIMIZED_METRICS, PRECISION_ALIASES, PRECISIONS, TASK_METRICS, TASKS, TrainConfig
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
 from trial_executor._result import ProgressFn, StepProgress, TrialResult
@@ -88,6 +89,7 @@ __all__ = [
     "UnsupportedPrecisionError",
     "check_max_length",
     "check_model_name",
+    "clear_caches",
     "demo_dataset",
     "hardware_metadata",
     "load_text_classification",

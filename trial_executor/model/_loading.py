@@ -8,13 +8,12 @@ network. Anything else is a hub id or a local directory loaded with ``from_pretr
 from __future__ import annotations
 
 import difflib
-import functools
 import hashlib
 import json
 import os
 import socket
 import struct
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
@@ -30,6 +29,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from trial_executor._caches import BoundedCache
 from trial_executor.model._pretrained_cache import PRETRAINED, directory_signature
 
 
@@ -84,9 +84,8 @@ def resolve_model_name(name: str) -> str:
     """The ``from_pretrained`` source for ``name``: an alias's local directory, else ``name``."""
     return ALIASES[name]() if name in ALIASES else name
 
-# Trained tokenizers by content; a worker's study uses one or two datasets, so the last few are kept.
-_tokenizer_cache: OrderedDict[str, PreTrainedTokenizerFast] = OrderedDict()
-_TOKENIZERS_KEPT = 2
+# Trained tokenizers by content; a worker's study uses one or two datasets, so the last two are kept.
+_TOKENIZERS: BoundedCache[str, PreTrainedTokenizerFast] = BoundedCache("model.wordpiece_tokenizers", size=2)
 
 
 def train_wordpiece_tokenizer(texts: Sequence[str], vocab_size: int = 2000) -> PreTrainedTokenizerFast:
@@ -97,12 +96,13 @@ def train_wordpiece_tokenizer(texts: Sequence[str], vocab_size: int = 2000) -> P
     tie-breaking follows per-process hash order, every process builds the same ids, so
     seeded runs and the token cache agree across workers.
     """
+    key = hashlib.sha256("\n".join(texts).encode() + str(vocab_size).encode()).hexdigest()
+    return _TOKENIZERS.get_or_make(key, lambda: _wordpiece_tokenizer(texts, vocab_size))
+
+
+def _wordpiece_tokenizer(texts: Sequence[str], vocab_size: int) -> PreTrainedTokenizerFast:
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
-    key = hashlib.sha256("\n".join(texts).encode() + str(vocab_size).encode()).hexdigest()
-    if key in _tokenizer_cache:
-        _tokenizer_cache.move_to_end(key)
-        return _tokenizer_cache[key]
     normalizer = normalizers.BertNormalizer(lowercase=True)
     pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     counts: Counter[str] = Counter()
@@ -122,14 +122,11 @@ def train_wordpiece_tokenizer(texts: Sequence[str], vocab_size: int = 2000) -> P
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
     )
-    fast = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]",
         cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
     )
-    _tokenizer_cache[key] = fast
-    while len(_tokenizer_cache) > _TOKENIZERS_KEPT:
-        _tokenizer_cache.popitem(last=False)
-    return fast
+
 
 
 def check_model_name(name: str) -> None:
@@ -180,12 +177,16 @@ def max_positions(name: str) -> int | None:
     if name in PRESETS:
         return _TINY_MAX_POSITIONS
     source = resolve_model_name(name)
-    return _max_positions(name, directory_signature(source))
-
-
-@functools.lru_cache(maxsize=8)
-def _max_positions(name: str, signature: object) -> int | None:
     # Once per process and version of the directory (the signature), not once per trial.
+    return _MAX_POSITIONS.get_or_make((name, directory_signature(source)), lambda: _max_positions(name))
+
+
+# What a model's config and weights say, by (name or source, directory signature).
+_MAX_POSITIONS: BoundedCache[tuple[object, ...], int | None] = BoundedCache("model.max_positions", size=8)
+_CHECKPOINT_DTYPES: BoundedCache[tuple[object, ...], str | None] = BoundedCache("model.checkpoint_dtypes", size=8)
+
+
+def _max_positions(name: str) -> int | None:
     check_model_name(name)
     return getattr(AutoConfig.from_pretrained(resolve_model_name(name)), "max_position_embeddings", None)
 
@@ -213,12 +214,11 @@ def checkpoint_dtype(name: str) -> str | None:
     if name in PRESETS:
         return "float32"
     source = resolve_model_name(name)
-    return _checkpoint_dtype(source, directory_signature(source))
-
-
-@functools.lru_cache(maxsize=8)
-def _checkpoint_dtype(name: str, signature: object) -> str | None:
     # Once per process and version of the directory (the signature), not once per trial.
+    return _CHECKPOINT_DTYPES.get_or_make((source, directory_signature(source)), lambda: _checkpoint_dtype(source))
+
+
+def _checkpoint_dtype(name: str) -> str | None:
     source = Path(name)
     found: set[str] = set()
     for file in sorted(source.glob("*.safetensors")) if source.is_dir() else []:
