@@ -38,10 +38,12 @@ from trial_executor.device import (
     resolve_device,
 )
 from trial_executor.model import (
+    ModelSource,
     check_max_length,
     checkpoint_dtype,
     load_trainable_state_dict,
     preload_model,
+    resolve_model,
     save_final_model,
     trainable_state_dict,
 )
@@ -95,13 +97,14 @@ def run_trial(
     are raised after the trial's memory is released, so the next trial starts clean.
     """
     device = resolve_device(config.device)
-    check_max_length(config.model, config.max_length)  # before any work, not as a crash mid-trial
+    source = resolve_model(config.model)  # the name checked once, for the whole trial
+    check_max_length(source, config.max_length)  # before any work, not as a crash mid-trial
     bound_native_caches()
     policy = PrecisionPolicy.resolve(config.fp_precision, device)
     policy.apply_global_state(cudnn_benchmark=config.cudnn_benchmark)
     failure: Exception | None = None
     try:
-        return _train(config, data, report, device, policy, checkpointing, stop_requested, progress)
+        return _train(config, source, data, report, device, policy, checkpointing, stop_requested, progress)
     except NonFiniteLossError as err:
         failure = NonFiniteLossError(err.step, err.detail)
     except TrialInterrupted as err:
@@ -148,13 +151,13 @@ class _Progress:
 
 
 def _train(
-    config: TrainConfig, data: TextClassificationData, report: ReportFn | None, device: torch.device, policy: PrecisionPolicy,
-    checkpointing: Checkpointing | None, stop_requested: Callable[[], bool] | None, progress: ProgressFn | None,
+    config: TrainConfig, source: ModelSource, data: TextClassificationData, report: ReportFn | None, device: torch.device,
+    policy: PrecisionPolicy, checkpointing: Checkpointing | None, stop_requested: Callable[[], bool] | None, progress: ProgressFn | None,
 ) -> TrialResult:
-    preload_model(config.model, data.label_names, data.task)  # the worker's cached copy, outside the trial's memory
+    preload_model(source, data.label_names, data.task)  # the worker's cached copy, outside the trial's memory
     seed_everything(config.seed)
     memory = MemoryWindow.open(device)  # the trial's own peak: model, optimizer, activations, tokens
-    parts = build_trial(config, data, device, policy)
+    parts = build_trial(config, data, device, policy, source)
     run, resumed_at = _Progress(), None
     if checkpointing is not None and checkpointing.resume_from is not None:
         run = _restore(parts, config, data, checkpointing.resume_from)
@@ -165,7 +168,7 @@ def _train(
         save_final_model(parts.model, parts.tokenizer, checkpointing.final_model, lora=config.finetune == "lora")
     result = _result(parts, run, loop.clock, loop.lag, loop.stopped, policy, resumed_at)
     return dataclasses.replace(
-        result, peak_memory_mb=memory.peak_increase_mb(), checkpoint_dtype=checkpoint_dtype(config.model),
+        result, peak_memory_mb=memory.peak_increase_mb(), checkpoint_dtype=checkpoint_dtype(source),
         eval_sample_rows=len(loop.sample_rows),
     )
 
