@@ -1,10 +1,11 @@
 """Reading a data file's records as they are: CSV, TSV, JSON Lines, a JSON array, a saved dataset.
 
 Each file format is one reader registered for its suffixes with :func:`register_format`; the
-messages that list what may be passed derive from that table. Files are parsed by the ``csv`` and ``json`` modules on the file stream itself (opened with
-``newline=""`` and ``utf-8-sig``): nothing splits the text into lines first, so a quoted CSV
-field keeps its line breaks, and form feeds or U+2028 inside a text stay where they are. A
-UTF-8 byte-order mark is not part of the first column's name.
+messages that list what may be passed derive from that table. Files are parsed by the ``csv``
+and ``json`` modules on the file stream itself (opened with ``newline=""`` and ``utf-8-sig``):
+nothing splits the text into lines first, so a quoted CSV field keeps its line breaks, and form
+feeds or U+2028 inside a text stay where they are. A UTF-8 byte-order mark is not part of the
+first column's name.
 """
 
 from __future__ import annotations
@@ -56,9 +57,11 @@ def register_format(name: str, *suffixes: str) -> Callable[[Reader], Reader]:
     """
 
     def register(read: Reader) -> Reader:
-        taken = [suffix for suffix in suffixes if suffix.lower() in _FORMATS]
-        if taken or not suffixes:
-            raise ValueError(f"format {name!r} needs suffixes of its own; {taken or 'none'} given")
+        if not suffixes:
+            raise ValueError(f"format {name!r} needs at least one suffix, such as '.csv'")
+        for suffix in suffixes:
+            if suffix.lower() in _FORMATS:
+                raise ValueError(f"suffix {suffix} is read as {_FORMATS[suffix.lower()].name} already; give {name!r} suffixes of its own")
         for suffix in suffixes:
             _FORMATS[suffix.lower()] = DataFormat(name, tuple(s.lower() for s in suffixes), read)
         return read
