@@ -18,7 +18,7 @@ import yaml
 from _private_postgres import PrivatePostgres
 
 from benchmarks._postgres import throwaway_database
-from trial_executor import make_synthetic_reviews
+from trial_executor import clear_caches, make_synthetic_reviews
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,6 +137,12 @@ def _isolated_token_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         os.environ.pop("HPO_CACHE_DIR", None)
     else:
         os.environ["HPO_CACHE_DIR"] = previous
+
+
+@pytest.fixture(autouse=True)
+def _empty_process_caches() -> None:
+    """Each test starts with the process caches empty, so none depends on what an earlier one left in them."""
+    clear_caches()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from conftest import SMALL_SPACE
 from hpo.space._space_loading import parse_search_space
 from hpo.study._objective import make_objective
 from trial_executor import ModelLimitError, TrainConfig, demo_dataset, run_trial
-from trial_executor.model._loading import checkpoint_dtype, load_model
+from trial_executor.model import checkpoint_dtype, load_model
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from trial_executor import ModelNotFoundError, TrainConfig, check_model_name, demo_dataset, run_trial
+from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_model_name, demo_dataset, run_trial
+from trial_executor.model import ModelSource, resolve_model
 from trial_executor.model._loading import load_model
+from trial_executor.model._source import ALIASES
 
 
 def test_local_pretrained_directory_round_trip(tmp_path: Path) -> None:
@@ -49,3 +51,28 @@ def test_unknown_models_name_the_fix(name: str, expected: str) -> None:
 def test_directory_without_config_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ModelNotFoundError, match=r"has no config\.json"):
         check_model_name(str(tmp_path))
+
+
+def test_a_trial_resolves_its_model_name_once(tmp_path: Path) -> None:
+    # A real alias (the extension point minilm-l6 uses) whose directory lookup is counted: each
+    # check of the name resolves the alias, so the count is the number of checks in the trial.
+    data = demo_dataset(n_train=64, n_valid=16)
+    model, tokenizer = load_model("tiny-bert", data.label_names, data.train_texts)
+    model.save_pretrained(tmp_path / "saved")
+    tokenizer.save_pretrained(tmp_path / "saved")
+    lookups: list[str] = []
+
+    def saved_directory() -> str:
+        lookups.append("saved")
+        return str(tmp_path / "saved")
+
+    ALIASES["test-saved-tiny"] = saved_directory
+    try:
+        result = run_trial(TrainConfig(model="test-saved-tiny", max_length=64, max_steps=2, eval_every=1, device="cpu"), data)
+        assert result.steps == 2 and result.checkpoint_dtype == "float32" and lookups == ["saved"]
+        with pytest.raises(ModelLimitError, match=r"more than model 'test-saved-tiny' takes \(max_position_embeddings 512\)"):
+            run_trial(TrainConfig(model="test-saved-tiny", max_length=1024, max_steps=2, device="cpu"), data)
+        assert lookups == ["saved", "saved"]
+    finally:
+        del ALIASES["test-saved-tiny"]
+    assert resolve_model(resolve_model("tiny-bert")) == ModelSource("tiny-bert", "tiny-bert")

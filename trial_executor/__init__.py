@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from trial_executor._caches import clear_caches
 from trial_executor._config import METRICS, MINIMIZED_METRICS, PRECISION_ALIASES, PRECISIONS, TASK_METRICS, TASKS, TrainConfig
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
 from trial_executor._result import ProgressFn, StepProgress, TrialResult
@@ -45,7 +46,7 @@ _TORCH_BOUND = {
     "trial_executor.device._hardware": ("hardware_metadata", "resolve_device"),
     "trial_executor.model._lora": ("LoraUnavailableError", "lora_available"),
     "trial_executor.train._loop": ("STOPPED_EARLY_STOPPING", "STOPPED_PRUNED", "ReportFn", "run_trial"),
-    "trial_executor.model._loading": ("PRESETS", "ModelLimitError", "ModelNotFoundError", "check_max_length", "check_model_name"),
+    "trial_executor.model._source": ("PRESETS", "ModelLimitError", "ModelNotFoundError", "check_max_length", "check_model_name"),
     "trial_executor.precision._policy": ("PrecisionPolicy", "UnsupportedPrecisionError", "precision_support", "tf32_enabled"),
 }
 _MODULE_OF = {name: module for module, names in _TORCH_BOUND.items() for name in names}
@@ -88,6 +89,7 @@ __all__ = [
     "UnsupportedPrecisionError",
     "check_max_length",
     "check_model_name",
+    "clear_caches",
     "demo_dataset",
     "hardware_metadata",
     "load_text_classification",

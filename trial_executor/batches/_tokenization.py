@@ -20,7 +20,6 @@ import tempfile
 import time
 import weakref
 import zipfile
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,14 +27,17 @@ from pathlib import Path
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
+from trial_executor._caches import BoundedCache
 from trial_executor.batches._batching import TokenizedSplit
 from trial_executor.data import TextClassificationData
 
-# Tokenizers are cached per process (one object serves many trials): hash each once.
+# Tokenizers are cached per process (one object serves many trials): hash each once. Not a
+# BoundedCache: a fingerprint belongs to one live tokenizer object (keyed by identity), and goes
+# with it; the dictionary holds nothing alive, needs no bound, and nothing in it can go stale.
 _fingerprints: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, str] = weakref.WeakKeyDictionary()
 # Tokenized data by (data, tokenizer, length settings); a worker's study uses one or two datasets.
-_in_memory: OrderedDict[tuple[object, ...], TokenizedData] = OrderedDict()
 IN_MEMORY_KEPT = 2
+_IN_MEMORY: BoundedCache[tuple[object, ...], TokenizedData] = BoundedCache("batches.tokenized_data", size=IN_MEMORY_KEPT)
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -188,14 +190,10 @@ def tokenize_data(
     # The disk cache is part of the key: a run given another cache_dir still fills (and reports on) its own.
     cache = None if cache_dir is None else str(cache_dir)
     key = (data.fingerprint, tokenizer_fingerprint(tokenizer), max_length, percentile, max_positions, token_types, cache)
-    if key in _in_memory:
-        _in_memory.move_to_end(key)
-        return dataclasses.replace(_in_memory[key], cache_hit=True, seconds=time.perf_counter() - tick)
-    tokens = _tokenize_data(tokenizer, data, max_length, percentile, max_positions, cache_dir, token_types, tick)
-    _in_memory[key] = tokens
-    while len(_in_memory) > IN_MEMORY_KEPT:
-        _in_memory.popitem(last=False)
-    return tokens
+    kept = _IN_MEMORY.get(key)
+    if kept is not None:
+        return dataclasses.replace(kept, cache_hit=True, seconds=time.perf_counter() - tick)
+    return _IN_MEMORY.put(key, _tokenize_data(tokenizer, data, max_length, percentile, max_positions, cache_dir, token_types, tick))
 
 
 def _tokenize_data(

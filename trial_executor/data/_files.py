@@ -1,9 +1,11 @@
 """Reading a data file's records as they are: CSV, TSV, JSON Lines, a JSON array, a saved dataset.
 
-Files are parsed by the ``csv`` and ``json`` modules on the file stream itself (opened with
-``newline=""`` and ``utf-8-sig``): nothing splits the text into lines first, so a quoted CSV
-field keeps its line breaks, and form feeds or U+2028 inside a text stay where they are. A
-UTF-8 byte-order mark is not part of the first column's name.
+Each file format is one reader registered for its suffixes with :func:`register_format`; the
+messages that list what may be passed derive from that table. Files are parsed by the ``csv``
+and ``json`` modules on the file stream itself (opened with ``newline=""`` and ``utf-8-sig``):
+nothing splits the text into lines first, so a quoted CSV field keeps its line breaks, and form
+feeds or U+2028 inside a text stay where they are. A UTF-8 byte-order mark is not part of the
+first column's name.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -31,7 +34,56 @@ class Records:
     unit: str  # "line" for text files, "item" for a JSON array, "row" for a saved dataset
 
 
-_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json")
+Reader = Callable[[Path, IO[str]], Records]
+"""``read(path, handle)``: the records of the file at ``path``, open as ``handle`` (text, ``utf-8-sig``, ``newline=""``)."""
+
+
+@dataclass(frozen=True)
+class DataFormat:
+    """A registered file format: its name in messages (``"CSV"``), its suffixes and its reader."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    read: Reader
+
+
+_FORMATS: dict[str, DataFormat] = {}  # by suffix (lower case, with the dot), in registration order
+
+
+def register_format(name: str, *suffixes: str) -> Callable[[Reader], Reader]:
+    """Decorate a :data:`Reader` to read files ending in ``suffixes`` (``".csv"``); ``name`` is how messages call it.
+
+    Raises ``ValueError`` when a suffix has a reader already. :func:`unregister_format` takes it back.
+    """
+
+    def register(read: Reader) -> Reader:
+        if not suffixes:
+            raise ValueError(f"format {name!r} needs at least one suffix, such as '.csv'")
+        for suffix in suffixes:
+            if suffix.lower() in _FORMATS:
+                raise ValueError(f"suffix {suffix} is read as {_FORMATS[suffix.lower()].name} already; give {name!r} suffixes of its own")
+        for suffix in suffixes:
+            _FORMATS[suffix.lower()] = DataFormat(name, tuple(s.lower() for s in suffixes), read)
+        return read
+
+    return register
+
+
+def unregister_format(name: str) -> None:
+    """Forget the format registered as ``name`` (nothing when there is none)."""
+    for suffix in [suffix for suffix, found in _FORMATS.items() if found.name == name]:
+        del _FORMATS[suffix]
+
+
+def _either(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def _file_kinds() -> str:
+    """The registered formats as messages name them: ``CSV, TSV or JSONL``."""
+    return _either(list(dict.fromkeys(found.name for found in _FORMATS.values())))
+
+
 _NOT_REGULAR = (
     (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
@@ -39,24 +91,24 @@ _NOT_REGULAR = (
 
 
 def read_records(path: Path, split: str | None = None) -> Records:
-    """The records of a CSV, TSV, JSONL or JSON file, or of a directory saved with ``datasets``."""
+    """The records of a file of a registered format (by its suffix), or of a directory saved with ``datasets``."""
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
-        raise DataError(f"data file {path} not found; pass an existing CSV, TSV or JSONL file or a saved dataset directory") from None
+        raise DataError(f"data file {path} not found; pass an existing {_file_kinds()} file or a saved dataset directory") from None
     except OSError as err:
         raise DataError(f"data file {path} cannot be read ({err.strerror}); check the path and its permissions") from None
     if stat.S_ISDIR(mode):
         return _read_dataset_dir(path, split)
     for is_kind, what in _NOT_REGULAR:
         if is_kind(mode):
-            raise DataError(f"data file {path} is {what}, not a regular file; save the data to a CSV, TSV or JSONL file and pass that")
+            raise DataError(f"data file {path} is {what}, not a regular file; save the data to a {_file_kinds()} file and pass that")
     suffix = path.suffix.lower()
-    if suffix not in _SUFFIXES:
-        raise DataError(f"data file {path} has an unknown extension {suffix!r}; use .csv, .tsv, .jsonl or .json")
+    if suffix not in _FORMATS:
+        raise DataError(f"data file {path} has an unknown extension {suffix!r}; use {_either(list(_FORMATS))}")
     try:
         with path.open(encoding="utf-8-sig", newline="") as handle:
-            return _read_json(path, handle) if suffix in (".jsonl", ".json") else _read_delimited(path, handle, suffix == ".tsv")
+            return _FORMATS[suffix].read(path, handle)
     except UnicodeDecodeError:
         raise DataError(f"data file {path} is not UTF-8 (bad bytes on line {_bad_byte_line(path)}); re-save it as UTF-8") from None
     except OSError as err:
@@ -72,11 +124,20 @@ def _bad_byte_line(path: Path) -> int:
     return 0
 
 
-def _read_delimited(path: Path, handle: IO[str], tsv: bool) -> Records:
+@register_format("CSV", ".csv")
+def _read_csv(path: Path, handle: IO[str]) -> Records:
+    return _read_delimited(path, csv.reader(handle), "CSV", "quote fields that hold a comma, a quote or a line break")
+
+
+@register_format("TSV", ".tsv")
+def _read_tsv(path: Path, handle: IO[str]) -> Records:
     # TSV has no quoting: a tab or line break cannot be part of a field, a quote is plain text.
-    reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if tsv else csv.reader(handle)
-    kind, fix = ("TSV", "a text cannot hold a tab or a line break in TSV") if tsv else (
-        "CSV", "quote fields that hold a comma, a quote or a line break")
+    reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+    return _read_delimited(path, reader, "TSV", "a text cannot hold a tab or a line break in TSV")
+
+
+def _read_delimited(path: Path, reader: Any, kind: str, fix: str) -> Records:
+    """The rows of a ``csv.reader`` whose first row is the header; ``kind`` and ``fix`` word its errors."""
     rows: list[dict[str, Any]] = []
     numbers: list[int] = []
     try:
@@ -101,6 +162,7 @@ def _read_delimited(path: Path, handle: IO[str], tsv: bool) -> Records:
     return Records(rows, numbers, "line")
 
 
+@register_format("JSONL", ".jsonl", ".json")
 def _read_json(path: Path, handle: IO[str]) -> Records:
     """JSON Lines (one object per line), or a file holding one JSON array of objects."""
     head = handle.read(4096).lstrip()
@@ -147,7 +209,7 @@ def _bad_json_line(path: Path, handle: IO[str], number: int, err: json.JSONDecod
 def _read_dataset_dir(path: Path, split: str | None) -> Records:
     if not any((path / name).is_file() for name in ("dataset_dict.json", "state.json")):
         raise DataError(
-            f"data file {path} is a directory but not a dataset saved with save_to_disk; pass a CSV, TSV or JSONL file or such a directory"
+            f"data file {path} is a directory but not a dataset saved with save_to_disk; pass a {_file_kinds()} file or such a directory"
         )
     try:
         import datasets

@@ -1,20 +1,10 @@
-"""The model: loading by name or directory, the worker's pretrained cache, LoRA, saving, and the forward a trial trains through.
+"""The model: names resolved once per trial, loading by name or directory, the worker's pretrained cache, LoRA, saving, and the forward a trial trains through.
 """
 
 from __future__ import annotations
 
 from trial_executor.model._forward import PaddingMaskForward, select_forward, uses_token_types
-from trial_executor.model._loading import (
-    PRESETS,
-    ModelLimitError,
-    ModelNotFoundError,
-    check_max_length,
-    check_model_name,
-    checkpoint_dtype,
-    load_model,
-    preload_model,
-    train_wordpiece_tokenizer,
-)
+from trial_executor.model._loading import load_model, preload_model, train_wordpiece_tokenizer
 from trial_executor.model._lora import (
     INSTALL_HINT,
     LoraUnavailableError,
@@ -26,6 +16,16 @@ from trial_executor.model._lora import (
 )
 from trial_executor.model._packed import PackedBertClassifier, supports_packed_forward, varlen_attention_available
 from trial_executor.model._saving import save_final_model
+from trial_executor.model._source import (
+    PRESETS,
+    ModelLimitError,
+    ModelNotFoundError,
+    ModelSource,
+    check_max_length,
+    check_model_name,
+    checkpoint_dtype,
+    resolve_model,
+)
 
 __all__ = [
     "INSTALL_HINT",
@@ -33,6 +33,7 @@ __all__ = [
     "LoraUnavailableError",
     "ModelLimitError",
     "ModelNotFoundError",
+    "ModelSource",
     "PackedBertClassifier",
     "PaddingMaskForward",
     "apply_lora",
@@ -44,6 +45,7 @@ __all__ = [
     "parameter_counts",
     "peft_available",
     "preload_model",
+    "resolve_model",
     "save_final_model",
     "select_forward",
     "supports_packed_forward",

@@ -7,21 +7,24 @@ The modules ``from_pretrained`` had to initialise (the new classification head) 
 again in each copy under the trial's own seeded RNG, with the model's own ``_init_weights``: a
 trial starts from exactly the weights an uncached load would have given it.
 
-The cache is keyed by the source, the label names and the directory's file sizes and times (a
-directory saved again is loaded again), and keeps the last :data:`KEEP` models, so a worker's
-memory does not grow with the number of models a study tries.
+The cache is keyed by the source and the label names; an entry read before the directory's
+files changed (their sizes and times, the :class:`~trial_executor.model._source.ModelSource`'s
+signature) is read again. It keeps the last :data:`KEEP` models (a
+:class:`~trial_executor._caches.BoundedCache`), so a worker's memory does not grow with the
+number of models a study tries.
 """
 
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from trial_executor._caches import BoundedCache
+from trial_executor.model._source import ModelSource, Signature
 
 KEEP = 2  # models a worker keeps; a study usually tries one or two
 
@@ -31,17 +34,10 @@ class _Entry:
     model: PreTrainedModel  # pristine: never trained, never handed out
     tokenizer: PreTrainedTokenizerBase
     initialised: tuple[str, ...]  # modules from_pretrained initialised (not in the checkpoint)
+    signature: Signature  # the directory's files when it was read
 
 
-def directory_signature(source: str) -> tuple[tuple[str, int, int], ...]:
-    """Names, sizes and modification times of a local model directory's files (``()`` for a hub id)."""
-    path = Path(source)
-    if not path.is_dir():
-        return ()
-    return tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(path.iterdir()) if f.is_file())
-
-
-def _from_pretrained(source: str, label_names: Sequence[str], problem_type: str | None) -> _Entry:
+def _from_pretrained(source: str, label_names: Sequence[str], problem_type: str | None, signature: Signature) -> _Entry:
     """Load ``source`` with a head of ``len(label_names)`` for ``problem_type``, in float32 master weights (see ``load_model``)."""
     id2label = dict(enumerate(label_names))
     kwargs = {
@@ -57,54 +53,51 @@ def _from_pretrained(source: str, label_names: Sequence[str], problem_type: str 
     initialised = tuple(sorted({key.rpartition(".")[0] for key in missing}))
     # A private copy: weights loaded from safetensors may be pages of the file, which the trial's
     # memory window would count when a later copy first touches them.
-    return _Entry(copy.deepcopy(model), AutoTokenizer.from_pretrained(source), initialised)
+    return _Entry(copy.deepcopy(model), AutoTokenizer.from_pretrained(source), initialised, signature)
 
 
 class PretrainedCache:
     """The last :data:`KEEP` pretrained models and tokenizers this process loaded; ``loads`` and ``hits`` count."""
 
-    def __init__(self, keep: int = KEEP) -> None:
-        self.keep = keep
+    def __init__(self, keep: int = KEEP, name: str = "model.pretrained") -> None:
         self.loads = 0
         self.hits = 0
-        self._entries: OrderedDict[tuple[object, ...], _Entry] = OrderedDict()
+        self._entries: BoundedCache[tuple[object, ...], _Entry] = BoundedCache(name, size=keep)
 
-    def _entry(self, source: str, label_names: Sequence[str], problem_type: str | None) -> _Entry:
-        key = (source, tuple(label_names), problem_type, directory_signature(source))
-        if key in self._entries:
+    def _cached(self, model: ModelSource, label_names: Sequence[str], problem_type: str | None) -> tuple[tuple[object, ...], _Entry | None]:
+        """The key for these arguments and its entry, ``None`` unless kept from the directory as ``model`` saw it."""
+        key = (model.path, tuple(label_names), problem_type)
+        entry = self._entries.get(key)
+        return key, entry if entry is not None and entry.signature == model.signature else None
+
+    def _entry(self, model: ModelSource, label_names: Sequence[str], problem_type: str | None) -> _Entry:
+        key, entry = self._cached(model, label_names, problem_type)
+        if entry is not None:
             self.hits += 1
-            self._entries.move_to_end(key)
-            return self._entries[key]
-        self._entries.pop(next((k for k in self._entries if k[:3] == key[:3]), None), None)  # a stale version
+            return entry
         self.loads += 1
-        self._entries[key] = entry = _from_pretrained(source, label_names, problem_type)
-        while len(self._entries) > self.keep:
-            self._entries.popitem(last=False)
-        return entry
+        self._entries.pop(key)  # a stale version (the directory was saved again) goes before the new one comes
+        return self._entries.put(key, _from_pretrained(model.path, label_names, problem_type, model.signature))
 
-    def __contains__(self, source: object) -> bool:
-        return any(key[0] == source for key in self._entries)
-
-    def warm(self, source: str, label_names: Sequence[str], problem_type: str | None = None) -> None:
-        """Load ``source`` now (outside a trial's memory window) unless it is cached; counts no hit."""
-        key = (source, tuple(label_names), problem_type, directory_signature(source))
-        if key not in self._entries:
-            self._entry(source, label_names, problem_type)
+    def warm(self, model: ModelSource, label_names: Sequence[str], problem_type: str | None = None) -> None:
+        """Load ``model`` now (outside a trial's memory window) unless it is cached; counts no hit."""
+        if self._cached(model, label_names, problem_type)[1] is None:
+            self._entry(model, label_names, problem_type)
 
     def fresh(
-        self, source: str, label_names: Sequence[str], problem_type: str | None = None
+        self, model: ModelSource, label_names: Sequence[str], problem_type: str | None = None
     ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-        """A new copy of the pretrained model (head initialised from the current RNG) and the tokenizer."""
-        entry = self._entry(source, label_names, problem_type)
-        model = copy.deepcopy(entry.model)
+        """A new copy of ``model``'s pretrained model (head initialised from the current RNG) and the tokenizer."""
+        entry = self._entry(model, label_names, problem_type)
+        copied = copy.deepcopy(entry.model)
         for name in entry.initialised:
-            module = model.get_submodule(name)
+            module = copied.get_submodule(name)
             # The same calls from_pretrained made for these modules, so the same draws from the RNG.
-            model._init_weights(module)
-        return model, entry.tokenizer
+            copied._init_weights(module)
+        return copied, entry.tokenizer
 
     def clear(self) -> None:
-        self._entries.clear()
+        self._entries.clear()  # clear_caches() does the same for every cache
 
 
 PRETRAINED = PretrainedCache()

@@ -28,6 +28,7 @@ from trial_executor.batches import (
 from trial_executor.data import TextClassificationData
 from trial_executor.device import Knobs, resolve_knobs
 from trial_executor.model import (
+    ModelSource,
     apply_lora,
     load_model,
     parameter_counts,
@@ -131,15 +132,20 @@ def _total_steps(config: TrainConfig, micro_per_epoch: int) -> int:
     return total_steps if config.max_steps is None else min(total_steps, config.max_steps)
 
 
-def build_trial(config: TrainConfig, data: TextClassificationData, device: torch.device, policy: PrecisionPolicy) -> TrialParts:
-    """Build ``config``'s model, tokens, step and batches on ``device`` (seed first)."""
+def build_trial(
+    config: TrainConfig, data: TextClassificationData, device: torch.device, policy: PrecisionPolicy, source: ModelSource | None = None
+) -> TrialParts:
+    """Build ``config``'s model, tokens, step and batches on ``device`` (seed first).
+
+    ``source`` is ``config.model`` resolved already (the trial's one check of the name); ``None``: resolved here.
+    """
     measured = TASK_METRICS[data.task]
     if config.early_stopping_metric is not None and config.early_stopping_metric not in measured:
         raise ValueError(
             f"early_stopping_metric {config.early_stopping_metric!r} is not measured for {data.task} data; "
             f"use one of {', '.join(measured)}"
         )
-    model, tokenizer = load_model(config.model, data.label_names, data.train_texts, data.task)
+    model, tokenizer = load_model(source or config.model, data.label_names, data.train_texts, data.task)
     if config.finetune == "lora":
         model = apply_lora(model, config)  # adapters injected in place; the model keeps its class
     trainable_params, total_params = parameter_counts(model)

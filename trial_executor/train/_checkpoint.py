@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trial_executor._caches import BoundedCache
 from trial_executor._config import TrainConfig
 from trial_executor.data import TextClassificationData
 from trial_executor.model import load_trainable_state_dict, trainable_state_dict
@@ -31,8 +32,8 @@ from trial_executor.train._progress import RunProgress
 
 CHECKPOINT_FILE = "checkpoint.pt"
 _logger = logging.getLogger(__name__)
-# Directories whose checkpoint write failed once: warned about, not again.
-_UNWRITABLE: set[Path] = set()
+# Directories whose checkpoint write failed once: warned about, not again (the last few dozen).
+_UNWRITABLE: BoundedCache[Path, bool] = BoundedCache("train.unwritable_checkpoint_dirs", size=32)
 
 
 class TrialInterrupted(RuntimeError):
@@ -94,7 +95,7 @@ def save_checkpoint(state: dict[str, Any], checkpointing: Checkpointing) -> Path
         os.replace(tmp, path)
     except (OSError, RuntimeError) as err:  # torch.save reports a full disk as RuntimeError from its zip writer
         if checkpointing.directory not in _UNWRITABLE:
-            _UNWRITABLE.add(checkpointing.directory)
+            _UNWRITABLE.put(checkpointing.directory, True)
             _logger.warning("checkpoint at step %s not saved (%s); the run goes on without it", state["step"], err)
         return None
     finally:

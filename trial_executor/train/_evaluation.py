@@ -9,20 +9,22 @@ evaluations and trials of the process (the last few row sets).
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from trial_executor._caches import BoundedCache
 from trial_executor._config import TrainConfig
 from trial_executor.batches import Batch, Collation, TokenizedSplit, label_tensor, to_device
 from trial_executor.precision import PrecisionPolicy
 from trial_executor.train._metrics import evaluation_metrics
 
 EVAL_SAMPLE_SEED = 0  # not the trial's seed: every trial evaluates early on the same rows
-_KEPT = 4  # collated row sets kept: a sample and the full split, of one or two datasets
-_collated: OrderedDict[tuple[object, ...], tuple[TokenizedSplit, list[tuple[list[int], Batch]]]] = OrderedDict()
+# Collated row sets kept: a sample and the full split, of one or two datasets.
+_COLLATED: BoundedCache[tuple[object, ...], tuple[TokenizedSplit, list[tuple[list[int], Batch]]]] = BoundedCache(
+    "train.collated_eval_batches", size=4
+)
 
 
 def eval_rows(n_rows: int, sample_size: int | None) -> list[int]:
@@ -36,15 +38,12 @@ def _batches(split: TokenizedSplit, rows: Sequence[int], batch_size: int, collat
     """Batches of similar length (less padding) with their row indices; collated once per process."""
     # The rows follow from (len(split), len(rows)) (see eval_rows); the split itself is checked by identity.
     key = (id(split), len(split), len(rows), batch_size, collation)
-    if key in _collated and _collated[key][0] is split:
-        _collated.move_to_end(key)
-        return _collated[key][1]
+    kept = _COLLATED.get(key)
+    if kept is not None and kept[0] is split:
+        return kept[1]
     order = sorted(rows, key=lambda i: len(split.input_ids[i]))
     batches = [(order[s : s + batch_size], collation(split, order[s : s + batch_size])) for s in range(0, len(order), batch_size)]
-    _collated[key] = (split, batches)
-    while len(_collated) > _KEPT:
-        _collated.popitem(last=False)
-    return batches
+    return _COLLATED.put(key, (split, batches))[1]
 
 
 @torch.inference_mode()

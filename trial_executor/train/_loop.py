@@ -33,9 +33,11 @@ from trial_executor.device import (
     resolve_device,
 )
 from trial_executor.model import (
+    ModelSource,
     check_max_length,
     checkpoint_dtype,
     preload_model,
+    resolve_model,
     save_final_model,
 )
 from trial_executor.precision import PrecisionPolicy
@@ -84,13 +86,14 @@ def run_trial(
     are raised after the trial's memory is released, so the next trial starts clean.
     """
     device = resolve_device(config.device)
-    check_max_length(config.model, config.max_length)  # before any work, not as a crash mid-trial
+    source = resolve_model(config.model)  # the name checked once, for the whole trial
+    check_max_length(source, config.max_length)  # before any work, not as a crash mid-trial
     bound_native_caches()
     policy = PrecisionPolicy.resolve(config.fp_precision, device)
     policy.apply_global_state(cudnn_benchmark=config.cudnn_benchmark)
     failure: Exception | None = None
     try:
-        return _train(config, data, report, device, policy, checkpointing, stop_requested, progress)
+        return _train(config, source, data, report, device, policy, checkpointing, stop_requested, progress)
     except NonFiniteLossError as err:
         failure = NonFiniteLossError(err.step, err.detail)
     except TrialInterrupted as err:
@@ -113,13 +116,13 @@ def run_trial(
 
 
 def _train(
-    config: TrainConfig, data: TextClassificationData, report: ReportFn | None, device: torch.device, policy: PrecisionPolicy,
-    checkpointing: Checkpointing | None, stop_requested: Callable[[], bool] | None, progress: ProgressFn | None,
+    config: TrainConfig, source: ModelSource, data: TextClassificationData, report: ReportFn | None, device: torch.device,
+    policy: PrecisionPolicy, checkpointing: Checkpointing | None, stop_requested: Callable[[], bool] | None, progress: ProgressFn | None,
 ) -> TrialResult:
-    preload_model(config.model, data.label_names, data.task)  # the worker's cached copy, outside the trial's memory
+    preload_model(source, data.label_names, data.task)  # the worker's cached copy, outside the trial's memory
     seed_everything(config.seed)
     memory = MemoryWindow.open(device)  # the trial's own peak: model, optimizer, activations, tokens
-    parts = build_trial(config, data, device, policy)
+    parts = build_trial(config, data, device, policy, source)
     loop = _Loop(config, data, device, parts, report, checkpointing, stop_requested, progress)
     resumed_at = None
     if checkpointing is not None and checkpointing.resume_from is not None:
@@ -130,7 +133,7 @@ def _train(
         save_final_model(parts.model, parts.tokenizer, checkpointing.final_model, lora=config.finetune == "lora")
     return trial_result(
         parts, loop.run, loop.timing, loop.stopped, pruned=loop.stopped == STOPPED_PRUNED, resumed_at=resumed_at,
-        peak_memory_mb=memory.peak_increase_mb(), checkpoint_dtype=checkpoint_dtype(config.model),
+        peak_memory_mb=memory.peak_increase_mb(), checkpoint_dtype=checkpoint_dtype(source),
         eval_sample_rows=len(loop.sample_rows),
     )
 

