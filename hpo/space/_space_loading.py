@@ -11,10 +11,10 @@ import pydantic
 import yaml
 from pydantic import BaseModel
 
-from hpo._errors import bounded_list, suggest_key
+from hpo._errors import suggest_key
 from hpo.space._fixes import canonical_precision
 from hpo.space._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective
-from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError, same_choice
+from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
 from hpo.space._space import (
     DEFAULT_SPACE,
     RESERVED_KEYS,
@@ -74,18 +74,8 @@ def _pydantic_message(error: dict[str, Any]) -> str:
 
 
 def _check_default(name: str, p: CategoricalParam | FloatParam | IntParam) -> str | None:
-    if p.default is None:
-        return None
-    where = f"params.{name}.default"
-    if isinstance(p, CategoricalParam):
-        if not any(same_choice(c, p.default) for c in p.choices):
-            return f"{where}: {p.default!r} is not one of the choices [{bounded_list(map(repr, p.choices))}]"
-        return None
-    if not p.low <= p.default <= p.high:
-        return f"{where}: {p.default!r} is outside [{p.low}, {p.high}]"
-    if p.step and not math.isclose((p.default - p.low) / p.step, round((p.default - p.low) / p.step), abs_tol=1e-9):
-        return f"{where}: {p.default!r} is not on the step grid (low {p.low}, step {p.step})"
-    return None
+    problem = None if p.default is None else p.problem_with(p.default)
+    return problem and f"params.{name}.default: {p.default!r} {problem}"
 
 
 def _check_objectives(space: SearchSpace) -> str | None:
