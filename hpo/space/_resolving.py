@@ -14,20 +14,23 @@ from typing import Any
 from hpo._errors import UserError
 from hpo.space._params import SearchSpaceError
 from hpo.space._space import DEFAULT_SPACE, FINETUNE_SPACE, SearchSpace
-from hpo.space._space_loading import load_search_space, parse_search_space
+from hpo.space._space_loading import checked, load_search_space, parse_search_space
 
 SpaceLike = str | Path | Mapping[str, Any] | SearchSpace
 
 
 def with_model(space: SearchSpace, model: str) -> SearchSpace:
-    """``space`` with ``model`` fixed in place of whatever it searched or fixed (``--model NAME``)."""
-    raw = space.stored_form()
-    raw["params"].pop("model", None)
-    raw["fixed"] = {**raw.get("fixed", {}), "model": model}
-    if not raw["params"]:
+    """``space`` with ``model`` fixed in place of whatever it searched or fixed (``--model NAME``).
+
+    Changed on the parsed space and checked as a parsed space is (an ``enqueue`` entry that sets
+    the model, say, is refused), without writing it out and reading it back.
+    """
+    params = {name: p for name, p in space.params.items() if name != "model"}
+    if not params:
         raise SearchSpaceError("--model: the space searches nothing but model; give a space with other params, or --space")
+    swapped = space.model_copy(update={"params": params, "fixed": {**space.fixed, "model": model}})
     fixes = {k: v for k, v in space.fixes.items() if k != "model"}
-    return parse_search_space(raw, source="search space with --model").with_fixes(fixes)
+    return checked(swapped, "search space with --model").with_fixes(fixes)
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,15 @@ def parse_search_space(raw: Any, source: str = "search space") -> SearchSpace:
         # An unknown key usually explains the errors that follow it (a typo'd "params").
         first = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
         raise SearchSpaceError(f"{source}: {_pydantic_message(first)}") from None
+    return checked(space, source)
+
+
+def checked(space: SearchSpace, source: str) -> SearchSpace:
+    """``space`` once it passes the checks its types alone do not make (the same as a parsed space's).
+
+    For a space changed in code (``model_copy(update=...)``, which pydantic does not validate):
+    :class:`SearchSpaceError` naming ``source`` and the first problem.
+    """
     problem = _check_semantics(space)
     if problem:
         raise SearchSpaceError(f"{source}: {problem}")
