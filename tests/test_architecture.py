@@ -131,3 +131,23 @@ def test_functions_and_files_stay_readable() -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
                 too_long.append(f"{path.relative_to(ROOT)}: {node.name}() {node.end_lineno - node.lineno + 1} lines")
     assert too_long == []
+
+
+def test_importing_a_command_module_leaves_the_function_of_its_name() -> None:
+    # hpo/verdict.py is `python -m hpo.verdict`; hpo.verdict is also the Python API's function.
+    # Imported either way round, and through `python -m hpo verdict`'s dispatch, neither hides the other.
+    code = (
+        "import importlib, sys, types, hpo.verdict, hpo.__main__\n"
+        "from hpo.verdict import main\n"
+        "assert isinstance(main, types.FunctionType) and main.__module__ == 'hpo.cli._verdict'\n"
+        "assert callable(hpo.verdict) and hpo.verdict.__module__ == 'hpo._api', hpo.verdict\n"
+        "importlib.reload(sys.modules['hpo.verdict'])\n"
+        "assert hpo.verdict.__module__ == 'hpo._api', hpo.verdict\n"
+        "assert hpo.__main__.main(['verdict', '--help']) == 0\n"
+        "assert hpo.verdict.__module__ == 'hpo._api', hpo.verdict\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    entry = subprocess.run([sys.executable, "-m", "hpo.verdict", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert entry.returncode == 0 and "usage:" in entry.stdout
