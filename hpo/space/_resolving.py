@@ -1,7 +1,8 @@
 """Which search space a run takes: a file, a mapping or a space given; else the one that suits the model.
 
-``--model`` and ``--fix`` are applied to the parsed space, and every model the space can train
-is checked (its name and the longest ``max_length`` it can get) before anything is written.
+``--model`` and ``--fix`` are applied to the parsed space; :func:`check_models` checks every model
+the space can train (its name and the longest ``max_length`` it can get), which the run does
+once, after its cheap checks and before anything is written.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def resolve_space(
 ) -> SearchSpace:
     """A validated search space from a YAML path, a mapping or a :class:`SearchSpace`; ``model`` and ``fix`` applied.
 
+    Its models are not checked here (see :func:`check_models`).
+
     ``space=None``: the space follows the model (:func:`choose_space`), and ``announce`` gets the
     line saying which space was taken and why. A space given is always used as it is.
     """
@@ -82,11 +85,15 @@ def resolve_space(
         resolved = with_model(resolved, model)
     if fix:
         resolved = resolved.with_fixes({**resolved.fixes, **resolved.parse_fixes(list(fix))})
-    _check_models(resolved)
     return resolved
 
 
-def _check_models(space: SearchSpace) -> None:
+def check_models(space: SearchSpace) -> None:
+    """Every model ``space`` can train exists and takes the longest ``max_length`` a trial can get; else :class:`UserError`.
+
+    Seconds (it imports transformers): a run calls it once, after the cheap checks of its
+    flags, data and storage URL (:func:`hpo._api.open_run`).
+    """
     # Imported here: transformers takes seconds to import, which a mistyped space should not wait for.
     from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_max_length, check_model_name
 
