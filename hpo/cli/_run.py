@@ -28,7 +28,7 @@ from hpo.reporting._run_lines import run_summary, trial_line
 from hpo.reporting._verdict import verdict_table
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
-from hpo.study._options import CACHE_ENV, DEFAULT_CACHE_DIR, DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions
+from hpo.study._options import CACHE_ENV, DEFAULT_CACHE_DIR, DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, DEVICES, RunOptions
 from hpo.study._outcomes import quiet_trial_failures
 from hpo.study._ray_workers import WorkerLostError
 from hpo.study._run_checks import check_gpus
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--timeout", type=_positive_float, default=None, help="stop starting new trials after this many seconds")
     parser.add_argument("--seed", type=int, default=0, help="seeds the sampler and each trial (trial seed = seed + trial number)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where trials train (default: %(default)s)")
+    parser.add_argument("--device", choices=DEVICES, default="auto", help="where trials train (default: %(default)s)")
     parser.add_argument(
         "--fix", action="append", default=[], metavar="NAME=VALUE",
         help="pin a searched parameter for this run (repeatable), e.g. --fix batch_size=16; the stored space is unchanged",

@@ -24,7 +24,7 @@ from hpo.reporting._run_lines import trial_line
 from hpo.reporting._verdict import write_verdict
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import Heartbeat
-from hpo.study._options import DEFAULT_STUDY_NAME, RunOptions
+from hpo.study._options import DEFAULT_STUDY_NAME, DEVICES, RunOptions
 from hpo.study._study import TooManyFailuresError
 from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, MAX_VERDICT_SEEDS
 from trial_executor import PRECISIONS, DataError
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trial", type=at_least(0), default=None, help="re-train this trial (default: the best)")
     parser.add_argument("--space", default=None, help="search-space YAML (default: the one the study was made with)")
     parser.add_argument("--seed", type=int, default=0, help="the --seed the study was run with (it seeds the validation split)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where trials train (default: %(default)s)")
+    parser.add_argument("--device", choices=DEVICES, default="auto", help="where trials train (default: %(default)s)")
     parser.add_argument("--out", default=None, help="directory for verdict.md and verdict.png (default: ./hpo-verdict-<study>)")
     parser.add_argument("--max-retry", type=at_least(0), default=Heartbeat.max_retry,
                         help="times a dead or interrupted trial is retried (default: %(default)s)")

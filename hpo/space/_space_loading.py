@@ -162,12 +162,13 @@ def _check_semantics(space: SearchSpace) -> str | None:
         if problem:
             return problem
     precisions = space.params.get("fp_precision")
-    candidates = precisions.choices if isinstance(precisions, CategoricalParam) else [space.fixed.get("fp_precision", "fp32")]
+    defaults = TrainConfig.defaults()  # what a trial gets for a field the space neither searches nor fixes
+    candidates = precisions.choices if isinstance(precisions, CategoricalParam) else [space.fixed.get("fp_precision", defaults["fp_precision"])]
     for value in candidates:
         if canonical_precision(value) not in PRECISIONS:
             return f"unknown precision {value!r}; expected one of {', '.join(PRECISIONS)} (or none = fp32)"
     finetune = space.params.get("finetune")
-    modes = finetune.choices if isinstance(finetune, CategoricalParam) else [space.fixed.get("finetune", "full")]
+    modes = finetune.choices if isinstance(finetune, CategoricalParam) else [space.fixed.get("finetune", defaults["finetune"])]
     if "lora" in modes:
         # Here, not at the top: _lora imports torch, which reading a space should not need.
         from trial_executor._lora import INSTALL_HINT, peft_available
