@@ -42,6 +42,7 @@ def run(trials: int, rows: int, steps: int, data_dir: Path, seed: int) -> list[d
     import transformers
 
     from hpo.space._space_loading import parse_search_space
+    from hpo.study import RunOptions
     from hpo.study._objective import make_objective
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -50,7 +51,7 @@ def run(trials: int, rows: int, steps: int, data_dir: Path, seed: int) -> list[d
     data = load_sst2(data_dir, rows, seed, dev_rows=200)
     measured: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as cache_dir:
-        objective = make_objective(space, data, base_seed=seed, device="cpu", cache_dir=cache_dir)
+        objective = make_objective(space, data, RunOptions(seed=seed, device="cpu", cache_dir=cache_dir, artifact_store=None))
         study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
 
         def after(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:

@@ -151,14 +151,19 @@ def run_source_study(spec: dict[str, Any]) -> dict[str, Any]:
     import optuna
 
     from hpo._api import prepare_study, quiet_transformers, resolve_space, run_study
+    from hpo.study import RunOptions
 
     data = load_sst2(Path(spec["source_dir"]), spec["rows"], ROW_SEED, valid_file="test.tsv")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     quiet_transformers()
     tick = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="study-vs-hf-source-") as tmp:
-        prepared = prepare_study(resolve_space(SPACE), data, storage=f"sqlite:///{spec['db']}", study_name=WARM_START_STUDY, seed=0)
-        run_study(prepared, n_trials=spec["source_trials"], seed=0, device="cpu", cache_dir=str(Path(tmp) / "cache"), artifacts=None)
+        options = RunOptions(
+            storage=f"sqlite:///{spec['db']}", study_name=WARM_START_STUDY, n_trials=spec["source_trials"], seed=0, device="cpu",
+            cache_dir=str(Path(tmp) / "cache"), artifact_store=None,
+        )
+        prepared = prepare_study(resolve_space(SPACE), data, options)
+        run_study(prepared, options)
     trials = [
         _trial_record(t.number, t.state.name, t.value, t.params, None)
         for t in prepared.study.get_trials(deepcopy=False)
@@ -176,6 +181,7 @@ def run_our_study(spec: dict[str, Any]) -> dict[str, Any]:
 
     import hpo.study._objective  # noqa: F401  (imports torch and transformers before the clock starts, as HF's side does)
     from hpo._api import RunHooks, prepare_study, quiet_transformers, resolve_space, run_study
+    from hpo.study import RunOptions
 
     data = load_sst2(Path(spec["data_dir"]), spec["rows"], ROW_SEED, spec["dev_rows"])
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -197,12 +203,13 @@ def run_our_study(spec: dict[str, Any]) -> dict[str, Any]:
         warm = {}
         if spec.get("warm_start_db"):
             shutil.copyfile(spec["warm_start_db"], db)
-            warm = {"warm_start_from": WARM_START_STUDY, "warm_start_trials": spec["warm_start_trials"]}
-        prepared = prepare_study(space, data, storage=f"sqlite:///{db}", study_name="ours", seed=spec["seed"], **warm)
-        run_study(
-            prepared, n_trials=10_000, seed=spec["seed"], device="cpu", cache_dir=str(Path(tmp) / "cache"), artifacts=None,
-            hooks=RunHooks(on_trial_finished=finished, stop_requested=stop),
+            warm = {"warm_start": WARM_START_STUDY, "warm_start_trials": spec["warm_start_trials"]}
+        options = RunOptions(
+            storage=f"sqlite:///{db}", study_name="ours", n_trials=10_000, seed=spec["seed"], device="cpu",
+            cache_dir=str(Path(tmp) / "cache"), artifact_store=None, **warm,
         )
+        prepared = prepare_study(space, data, options)
+        run_study(prepared, options, hooks=RunHooks(on_trial_finished=finished, stop_requested=stop))
     return {"wall_s": time.perf_counter() - tick, "trials": trials, "stopped_at_target": bool(reached)}
 
 

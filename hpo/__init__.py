@@ -10,6 +10,8 @@ the only deferred imports of the project.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from hpo._errors import UserError
@@ -33,6 +35,7 @@ from hpo.study import (
     SKIP_OOM,
     SKIP_REASONS,
     SKIP_UNSUPPORTED,
+    RunOptions,
     TrialFailedError,
     counts_toward_budget,
     finished_count,
@@ -52,6 +55,24 @@ _TORCH_BOUND = {
     "hpo.study._objective": ("executor_config", "make_objective"),
 }
 _MODULE_OF = {name: module for module, names in _TORCH_BOUND.items() for name in names}
+
+
+class _Package(types.ModuleType):
+    """``hpo`` itself, whose public names a submodule of the same name never replaces.
+
+    Python binds an imported submodule on its package: ``import hpo.verdict`` (the entry module
+    behind ``python -m hpo.verdict``) would make ``hpo.verdict`` that module, not the function,
+    for the rest of the process. ``from hpo.verdict import main`` still finds the module
+    (in ``sys.modules``); ``import hpo.verdict as m`` would give the function.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and name in __all__:
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:
@@ -75,6 +96,7 @@ __all__ = [
     "SKIP_UNSUPPORTED",
     "PrecisionRow",
     "RunHooks",
+    "RunOptions",
     "SearchSpace",
     "SearchSpaceError",
     "SpeedRow",

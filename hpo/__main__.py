@@ -14,7 +14,8 @@ from hpo._errors import did_you_mean
 from hpo.cli._parsing import exit_code_of
 
 PROG = "python -m hpo"
-# command -> what it does; each is the module hpo.<command> with a main(argv) -> exit code.
+# command -> what it does; each is the module hpo.cli._<command> with a main(argv) -> exit code
+# (hpo/<command>.py, behind `python -m hpo.<command>`, only runs it).
 COMMANDS = {
     "run": "run, resume or extend a study to its budget of finished trials",
     "status": "studies in a storage: trials by state, best so far, running trials and their heartbeats",
@@ -48,7 +49,7 @@ def usage() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Dispatch to ``hpo.<command>.main``; return the process exit code."""
+    """Dispatch to ``hpo.cli._<command>.main``; return the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         print(usage(), file=sys.stderr)
@@ -61,7 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = did_you_mean(command, list(COMMANDS))
         print(f"{PROG}: error: unknown command {command!r}; {hint}choose one of {', '.join(COMMANDS)} (see --help)", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"hpo.{command}")
+    # The command's own module, not the entry module hpo.<command>: hpo.verdict is also a function.
+    module = importlib.import_module(f"hpo.cli._{command}")
     return int(exit_code_of(module.main, rest))
 
 

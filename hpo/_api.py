@@ -1,8 +1,8 @@
 """The Python API: :func:`optimize` runs a study to its budget in one call, :func:`load` opens one.
 
-``python -m hpo run`` is a thin layer over the same steps (:func:`resolve_space`,
-:func:`resolve_data`, :func:`prepare_study`, :func:`run_study`), adding signals, progress bars
-and worker processes.
+``python -m hpo run`` is a thin layer over the same steps: both build one :class:`RunOptions`,
+open the run with :func:`open_run` (every input checked, then the study) and run it with
+:func:`run_study` or :func:`run_on_ray`; the command adds signals, progress bars and worker processes.
 """
 
 from __future__ import annotations
@@ -25,31 +25,21 @@ from hpo._errors import UserError
 from hpo.reporting._dashboard_view import name_objectives, note_skipped
 from hpo.reporting._tracking import Tracker, Tracking, make_trackers
 from hpo.reporting._verdict import Verdict, build_verdict, store_verdict
-from hpo.space._resolving import SpaceLike, resolve_space
+from hpo.space._resolving import SpaceLike, check_models, resolve_space
 from hpo.space._space import DEFAULT_SPACE, SearchSpace
 from hpo.storage._best_model import keep_if_best, keeping_best_model
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
 from hpo.storage._inspect import load_existing_study, open_existing_storage
-from hpo.storage._storage import GRPC_SCHEME, Heartbeat, create_storage, resolve_storage_url
+from hpo.storage._storage import GRPC_SCHEME, Heartbeat, check_storage_url, create_storage, resolve_storage_url
+from hpo.study._options import DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions, Track
 from hpo.study._ray_workers import RayCluster, RayRun, TrialWatcher, connect, plan, start_workers, wait_for_workers
-from hpo.study._run_checks import check_run_options
 from hpo.study._study import finished_count, open_study, run_to_budget
 from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, enqueue_verdict, plan_verdict, run_verdict_trials
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS, load_warm_start_source, warm_start_configurations
 from hpo.study._workers import WORKER_INDEX_ENV
 from trial_executor import PRECISIONS, StepProgress, TextClassificationData, demo_dataset, load_text_classification
 
-DEFAULT_STUDY_NAME = "precision-demo"
-DEFAULT_N_TRIALS = 8
-CACHE_ENV = "HPO_CACHE_DIR"
-DEFAULT_CACHE_DIR = "~/.cache/precision-hpo/tokenized"
-
 DataLike = str | Path | TextClassificationData | None
-
-
-def resolve_cache_dir(cache_dir: str | None) -> str:
-    """The tokenized-data cache: ``cache_dir``, else ``$HPO_CACHE_DIR``, else the user's cache folder."""
-    return str(Path(cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser())
 
 
 def resolve_data(
@@ -89,34 +79,64 @@ class PreparedStudy:
     url: str
 
 
-def prepare_study(
-    space: SearchSpace, data: TextClassificationData, *, storage: str | None = None,
-    study_name: str = DEFAULT_STUDY_NAME, seed: int = 0, heartbeat: Heartbeat | None = None,
-    warm_start_from: str | None = None, warm_start_trials: int = DEFAULT_WARM_START_TRIALS,
-) -> PreparedStudy:
-    """Create or resume ``study_name`` in ``storage`` (URL; default ``$HPO_STORAGE``, else the demo SQLite file).
+def prepare_study(space: SearchSpace, data: TextClassificationData, options: RunOptions) -> PreparedStudy:
+    """Create or resume ``options.study_name`` in ``options.url`` on validated inputs.
 
-    ``warm_start_from``: an earlier study in the same storage whose ``warm_start_trials`` best
+    ``options.warm_start``: an earlier study in the same storage whose ``warm_start_trials`` best
     trials are enqueued (see :mod:`hpo.study._warm_start`); checked before anything is written.
     """
     space.check_task(data.task)
-    url = resolve_storage_url(storage)
-    if warm_start_trials < 1:
-        raise UserError(f"warm_start_trials must be at least 1, got {warm_start_trials}")
-    source = None if warm_start_from is None else load_warm_start_source(url, warm_start_from, study_name)
-    if url.lower().startswith(GRPC_SCHEME):
-        # Heartbeats live in the RDB storage: a worker on the database directly (or the proxy host) sweeps them.
-        heartbeat = None
+    url = options.url
+    source = None if options.warm_start is None else load_warm_start_source(url, options.warm_start, options.study_name)
+    # Heartbeats live in the RDB storage: a worker on the database directly (or the proxy host) sweeps them.
+    heartbeat = None if url.lower().startswith(GRPC_SCHEME) else options.heartbeat
     # create_storage checks the URL and the connection before creating tables.
     # A worker of --workers N: its parent reached the database, so a refused connection is a restart to wait out.
     opened = create_storage(url, heartbeat=heartbeat, wait_for_server=WORKER_INDEX_ENV in os.environ)
-    known_good = [] if source is None else warm_start_configurations(space, source, warm_start_trials)
-    study = open_study(opened, study_name, space, data, seed, known_good)
+    known_good = [] if source is None else warm_start_configurations(space, source, options.warm_start_trials)
+    study = open_study(opened, options.study_name, space, data, options.seed, known_good)
     name_objectives(study, space.objective_names)
     if space.fixes:
         # Pinned for this run only; still recorded as each trial's params.
         study.sampler = optuna.samplers.PartialFixedSampler(space.fixes, study.sampler)
     return PreparedStudy(study, space, data, url)
+
+
+@dataclass
+class Run:
+    """A run opened by :func:`open_run`: its study, its trackers, and the Ray cluster its workers use (if any)."""
+
+    prepared: PreparedStudy
+    options: RunOptions
+    trackers: list[Tracker]
+    cluster: RayCluster | None = None
+    placement: RayRun | None = None
+
+
+def open_run(space: SpaceLike | None, data: DataLike, options: RunOptions, *, announce: Callable[[str], None] | None = print) -> Run:
+    """The steps ``optimize`` and ``python -m hpo run`` share up to a study ready to run; nothing is written until the last.
+
+    The space (``options.model`` and ``fix`` applied; ``announce`` gets the line saying which
+    space a run without one took) and the data are read; then the storage URL and the models are
+    checked, cheap before slow (the model check imports transformers); then the trackers, the
+    Ray cluster (``options.ray``) and at last the study. A cluster started here is shut down if
+    opening fails; otherwise by :func:`run_prepared` or the caller.
+    """
+    resolved = resolve_space(space, fix=options.fix, model=options.model, announce=announce)
+    loaded = resolve_data(data, task=resolved.task, **options.data_options())
+    worker = WORKER_INDEX_ENV in os.environ  # a worker of --workers N: its parent checked the same flags
+    check_storage_url(options.url, wait_for_server=worker)
+    if not worker:
+        check_models(resolved)
+    trackers = make_trackers(options.track, options.study_name)
+    cluster = connect(None if options.ray is True else options.ray, options.url) if options.ray is not False else None
+    try:
+        placement = plan(cluster, options.workers, options.gpus_per_trial) if cluster else None
+        return Run(prepare_study(resolved, loaded, options), options, trackers, cluster, placement)
+    except BaseException:
+        if cluster is not None:
+            cluster.shutdown()
+        raise
 
 
 def quiet_transformers() -> None:
@@ -137,13 +157,8 @@ class RunHooks:
     stop_requested: Callable[[], bool] | None = None
 
 
-def run_study(
-    prepared: PreparedStudy, *, n_trials: int = DEFAULT_N_TRIALS, timeout: float | None = None, seed: int = 0,
-    device: str = "auto", cache_dir: str | None = None, artifacts: str | None = DEFAULT_ARTIFACT_DIR,
-    keep_checkpoints: bool = False, max_retry: int | None = Heartbeat.max_retry, hooks: RunHooks | None = None,
-    trackers: Sequence[Tracker] = (),
-) -> None:
-    """Run ``prepared`` until the study has ``n_trials`` finished trials (see :func:`hpo.run_to_budget`).
+def run_study(prepared: PreparedStudy, options: RunOptions, *, hooks: RunHooks | None = None, trackers: Sequence[Tracker] = ()) -> None:
+    """Run ``prepared`` until the study has ``options.n_trials`` finished trials (see :func:`hpo.run_to_budget`).
 
     ``trackers`` (from :func:`hpo.reporting._tracking.make_trackers`) get one run per trial.
     """
@@ -151,8 +166,7 @@ def run_study(
 
     hooks = hooks or RunHooks()
     quiet_transformers()
-    cache = resolve_cache_dir(cache_dir)
-    store = artifact_store(artifacts) if artifacts else None
+    store = artifact_store(options.artifact_store) if options.artifact_store else None
     tracking = Tracking(trackers)
 
     def progress(number: int, update: StepProgress) -> None:
@@ -161,8 +175,7 @@ def run_study(
             hooks.progress(number, update)
 
     objective = make_objective(
-        prepared.space, prepared.data, base_seed=seed, device=device, cache_dir=cache,
-        checkpoints=store, keep_checkpoints=keep_checkpoints, stop_requested=hooks.stop_requested, progress=progress,
+        prepared.space, prepared.data, options, checkpoints=store, stop_requested=hooks.stop_requested, progress=progress,
         on_evaluation=tracking.evaluation,
     )
     study = prepared.study
@@ -183,8 +196,8 @@ def run_study(
         # Optuna's heartbeat sweep is "experimental" since 2.9: not the user's concern in a notebook.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         run_to_budget(
-            study, tracked if trackers else objective, n_trials, timeout=timeout, on_trial_finished=finished,
-            stop_requested=hooks.stop_requested, max_retry=max_retry,
+            study, tracked if trackers else objective, options.n_trials, timeout=options.timeout, on_trial_finished=finished,
+            stop_requested=hooks.stop_requested, max_retry=options.max_retry,
         )
 
 
@@ -192,47 +205,63 @@ def run_study(
 class WorkerJob:
     """What a worker on any machine needs to run its share of a study: sent (pickled) to each Ray worker.
 
-    ``run``: :func:`run_study`'s keyword arguments; ``track``: :func:`make_trackers`'s kinds.
+    ``options.storage`` is the study's URL as the driver resolved it (see :func:`job_of`).
     """
 
     space: SearchSpace
     data: TextClassificationData
-    url: str
-    study_name: str
-    seed: int
-    heartbeat: Heartbeat
-    run: dict[str, Any]
-    track: Sequence[str | Sequence[str]] = ()
+    options: RunOptions
+
+
+def job_of(run: Run) -> WorkerJob:
+    """What every Ray worker of ``run`` runs: the same study, options and budget as a ``--workers`` process."""
+    prepared = run.prepared
+    # The URL the driver opened: $HPO_STORAGE on another machine may say something else.
+    return WorkerJob(prepared.space, prepared.data, run.options.model_copy(update={"storage": prepared.url}))
 
 
 def run_job(job: WorkerJob, stop_requested: Callable[[], bool]) -> None:
     """One worker's path, as a ``--workers`` process runs it: open the study, run trials until the budget or a stop."""
-    prepared = prepare_study(job.space, job.data, storage=job.url, study_name=job.study_name, seed=job.seed, heartbeat=job.heartbeat)
+    prepared = prepare_study(job.space, job.data, job.options)
     hooks = RunHooks(stop_requested=stop_requested)
-    run_study(prepared, **job.run, hooks=hooks, trackers=make_trackers(job.track, job.study_name))
+    run_study(prepared, job.options, hooks=hooks, trackers=make_trackers(job.options.track, job.options.study_name))
 
 
 def run_on_ray(
-    prepared: PreparedStudy, job: WorkerJob, cluster: RayCluster, placement: RayRun, *,
-    stop_requested: Callable[[], bool] = lambda: False, on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
-    tick: Callable[[], None] | None = None,
+    run: Run, *, stop_requested: Callable[[], bool] = lambda: False,
+    on_trial_finished: Callable[[FrozenTrial, int], None] | None = None, tick: Callable[[], None] | None = None,
 ) -> None:
-    """Run ``job`` in ``placement.workers`` Ray actors until the study's budget; this process runs no trial.
+    """Run ``run`` in ``run.placement.workers`` Ray actors until the study's budget; this process runs no trial.
 
     ``on_trial_finished(trial, finished)`` is called here, in the driver, for each trial a worker ended.
+    The cluster is shut down at the end (if it was started here).
     """
-    actors = start_workers(cluster, placement)
-    watcher = TrialWatcher(prepared.study)
+    assert run.cluster is not None and run.placement is not None, "open_run(options with ray) connects the cluster"
+    cluster, study = run.cluster, run.prepared.study
+    try:
+        actors = start_workers(cluster, run.placement)
+        watcher = TrialWatcher(study)
 
-    def poll() -> None:
-        for trial in watcher.new():
-            if on_trial_finished is not None:
-                on_trial_finished(trial, finished_count(prepared.study))
-        if tick is not None:
-            tick()
+        def poll() -> None:
+            for trial in watcher.new():
+                if on_trial_finished is not None:
+                    on_trial_finished(trial, finished_count(study))
+            if tick is not None:
+                tick()
 
-    wait_for_workers(cluster, actors, functools.partial(run_job, job), stop_requested=stop_requested, tick=poll)
-    poll()
+        wait_for_workers(cluster, actors, functools.partial(run_job, job_of(run)), stop_requested=stop_requested, tick=poll)
+        poll()
+    finally:
+        cluster.shutdown()
+
+
+def run_prepared(run: Run, hooks: RunHooks | None = None) -> None:
+    """Run an opened ``run`` to its budget: in this process, or in Ray actors when it has a cluster."""
+    if run.cluster is None:
+        run_study(run.prepared, run.options, hooks=hooks, trackers=run.trackers)
+        return
+    hooks = hooks or RunHooks()
+    run_on_ray(run, stop_requested=hooks.stop_requested or (lambda: False), on_trial_finished=hooks.on_trial_finished)
 
 
 def optimize(
@@ -257,7 +286,7 @@ def optimize(
     artifact_store: str | None = DEFAULT_ARTIFACT_DIR,
     keep_checkpoints: bool = False,
     max_retry: int = Heartbeat.max_retry,
-    track: Sequence[str | Sequence[str]] = (),
+    track: Sequence[Track | Sequence[str]] = (),
     on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
     warm_start: str | None = None,
     warm_start_trials: int = DEFAULT_WARM_START_TRIALS,
@@ -267,7 +296,7 @@ def optimize(
 ) -> optuna.Study:
     """Run (or resume, or extend) a precision-search study to ``n_trials`` finished trials; return it.
 
-    The keyword arguments are ``python -m hpo run``'s flags. ``space``: a YAML path, a mapping (the
+    The keyword arguments are ``python -m hpo run``'s flags (the fields of :class:`RunOptions`). ``space``: a YAML path, a mapping (the
     YAML's content) or a :class:`hpo.SearchSpace`; ``None`` follows ``model`` (:func:`hpo.space._resolving.choose_space`). ``data``: a CSV/TSV/JSONL file or a
     ``save_to_disk`` directory (read with the column arguments), a
     :class:`trial_executor.TextClassificationData`, or ``None`` for the synthetic demo reviews.
@@ -282,47 +311,17 @@ def optimize(
     its address (``"auto"``, ``"host:port"``, ``"ray://..."``). Bad input raises :class:`hpo.UserError` (or
     :class:`trial_executor.DataError`) before anything is written. Rerunning the same call resumes the study.
     """
-    cache = resolve_cache_dir(cache_dir)
-    check_run_options(seed=seed, device=device, study_name=study_name, artifact_store=artifact_store, cache_dir=cache)
-    resolved = resolve_space(space, fix=fix, model=model)
-    loaded = resolve_data(
-        data, seed=seed, text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
-        valid_data=valid_data, valid_fraction=valid_fraction, empty_text=empty_text, task=resolved.task,
+    options = RunOptions(
+        storage=storage, study_name=study_name, n_trials=n_trials, timeout=timeout, seed=seed, device=device, model=model,
+        fix=tuple(fix), text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
+        valid_data=valid_data, valid_fraction=valid_fraction, empty_text=empty_text, cache_dir=cache_dir,
+        artifact_store=artifact_store, keep_checkpoints=keep_checkpoints, max_retry=max_retry,
+        track=tuple(t if isinstance(t, str) else tuple(t) for t in track), warm_start=warm_start,
+        warm_start_trials=warm_start_trials, ray=ray, workers=workers, gpus_per_trial=gpus_per_trial,
     )
-    run = {"n_trials": n_trials, "timeout": timeout, "seed": seed, "device": device, "cache_dir": cache_dir,
-           "artifacts": artifact_store, "keep_checkpoints": keep_checkpoints, "max_retry": max_retry}
-    opening = {"storage": storage, "study_name": study_name, "seed": seed, "warm_start_from": warm_start, "warm_start_trials": warm_start_trials}
-    trackers = make_trackers(track, study_name)  # checked before anything is written
-    return _prepare_and_run(resolved, loaded, run, opening, (track, trackers), on_trial_finished, ray=ray, workers=workers, gpus_per_trial=gpus_per_trial)
-
-
-def _prepare_and_run(
-    space: SearchSpace, data: TextClassificationData, run: dict[str, Any], opening: dict[str, Any],
-    tracking: tuple[Sequence[str | Sequence[str]], list[Tracker]], on_trial_finished: Callable[[FrozenTrial, int], None] | None,
-    *, ray: bool | str, workers: int | None, gpus_per_trial: float | None,
-) -> optuna.Study:
-    """:func:`optimize` once its inputs are read: the Ray cluster (checked first), the study, its run."""
-    cluster = connect(None if ray is True else ray, resolve_storage_url(opening["storage"])) if ray else None
-    try:
-        placement = plan(cluster, workers, gpus_per_trial) if cluster else None
-        prepared = prepare_study(space, data, heartbeat=Heartbeat(), **opening)
-        _run_here_or_on_ray(prepared, run, tracking, on_trial_finished, cluster, placement)
-    finally:
-        if cluster is not None:
-            cluster.shutdown()
-    return prepared.study
-
-
-def _run_here_or_on_ray(
-    prepared: PreparedStudy, run: dict[str, Any], tracking: tuple[Sequence[str | Sequence[str]], list[Tracker]],
-    on_trial_finished: Callable[[FrozenTrial, int], None] | None, cluster: RayCluster | None, placement: RayRun | None,
-) -> None:
-    track, trackers = tracking
-    if cluster is None or placement is None:
-        run_study(prepared, **run, hooks=RunHooks(on_trial_finished=on_trial_finished), trackers=trackers)
-        return
-    job = WorkerJob(prepared.space, prepared.data, prepared.url, prepared.study.study_name, run["seed"], Heartbeat(), run, track)
-    run_on_ray(prepared, job, cluster, placement, on_trial_finished=on_trial_finished)
+    run = open_run(space, data, options)
+    run_prepared(run, RunHooks(on_trial_finished=on_trial_finished))
+    return run.prepared.study
 
 
 def load(study_name: str = DEFAULT_STUDY_NAME, storage: str | None = None) -> optuna.Study:
@@ -332,16 +331,14 @@ def load(study_name: str = DEFAULT_STUDY_NAME, storage: str | None = None) -> op
 
 
 def run_verdict(
-    prepared: PreparedStudy, *, seeds: int = DEFAULT_VERDICT_SEEDS, precisions: Sequence[str] = PRECISIONS,
-    trial: int | None = None, seed: int = 0, device: str = "auto", cache_dir: str | None = None,
-    artifacts: str | None = DEFAULT_ARTIFACT_DIR, max_retry: int | None = Heartbeat.max_retry,
-    hooks: RunHooks | None = None, announce: Callable[[str], None] = print,
+    prepared: PreparedStudy, options: RunOptions, *, seeds: int = DEFAULT_VERDICT_SEEDS, precisions: Sequence[str] = PRECISIONS,
+    trial: int | None = None, hooks: RunHooks | None = None, announce: Callable[[str], None] = print,
 ) -> Verdict:
     """Re-train the best (or ``trial``'s) configuration per supported precision and paired seed; store and return the verdict.
 
     The cost is announced before any trial starts. Verdict trials are enqueued once per study,
-    shared with every worker running this at the same time, and resumed by a rerun. ``seed`` is
-    the study's ``--seed`` (verdict trials themselves train with the verdict's seeds).
+    shared with every worker running this at the same time, and resumed by a rerun. ``options.seed``
+    is the study's ``--seed`` (verdict trials themselves train with the verdict's seeds).
     """
     from hpo.study._objective import make_objective
     from trial_executor import precision_support, resolve_device
@@ -349,21 +346,30 @@ def run_verdict(
     hooks = hooks or RunHooks()
     quiet_transformers()
     study = prepared.study
-    plan = plan_verdict(study, precision_support(resolve_device(device)), seeds=seeds, precisions=precisions, trial_number=trial)
+    plan = plan_verdict(study, precision_support(resolve_device(options.device)), seeds=seeds, precisions=precisions, trial_number=trial)
     # A rerun announces what is left: a (precision, seed) finishes once (only a failed attempt is retried).
     announce(plan.cost_line(sum(plan.includes(t) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))))
     enqueue_verdict(study, study._storage, plan)
     objective = make_objective(
-        prepared.space, prepared.data, base_seed=seed, device=device, cache_dir=resolve_cache_dir(cache_dir),
-        checkpoints=artifact_store(artifacts) if artifacts else None, stop_requested=hooks.stop_requested, progress=hooks.progress,
+        prepared.space, prepared.data, options, checkpoints=artifact_store(options.artifact_store) if options.artifact_store else None,
+        stop_requested=hooks.stop_requested, progress=hooks.progress,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        run_verdict_trials(study, objective, plan, max_retry=max_retry,
+        run_verdict_trials(study, objective, plan, max_retry=options.max_retry,
                            on_trial_finished=hooks.on_trial_finished, stop_requested=hooks.stop_requested)
     verdict = build_verdict(study, plan.source.number, plan.seeds, plan.precisions, plan.unsupported)
     store_verdict(study, verdict)
     return verdict
+
+
+def open_existing(space: SpaceLike | None, data: DataLike, options: RunOptions) -> PreparedStudy:
+    """An existing study opened on its own space (unless ``space`` is given) and ``data``, for its verdict."""
+    existing = load(options.study_name, options.url)
+    resolved = resolve_space(space if space is not None else stored_space(existing) or DEFAULT_SPACE)
+    loaded = resolve_data(data, task=resolved.task, **options.data_options())
+    check_models(resolved)
+    return prepare_study(resolved, loaded, options)
 
 
 def verdict(
@@ -377,10 +383,8 @@ def verdict(
     ``data``, ``seed`` and ``data_options`` (:func:`resolve_data`'s column and split arguments)
     must give the study's own data; ``space`` defaults to the one the study was made with.
     """
-    url = resolve_storage_url(storage)
-    existing = load(study_name, url)
-    resolved = resolve_space(space if space is not None else stored_space(existing) or DEFAULT_SPACE)
-    loaded = resolve_data(data, seed=seed, task=resolved.task, **data_options)
-    prepared = prepare_study(resolved, loaded, storage=url, study_name=study_name, seed=seed, heartbeat=Heartbeat())
-    return run_verdict(prepared, seeds=seeds, precisions=precisions, trial=trial, seed=seed, device=device, cache_dir=cache_dir,
-                       artifacts=artifact_store, max_retry=max_retry)
+    options = RunOptions(
+        storage=resolve_storage_url(storage), study_name=study_name, seed=seed, device=device, cache_dir=cache_dir,
+        artifact_store=artifact_store, max_retry=max_retry, **data_options,
+    )
+    return run_verdict(open_existing(space, data, options), options, seeds=seeds, precisions=precisions, trial=trial)

@@ -155,3 +155,23 @@ def test_the_executor_contract_and_data_do_not_import_torch() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
     assert out.strip() == "['pydantic']"  # pydantic (the config's validation) shows the check sees what is imported
+
+
+def test_importing_a_command_module_leaves_the_function_of_its_name() -> None:
+    # hpo/verdict.py is `python -m hpo.verdict`; hpo.verdict is also the Python API's function.
+    # Imported either way round, and through `python -m hpo verdict`'s dispatch, neither hides the other.
+    code = (
+        "import importlib, sys, types, hpo.verdict, hpo.__main__\n"
+        "from hpo.verdict import main\n"
+        "assert isinstance(main, types.FunctionType) and main.__module__ == 'hpo.cli._verdict'\n"
+        "assert callable(hpo.verdict) and hpo.verdict.__module__ == 'hpo._api', hpo.verdict\n"
+        "importlib.reload(sys.modules['hpo.verdict'])\n"
+        "assert hpo.verdict.__module__ == 'hpo._api', hpo.verdict\n"
+        "assert hpo.__main__.main(['verdict', '--help']) == 0\n"
+        "assert hpo.verdict.__module__ == 'hpo._api', hpo.verdict\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    entry = subprocess.run([sys.executable, "-m", "hpo.verdict", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert entry.returncode == 0 and "usage:" in entry.stdout

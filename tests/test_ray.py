@@ -22,8 +22,8 @@ from test_workers import LONG_TRIALS, _assert_resumed, _running_with_checkpoint,
 import hpo
 from hpo._api import WorkerJob, resolve_data, resolve_space, run_job
 from hpo.reporting._report import build_report
-from hpo.storage._storage import Heartbeat, StorageError
-from hpo.study import counts_toward_budget
+from hpo.storage._storage import StorageError
+from hpo.study import RunOptions, counts_toward_budget
 from hpo.study._ray_workers import connect, plan, refuse_shared_sqlite, start_workers, wait_for_workers
 
 # Same xdist worker for every test here: one Ray cluster, started once (seconds on two cores).
@@ -150,7 +150,7 @@ def test_a_worker_that_cannot_reach_the_storage_fails_in_the_driver_with_one_lin
     # The worker's database is refused by the server the driver reached (it does not exist): a wrong URL
     # fails at once; a server that is down is waited for up to the storage's bound first (tests/test_connection_kills.py).
     unreachable = "postgresql://postgres:secret@127.0.0.1:5432/hpo_no_such_database"
-    job = WorkerJob(resolve_space(TINY), resolve_data(None), unreachable, "s", 0, Heartbeat(), {"n_trials": 1})
+    job = WorkerJob(resolve_space(TINY), resolve_data(None), RunOptions(storage=unreachable, study_name="s", n_trials=1))
     cluster = connect(ray_address, pg_server)
     actors = start_workers(cluster, plan(cluster, 1, 0.0))
     with pytest.raises(StorageError) as raised:

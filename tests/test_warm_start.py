@@ -13,7 +13,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
 import hpo
-from hpo import SearchSpaceError, create_storage, open_study, parse_search_space
+from hpo import RunOptions, SearchSpaceError, create_storage, open_study, parse_search_space
 from hpo._api import prepare_study
 from hpo.run import main
 from trial_executor import demo_dataset, make_synthetic_reviews
@@ -139,7 +139,7 @@ def test_warm_start_enqueues_the_best_trials_that_fit_once(tmp_path: Path, capsy
     _earlier_study(url, {0.5: 0.9, 1e-3: 0.8, 2e-3: 0.7, 6e-4: 0.6})
     space = parse_search_space(SPACE)
     for _ in range(2):  # a rerun enqueues nothing again
-        prepared = prepare_study(space, DATA, storage=url, study_name="new", warm_start_from="earlier", warm_start_trials=3)
+        prepared = prepare_study(space, DATA, RunOptions(storage=url, study_name="new", warm_start="earlier", warm_start_trials=3))
     waiting = _waiting(prepared.study)
     # dropout is not searched here: left out; batch_size was not in the earlier study: sampled.
     assert [t.system_attrs["fixed_params"] for t in waiting] == [{"learning_rate": 1e-3}, {"learning_rate": 2e-3}]
@@ -153,7 +153,7 @@ def test_warm_start_on_postgres_once_across_workers(pg_database: str) -> None:
     _earlier_study(pg_database, {1e-3: 0.8, 2e-3: 0.7})
     space = parse_search_space(SPACE)
     for _ in range(3):
-        prepared = prepare_study(space, DATA, storage=pg_database, study_name="new", warm_start_from="earlier", warm_start_trials=1)
+        prepared = prepare_study(space, DATA, RunOptions(storage=pg_database, study_name="new", warm_start="earlier", warm_start_trials=1))
     assert [t.system_attrs["fixed_params"] for t in _waiting(prepared.study)] == [{"learning_rate": 1e-3}]
 
 
@@ -198,7 +198,7 @@ def test_known_good_trials_run_before_the_fp32_baseline_and_one_with_its_params_
         "enqueue": [{"learning_rate": 1e-3, "batch_size": 16, "fp_precision": "bf16"}],
     })
     for _ in range(2):  # a rerun, or a second worker, enqueues nothing again
-        prepared = prepare_study(space, DATA, storage=url, study_name="new", warm_start_from="earlier", warm_start_trials=2)
+        prepared = prepare_study(space, DATA, RunOptions(storage=url, study_name="new", warm_start="earlier", warm_start_trials=2))
     waiting = _waiting(prepared.study)
     assert [t.user_attrs.get("enqueued_from") for t in waiting] == ["space:0", "study:earlier:0", "study:earlier:1", None]
     assert [bool(t.user_attrs.get(hpo.BASELINE_ATTR)) for t in waiting] == [False, False, False, True]

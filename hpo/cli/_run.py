@@ -19,32 +19,19 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial
 
-from hpo._api import (
-    CACHE_ENV,
-    DEFAULT_CACHE_DIR,
-    DEFAULT_N_TRIALS,
-    DEFAULT_STUDY_NAME,
-    PreparedStudy,
-    RunHooks,
-    prepare_study,
-    resolve_cache_dir,
-    resolve_data,
-    resolve_space,
-    run_study,
-    run_verdict,
-)
+from hpo._api import Run, RunHooks, open_run, run_study, run_verdict
 from hpo._errors import UserError
 from hpo.cli._parsing import Parser, at_least, between, command_prog, run_guarded
-from hpo.cli._run_ray import add_ray_arguments, check_ray_flags, connect_cluster, run_with_ray
+from hpo.cli._run_ray import add_ray_arguments, check_ray_flags, run_with_ray
 from hpo.reporting._progress import StudyProgress, best_so_far
 from hpo.reporting._run_lines import run_summary, trial_line
-from hpo.reporting._tracking import Tracker, make_trackers
 from hpo.reporting._verdict import verdict_table
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
+from hpo.study._options import CACHE_ENV, DEFAULT_CACHE_DIR, DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, DEVICES, RunOptions
 from hpo.study._outcomes import quiet_trial_failures
 from hpo.study._ray_workers import WorkerLostError
-from hpo.study._run_checks import check_gpus, check_run_options
+from hpo.study._run_checks import check_gpus
 from hpo.study._study import TooManyFailuresError, finished_count
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
 from hpo.study._workers import WORKER_INDEX_ENV, StopSignal, run_workers
@@ -105,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--timeout", type=_positive_float, default=None, help="stop starting new trials after this many seconds")
     parser.add_argument("--seed", type=int, default=0, help="seeds the sampler and each trial (trial seed = seed + trial number)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where trials train (default: %(default)s)")
+    parser.add_argument("--device", choices=DEVICES, default="auto", help="where trials train (default: %(default)s)")
     parser.add_argument(
         "--fix", action="append", default=[], metavar="NAME=VALUE",
         help="pin a searched parameter for this run (repeatable), e.g. --fix batch_size=16; the stored space is unchanged",
@@ -222,52 +209,57 @@ def _run_workers(study: optuna.Study, names: Sequence[str], argv: Sequence[str],
     return code
 
 
-def _run_here(prepared: PreparedStudy, trackers: list[Tracker], url: str, args: argparse.Namespace, stop: StopSignal) -> int:
+def _run_here(run: Run, quiet: bool, stop: StopSignal) -> int:
     """Run trials in this process until the budget, a timeout or a signal; print the summary."""
-    study, names, data = prepared.study, prepared.space.objective_names, prepared.data
+    prepared, options = run.prepared, run.options
+    study, names, data, url = prepared.study, prepared.space.objective_names, prepared.data, prepared.url
     if stop.requested():
         return stop.exit_code
     print(
-        f"Study {args.study_name!r} in {mask_url(url)}: {finished_count(study)} of {args.n_trials} "
+        f"Study {options.study_name!r} in {mask_url(url)}: {finished_count(study)} of {options.n_trials} "
         f"budgeted trials already finished; training on {len(data.train_texts)} rows, validating on {len(data.valid_texts)}.",
         flush=True,
     )
     # Workers of --workers N share one terminal: bars from several processes would tear each other.
-    bars = StudyProgress.wants_bars(sys.stdout, args.quiet) and WORKER_INDEX_ENV not in os.environ
-    progress = StudyProgress(args.n_trials, finished_count(study), bars=bars, quiet=args.quiet)
+    bars = StudyProgress.wants_bars(sys.stdout, quiet) and WORKER_INDEX_ENV not in os.environ
+    progress = StudyProgress(options.n_trials, finished_count(study), bars=bars, quiet=quiet)
 
     def finished(trial: FrozenTrial, finished: int) -> None:
         progress.trial_finished(trial_line(trial, names), finished, best_so_far(study, names))
 
     with progress.showing():
-        run_study(
-            prepared, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed, device=args.device,
-            cache_dir=args.cache_dir, artifacts=args.artifact_store, keep_checkpoints=args.keep_checkpoints,
-            max_retry=args.max_retry,
-            hooks=RunHooks(on_trial_finished=finished, progress=progress.trial_step, stop_requested=stop.requested),
-            trackers=trackers,
-        )
+        hooks = RunHooks(on_trial_finished=finished, progress=progress.trial_step, stop_requested=stop.requested)
+        run_study(prepared, options, hooks=hooks, trackers=run.trackers)
     if stop.requested():
         print(f"{PROG}: stopped by a signal; the interrupted trial was checkpointed and re-queued: "
               "rerun the same command to resume the study", file=sys.stderr, flush=True)
         return stop.exit_code
-    print(run_summary(study, url, args.n_trials, names), flush=True)
-    if args.verdict or prepared.space.verdict:
-        _verdict_after_budget(prepared, args, stop)
+    print(run_summary(study, url, options.n_trials, names), flush=True)
+    if options.verdict or prepared.space.verdict:
+        _verdict_after_budget(run, stop)
     return 0
 
 
-def _verdict_after_budget(prepared: PreparedStudy, args: argparse.Namespace, stop: StopSignal) -> None:
+def _verdict_after_budget(run: Run, stop: StopSignal) -> None:
     """``--verdict SEEDS`` or the space's ``verdict:``: the verdict trials, after (and not counted against) the budget."""
+    prepared, options = run.prepared, run.options
     spec, names = prepared.space.verdict, prepared.space.objective_names
     verdict = run_verdict(
-        prepared, seeds=args.verdict or spec.seeds, precisions=(spec and spec.precisions) or PRECISIONS, seed=args.seed,
-        device=args.device, cache_dir=args.cache_dir, artifacts=args.artifact_store, max_retry=args.max_retry,
+        prepared, options, seeds=options.verdict or spec.seeds, precisions=(spec and spec.precisions) or PRECISIONS,
         hooks=RunHooks(on_trial_finished=lambda trial, _: print(trial_line(trial, names), flush=True), stop_requested=stop.requested),
         announce=lambda line: print(line, flush=True),
     )
     if not stop.requested():
         print("\n".join(["", *verdict_table(verdict)]), flush=True)
+
+
+def options_of(args: argparse.Namespace) -> RunOptions:
+    """The run's options from its flags, checked (:class:`RunOptions`); ``--mixed-precision`` joins ``--fix``."""
+    fix = args.fix + ([f"fp_precision={MIXED_PRECISION[args.mixed_precision]}"] if args.mixed_precision else [])
+    given = {name: getattr(args, name) for name in RunOptions.model_fields if name in vars(args)}
+    # --ray alone is "" (a cluster started here), as ray=True is for optimize().
+    ray = False if args.ray is None else (args.ray or True)
+    return RunOptions(**{**given, "fix": tuple(fix), "track": tuple(map(tuple, args.track)), "ray": ray})
 
 
 def start_training_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.Namespace, StopSignal, str]:
@@ -287,39 +279,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
         # Everything that can be wrong with the input is checked before anything is written.
         check_ray_flags(args)
-        check_run_options(
-            seed=args.seed, device=args.device, study_name=args.study_name, artifact_store=args.artifact_store,
-            cache_dir=resolve_cache_dir(args.cache_dir), heartbeat=(args.heartbeat_interval, args.grace_period),
-        )
+        options = options_of(args)
         gpu_warning = check_gpus(args.gpus, args.device)
         if gpu_warning and WORKER_INDEX_ENV not in os.environ:  # the parent says it once, not each worker
             print(f"{PROG}: warning: {gpu_warning}", file=sys.stderr, flush=True)
-        fix = args.fix + ([f"fp_precision={MIXED_PRECISION[args.mixed_precision]}"] if args.mixed_precision else [])
         # Workers of --workers N re-read the same flags: the parent alone says which space it took.
         announce = None if WORKER_INDEX_ENV in os.environ else print
-        space = resolve_space(args.space and Path(args.space), fix=fix, model=args.model, announce=announce)
-        data = resolve_data(
-            args.data, seed=args.seed, text_column=args.text_column, label_column=args.label_column,
-            text_pair_column=args.text_pair_column, valid_data=args.valid_data, valid_fraction=args.valid_fraction,
-            empty_text=args.empty_text, task=space.task,
-        )
-        trackers = make_trackers(args.track, args.study_name)
-        cluster, placement = connect_cluster(args, url) if args.ray is not None else (None, None)
-        heartbeat = Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
-        prepared = prepare_study(
-            space, data, storage=url, study_name=args.study_name, seed=args.seed, heartbeat=heartbeat,
-            warm_start_from=args.warm_start, warm_start_trials=args.warm_start_trials,
-        )
-        study, names = prepared.study, space.objective_names
-        if cluster is not None:
+        run = open_run(args.space and Path(args.space), args.data, options, announce=announce)
+        study, names = run.prepared.study, run.prepared.space.objective_names
+        if run.cluster is not None:
             return run_with_ray(
-                prepared, cluster, placement, args, stop, prog=PROG,
-                line=lambda trial: trial_line(trial, names), summary=lambda: run_summary(study, url, args.n_trials, names),
+                run, quiet=args.quiet, stop=stop, prog=PROG,
+                line=lambda trial: trial_line(trial, names), summary=lambda: run_summary(study, url, options.n_trials, names),
             )
         if (args.workers or 1) > 1:
             print(f"Starting {args.workers} workers on study {args.study_name!r}", flush=True)
             return _run_workers(study, names, argv, args)
-        return _run_here(prepared, trackers, url, args, stop)
+        return _run_here(run, args.quiet, stop)
 
     try:
         return run_guarded(PROG, url, body, user_errors=(UserError, DataError), failures=(TooManyFailuresError, WorkerLostError))

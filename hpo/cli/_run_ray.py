@@ -9,11 +9,10 @@ from collections.abc import Callable
 
 from optuna.trial import FrozenTrial
 
-from hpo._api import PreparedStudy, WorkerJob, run_on_ray
+from hpo._api import Run, run_on_ray
 from hpo._errors import UserError
 from hpo.reporting._progress import StudyProgress, best_so_far
-from hpo.storage._storage import Heartbeat
-from hpo.study._ray_workers import RayCluster, RayRun, check_gpus_per_trial, connect, plan, require_ray
+from hpo.study._ray_workers import check_gpus_per_trial, require_ray
 from hpo.study._study import finished_count
 from hpo.study._workers import StopSignal
 
@@ -54,36 +53,17 @@ def check_ray_flags(args: argparse.Namespace) -> None:
         require_ray()  # before the space and data are read: a missing extra is said at once
 
 
-def connect_cluster(args: argparse.Namespace, url: str) -> tuple[RayCluster, RayRun]:
-    """The Ray cluster and the workers' placement, checked before anything is written to the study."""
-    cluster = connect(args.ray or None, url)
-    try:
-        return cluster, plan(cluster, args.workers, args.gpus_per_trial)
-    except BaseException:
-        cluster.shutdown()
-        raise
-
-
-def job_of(prepared: PreparedStudy, args: argparse.Namespace) -> WorkerJob:
-    """What every Ray worker runs: the same study, flags and budget as a ``--workers`` process."""
-    run = {
-        "n_trials": args.n_trials, "timeout": args.timeout, "seed": args.seed, "device": args.device, "cache_dir": args.cache_dir,
-        "artifacts": args.artifact_store, "keep_checkpoints": args.keep_checkpoints, "max_retry": args.max_retry,
-    }
-    heartbeat = Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
-    return WorkerJob(prepared.space, prepared.data, prepared.url, args.study_name, args.seed, heartbeat, run, args.track)
-
-
 def run_with_ray(
-    prepared: PreparedStudy, cluster: RayCluster, placement: RayRun, args: argparse.Namespace, stop: StopSignal, *,
-    line: Callable[[FrozenTrial], str], summary: Callable[[], str], prog: str,
+    run: Run, *, quiet: bool, stop: StopSignal, line: Callable[[FrozenTrial], str], summary: Callable[[], str], prog: str,
 ) -> int:
     """Run the workers on Ray until the budget or Ctrl-C; print each trial's ``line``, then the ``summary``."""
-    study, names = prepared.study, prepared.space.objective_names
+    cluster, placement = run.cluster, run.placement
+    assert cluster is not None and placement is not None, "open_run(options with ray) connects the cluster"
+    study, names = run.prepared.study, run.prepared.space.objective_names
     share = f", {placement.gpus_per_trial:g} GPU each" if placement.gpus_per_trial else ""
-    print(f"Starting {placement.workers} Ray workers{share} on study {args.study_name!r} "
+    print(f"Starting {placement.workers} Ray workers{share} on study {run.options.study_name!r} "
           f"({cluster.address}: {cluster.nodes} nodes, {cluster.cpus:g} CPUs, {cluster.gpus:g} GPUs)", flush=True)
-    progress = StudyProgress(args.n_trials, finished_count(study), bars=StudyProgress.wants_bars(sys.stdout, args.quiet), quiet=args.quiet)
+    progress = StudyProgress(run.options.n_trials, finished_count(study), bars=StudyProgress.wants_bars(sys.stdout, quiet), quiet=quiet)
 
     def finished(trial: FrozenTrial, count: int) -> None:
         progress.trial_finished(line(trial), count, best_so_far(study, names))
@@ -92,11 +72,8 @@ def run_with_ray(
         with contextlib.suppress(Exception):  # a display refresh never stops the workers: the database may be restarting
             progress.study_position(finished_count(study), best_so_far(study, names))
 
-    try:
-        with progress.showing():
-            run_on_ray(prepared, job_of(prepared, args), cluster, placement, stop_requested=stop.requested, on_trial_finished=finished, tick=tick)
-    finally:
-        cluster.shutdown()
+    with progress.showing():
+        run_on_ray(run, stop_requested=stop.requested, on_trial_finished=finished, tick=tick)
     if stop.requested():
         print(f"{prog}: stopped by a signal; every Ray worker checkpointed its trial and re-queued it: "
               "rerun the same command to resume the study", file=sys.stderr, flush=True)

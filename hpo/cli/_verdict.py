@@ -16,8 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpo._api import DEFAULT_STUDY_NAME, PreparedStudy, RunHooks, load, prepare_study, resolve_data, resolve_space, run_verdict
-from hpo._attrs import stored_space
+from hpo._api import RunHooks, open_existing, run_verdict
 from hpo._errors import UserError
 from hpo.cli._parsing import Parser, add_storage_argument, at_least, command_prog, run_guarded
 from hpo.cli._run import _add_data, start_training_command
@@ -25,6 +24,7 @@ from hpo.reporting._run_lines import trial_line
 from hpo.reporting._verdict import write_verdict
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import Heartbeat
+from hpo.study._options import DEFAULT_STUDY_NAME, DEVICES, RunOptions
 from hpo.study._study import TooManyFailuresError
 from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, MAX_VERDICT_SEEDS
 from trial_executor import PRECISIONS, DataError
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trial", type=at_least(0), default=None, help="re-train this trial (default: the best)")
     parser.add_argument("--space", default=None, help="search-space YAML (default: the one the study was made with)")
     parser.add_argument("--seed", type=int, default=0, help="the --seed the study was run with (it seeds the validation split)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where trials train (default: %(default)s)")
+    parser.add_argument("--device", choices=DEVICES, default="auto", help="where trials train (default: %(default)s)")
     parser.add_argument("--out", default=None, help="directory for verdict.md and verdict.png (default: ./hpo-verdict-<study>)")
     parser.add_argument("--max-retry", type=at_least(0), default=Heartbeat.max_retry,
                         help="times a dead or interrupted trial is retried (default: %(default)s)")
@@ -64,16 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _prepare(args: argparse.Namespace, url: str) -> PreparedStudy:
-    existing = load(args.study_name, url)
-    space = resolve_space(Path(args.space) if args.space else stored_space(existing))
-    data = resolve_data(
-        args.data, seed=args.seed, text_column=args.text_column, label_column=args.label_column,
-        text_pair_column=args.text_pair_column, valid_data=args.valid_data, valid_fraction=args.valid_fraction,
-        empty_text=args.empty_text, task=space.task,
-    )
-    heartbeat = Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
-    return prepare_study(space, data, storage=url, study_name=args.study_name, seed=args.seed, heartbeat=heartbeat)
+def _options(args: argparse.Namespace, url: str) -> RunOptions:
+    given = {name: getattr(args, name) for name in RunOptions.model_fields if name in vars(args)}
+    return RunOptions(**{**given, "storage": url})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,12 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, stop, url = start_training_command(build_parser(), sys.argv[1:] if argv is None else argv)
 
     def body() -> int:
-        prepared = _prepare(args, url)
+        options = _options(args, url)
+        prepared = open_existing(args.space and Path(args.space), args.data, options)
         names = prepared.space.objective_names
         hooks = RunHooks(on_trial_finished=lambda t, _: print(trial_line(t, names), flush=True), stop_requested=stop.requested)
         verdict = run_verdict(
-            prepared, seeds=args.seeds, precisions=args.precisions, trial=args.trial, seed=args.seed, device=args.device,
-            cache_dir=args.cache_dir, artifacts=args.artifact_store, max_retry=args.max_retry, hooks=hooks,
+            prepared, options, seeds=args.seeds, precisions=args.precisions, trial=args.trial, hooks=hooks,
             announce=lambda line: print(line, flush=True),
         )
         if stop.requested():

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
-from hpo._errors import bounded_list, suggest_key
+from hpo._errors import suggest_key
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
 from trial_executor import PRECISION_ALIASES, TrainConfig
 
@@ -39,30 +38,32 @@ def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:
     return fixes
 
 
+def _matches(name: str, choice: Any, text: str) -> bool:
+    """Whether ``--fix`` text names ``choice``: read as the choice's type (``fp_precision`` aliases match too)."""
+    if isinstance(choice, bool):
+        return text.lower() == str(choice).lower()
+    if isinstance(choice, (int, float)):
+        try:
+            return float(text) == choice
+        except ValueError:
+            return False
+    return text == choice or (name == "fp_precision" and canonical_precision(text) == canonical_precision(choice))
+
+
 def _parse_value(name: str, p: CategoricalParam | FloatParam | IntParam, text: str) -> Any:
-    """``text`` read with the parameter's type and checked against its choices or range."""
+    """``text`` read with the parameter's type and checked against its choices or range (:meth:`problem_with`)."""
     where = f"--fix {name}={text}"
+    value: Any
     if isinstance(p, CategoricalParam):
-        for choice in p.choices:
-            if isinstance(choice, bool):
-                matches = text.lower() == str(choice).lower()
-            elif isinstance(choice, (int, float)):
-                try:
-                    matches = float(text) == choice
-                except ValueError:
-                    matches = False
-            else:
-                matches = text == choice or (name == "fp_precision" and canonical_precision(text) == canonical_precision(choice))
-            if matches:
-                return choice
-        raise SearchSpaceError(f"{where}: not one of the choices [{bounded_list(map(repr, p.choices))}]")
-    try:
-        value: float = int(text) if isinstance(p, IntParam) else float(text)
-    except ValueError:
-        kind = "a whole number" if isinstance(p, IntParam) else "a number"
-        raise SearchSpaceError(f"{where}: expected {kind}") from None
-    if not (math.isfinite(value) and p.low <= value <= p.high):
-        raise SearchSpaceError(f"{where}: outside the searched range [{p.low}, {p.high}]")
-    if p.step and not math.isclose((value - p.low) / p.step, round((value - p.low) / p.step), abs_tol=1e-9):
-        raise SearchSpaceError(f"{where}: not on the step grid (low {p.low}, step {p.step})")
+        # Unmatched, the text itself is checked: it is no choice, and the message lists them.
+        value = next((choice for choice in p.choices if _matches(name, choice, text)), text)
+    else:
+        try:
+            value = int(text) if isinstance(p, IntParam) else float(text)
+        except ValueError:
+            kind = "a whole number" if isinstance(p, IntParam) else "a number"
+            raise SearchSpaceError(f"{where}: expected {kind}") from None
+    problem = p.problem_with(value, within="the searched range")
+    if problem:
+        raise SearchSpaceError(f"{where}: {problem.removeprefix('is ')}")
     return value

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from hpo._errors import UserError
+from hpo._errors import UserError, bounded_list
 from hpo.space._measures import Strict
 
 
@@ -18,7 +18,26 @@ class SearchSpaceError(UserError):
 Choice = str | int | float | bool
 
 
-class CategoricalParam(Strict):
+class _Membership(Strict):
+    """What every param type answers: whether a value is one it can sample, and if not, why (the one rule)."""
+
+    def problem_with(self, value: Any, *, within: str = "") -> str | None:
+        """Why ``value`` is not a value of this param, as a phrase starting with ``is``; ``None`` when it is.
+
+        ``within`` names a numeric param's range in the phrase (``"is outside the space's range [1, 8]"``).
+        """
+        raise NotImplementedError
+
+    def contains(self, value: Any) -> bool:
+        return self.problem_with(value) is None
+
+
+class _NumericRange(_Membership):
+    def problem_with(self, value: Any, *, within: str = "") -> str | None:
+        return _range_problem(self, value, within)  # type: ignore[arg-type]  # FloatParam and IntParam only
+
+
+class CategoricalParam(_Membership):
     type: Literal["categorical"]
     choices: list[Choice] = Field(min_length=1)
     default: Choice | None = None
@@ -29,8 +48,10 @@ class CategoricalParam(Strict):
             return self.choices[0]
         return next(c for c in self.choices if same_choice(c, self.default))
 
-    def contains(self, value: Any) -> bool:
-        return any(same_choice(c, value) for c in self.choices)
+    def problem_with(self, value: Any, *, within: str = "") -> str | None:
+        if any(same_choice(c, value) for c in self.choices):
+            return None
+        return f"is not one of the choices [{bounded_list(map(repr, self.choices))}]"
 
     def describe(self) -> str:
         return f"choices {self.choices}"
@@ -41,15 +62,23 @@ def same_choice(a: Choice, b: Choice) -> bool:
     return a == b and isinstance(a, bool) == isinstance(b, bool)
 
 
-def _in_range(p: FloatParam | IntParam, value: Any) -> bool:
+def _range_problem(p: FloatParam | IntParam, value: Any, within: str) -> str | None:
+    """The one membership rule of a numeric param: a finite number (whole for ints), in range, on the step grid.
+
+    The phrase starts with ``is``; ``within`` names the range in it (``"is outside the space's range [1, 8]"``).
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return False
+        return "is not a finite number"
+    if isinstance(p, IntParam) and not float(value).is_integer():
+        return "is not a whole number"
     if not p.low <= value <= p.high:
-        return False
-    return not p.step or math.isclose((value - p.low) / p.step, round((value - p.low) / p.step), abs_tol=1e-9)
+        return " ".join(filter(None, ("is outside", within, f"[{p.low}, {p.high}]")))
+    if p.step and not math.isclose((value - p.low) / p.step, round((value - p.low) / p.step), abs_tol=1e-9):
+        return f"is not on the step grid (low {p.low}, step {p.step})"
+    return None
 
 
-class FloatParam(Strict):
+class FloatParam(_NumericRange):
     type: Literal["float"]
     low: float
     high: float
@@ -69,14 +98,11 @@ class FloatParam(Strict):
             value = (self.low + self.high) / 2
         return min(max(value, self.low), self.high)
 
-    def contains(self, value: Any) -> bool:
-        return _in_range(self, value)
-
     def describe(self) -> str:
         return f"range [{self.low}, {self.high}]" + (f" (step {self.step})" if self.step else "")
 
 
-class IntParam(Strict):
+class IntParam(_NumericRange):
     type: Literal["int"]
     low: int
     high: int
@@ -94,9 +120,6 @@ class IntParam(Strict):
         while value > self.high:
             value -= self.step
         return max(value, self.low)
-
-    def contains(self, value: Any) -> bool:
-        return isinstance(value, int) and _in_range(self, value)
 
     def describe(self) -> str:
         return f"integer range [{self.low}, {self.high}]" + (f" (step {self.step})" if self.step > 1 else "")

@@ -1,7 +1,8 @@
 """Which search space a run takes: a file, a mapping or a space given; else the one that suits the model.
 
-``--model`` and ``--fix`` are applied to the parsed space, and every model the space can train
-is checked (its name and the longest ``max_length`` it can get) before anything is written.
+``--model`` and ``--fix`` are applied to the parsed space; :func:`check_models` checks every model
+the space can train (its name and the longest ``max_length`` it can get), which the run does
+once, after its cheap checks and before anything is written.
 """
 
 from __future__ import annotations
@@ -14,20 +15,23 @@ from typing import Any
 from hpo._errors import UserError
 from hpo.space._params import SearchSpaceError
 from hpo.space._space import DEFAULT_SPACE, FINETUNE_SPACE, SearchSpace
-from hpo.space._space_loading import load_search_space, parse_search_space
+from hpo.space._space_loading import checked, load_search_space, parse_search_space
 
 SpaceLike = str | Path | Mapping[str, Any] | SearchSpace
 
 
 def with_model(space: SearchSpace, model: str) -> SearchSpace:
-    """``space`` with ``model`` fixed in place of whatever it searched or fixed (``--model NAME``)."""
-    raw = space.stored_form()
-    raw["params"].pop("model", None)
-    raw["fixed"] = {**raw.get("fixed", {}), "model": model}
-    if not raw["params"]:
+    """``space`` with ``model`` fixed in place of whatever it searched or fixed (``--model NAME``).
+
+    Changed on the parsed space and checked as a parsed space is (an ``enqueue`` entry that sets
+    the model, say, is refused), without writing it out and reading it back.
+    """
+    params = {name: p for name, p in space.params.items() if name != "model"}
+    if not params:
         raise SearchSpaceError("--model: the space searches nothing but model; give a space with other params, or --space")
+    swapped = space.model_copy(update={"params": params, "fixed": {**space.fixed, "model": model}})
     fixes = {k: v for k, v in space.fixes.items() if k != "model"}
-    return parse_search_space(raw, source="search space with --model").with_fixes(fixes)
+    return checked(swapped, "search space with --model").with_fixes(fixes)
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ def resolve_space(
 ) -> SearchSpace:
     """A validated search space from a YAML path, a mapping or a :class:`SearchSpace`; ``model`` and ``fix`` applied.
 
+    Its models are not checked here (see :func:`check_models`).
+
     ``space=None``: the space follows the model (:func:`choose_space`), and ``announce`` gets the
     line saying which space was taken and why. A space given is always used as it is.
     """
@@ -79,11 +85,15 @@ def resolve_space(
         resolved = with_model(resolved, model)
     if fix:
         resolved = resolved.with_fixes({**resolved.fixes, **resolved.parse_fixes(list(fix))})
-    _check_models(resolved)
     return resolved
 
 
-def _check_models(space: SearchSpace) -> None:
+def check_models(space: SearchSpace) -> None:
+    """Every model ``space`` can train exists and takes the longest ``max_length`` a trial can get; else :class:`UserError`.
+
+    Seconds (it imports transformers): a run calls it once, after the cheap checks of its
+    flags, data and storage URL (:func:`hpo._api.open_run`).
+    """
     # Imported here: transformers takes seconds to import, which a mistyped space should not wait for.
     from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_max_length, check_model_name
 

@@ -14,7 +14,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from hpo.space._fixes import canonical_precision, parse_fixes
 from hpo.space._measures import NamedObjective, Objective, Strict
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
-from trial_executor import METRICS, PRECISIONS, TASK_METRICS
+from trial_executor import METRICS, PRECISIONS, TASK_METRICS, TASKS
 
 DEFAULT_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
 # The space a pretrained model gets when none is given: learning rates for fine-tuning, not for random init.
@@ -141,8 +141,8 @@ class SearchSpace(Strict):
 
     objective: Objective | None = None
     objectives: list[NamedObjective] | None = Field(default=None, min_length=1)
-    # What the labels are for; auto: what the data's labels say (trial_executor.data._values).
-    task: Literal["auto", "classification", "regression", "multi_label"] = "auto"
+    # What the labels are for (the executor's TASKS); auto: what the data's labels say.
+    task: Literal[("auto", *TASKS)] = "auto"  # type: ignore[valid-type]
     pruner: PrunerSpec = NoPruner(type="none")
     sampler: SamplerSpec = TPESamplerSpec(type="tpe")
     params: dict[str, Param] = Field(min_length=1)

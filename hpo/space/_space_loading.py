@@ -11,10 +11,10 @@ import pydantic
 import yaml
 from pydantic import BaseModel
 
-from hpo._errors import bounded_list, suggest_key
+from hpo._errors import suggest_key
 from hpo.space._fixes import canonical_precision
 from hpo.space._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective
-from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError, same_choice
+from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
 from hpo.space._space import (
     DEFAULT_SPACE,
     RESERVED_KEYS,
@@ -74,18 +74,8 @@ def _pydantic_message(error: dict[str, Any]) -> str:
 
 
 def _check_default(name: str, p: CategoricalParam | FloatParam | IntParam) -> str | None:
-    if p.default is None:
-        return None
-    where = f"params.{name}.default"
-    if isinstance(p, CategoricalParam):
-        if not any(same_choice(c, p.default) for c in p.choices):
-            return f"{where}: {p.default!r} is not one of the choices [{bounded_list(map(repr, p.choices))}]"
-        return None
-    if not p.low <= p.default <= p.high:
-        return f"{where}: {p.default!r} is outside [{p.low}, {p.high}]"
-    if p.step and not math.isclose((p.default - p.low) / p.step, round((p.default - p.low) / p.step), abs_tol=1e-9):
-        return f"{where}: {p.default!r} is not on the step grid (low {p.low}, step {p.step})"
-    return None
+    problem = None if p.default is None else p.problem_with(p.default)
+    return problem and f"params.{name}.default: {p.default!r} {problem}"
 
 
 def _check_objectives(space: SearchSpace) -> str | None:
@@ -172,12 +162,13 @@ def _check_semantics(space: SearchSpace) -> str | None:
         if problem:
             return problem
     precisions = space.params.get("fp_precision")
-    candidates = precisions.choices if isinstance(precisions, CategoricalParam) else [space.fixed.get("fp_precision", "fp32")]
+    defaults = TrainConfig.defaults()  # what a trial gets for a field the space neither searches nor fixes
+    candidates = precisions.choices if isinstance(precisions, CategoricalParam) else [space.fixed.get("fp_precision", defaults["fp_precision"])]
     for value in candidates:
         if canonical_precision(value) not in PRECISIONS:
             return f"unknown precision {value!r}; expected one of {', '.join(PRECISIONS)} (or none = fp32)"
     finetune = space.params.get("finetune")
-    modes = finetune.choices if isinstance(finetune, CategoricalParam) else [space.fixed.get("finetune", "full")]
+    modes = finetune.choices if isinstance(finetune, CategoricalParam) else [space.fixed.get("finetune", defaults["finetune"])]
     if "lora" in modes:
         # Here, not at the top: _lora imports torch, which reading a space should not need.
         from trial_executor.model import INSTALL_HINT, peft_available
@@ -210,6 +201,15 @@ def parse_search_space(raw: Any, source: str = "search space") -> SearchSpace:
         # An unknown key usually explains the errors that follow it (a typo'd "params").
         first = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
         raise SearchSpaceError(f"{source}: {_pydantic_message(first)}") from None
+    return checked(space, source)
+
+
+def checked(space: SearchSpace, source: str) -> SearchSpace:
+    """``space`` once it passes the checks its types alone do not make (the same as a parsed space's).
+
+    For a space changed in code (``model_copy(update=...)``, which pydantic does not validate):
+    :class:`SearchSpaceError` naming ``source`` and the first problem.
+    """
     problem = _check_semantics(space)
     if problem:
         raise SearchSpaceError(f"{source}: {problem}")

@@ -5,6 +5,7 @@ torch-bound names; ``hpo.make_objective`` defers it.
 """
 
 from hpo._attrs import BASELINE_ATTR
+from hpo.study._options import RunOptions
 from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_REASONS, SKIP_UNSUPPORTED, TrialFailedError
 from hpo.study._study import counts_toward_budget, finished_count, open_study, run_to_budget
 
@@ -14,6 +15,7 @@ __all__ = [
     "SKIP_OOM",
     "SKIP_REASONS",
     "SKIP_UNSUPPORTED",
+    "RunOptions",
     "TrialFailedError",
     "counts_toward_budget",
     "finished_count",

@@ -43,6 +43,7 @@ from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError, check_enqueued
 from hpo.storage._checkpoints import TrialCheckpoints
 from hpo.study._liveness import worker_identity
+from hpo.study._options import RunOptions
 from hpo.study._outcomes import INTERRUPTED, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, TrialFailedError
 from trial_executor import (
     METRICS,
@@ -173,11 +174,8 @@ class Objective:
 
     space: SearchSpace
     data: TextClassificationData
-    base_seed: int
-    device: str
-    cache_dir: str | None = None
+    options: RunOptions
     checkpoints: FileSystemArtifactStore | None = None
-    keep_checkpoints: bool = False
     stop_requested: Callable[[], bool] | None = None
     progress: Callable[[int, StepProgress], None] | None = None
     on_evaluation: Callable[[optuna.Trial, int, dict[str, float]], None] | None = None
@@ -196,7 +194,7 @@ class Objective:
         finally:
             # After training, so tf32_enabled is the state this trial ran with.
             with contextlib.suppress(RuntimeError):  # --device cuda without CUDA: nothing to describe
-                trial.set_user_attr(HARDWARE_ATTR, hardware_metadata(resolve_device(self.device)))
+                trial.set_user_attr(HARDWARE_ATTR, hardware_metadata(resolve_device(self.options.device)))
             if saved is not None:
                 saved.close(finished=not interrupted)
 
@@ -213,11 +211,11 @@ class Objective:
         trial.set_user_attr(WORKER_ATTR, worker_identity(trial.number))
         check_enqueued(self.space, system_attrs.get("fixed_params") or {})
         params = self.space.suggest(trial)
-        seed = (self.base_seed + (trial.number if original is None else original)) % _SEED_MODULUS
+        seed = (self.options.seed + (trial.number if original is None else original)) % _SEED_MODULUS
         verdict = verdict_trial_of(trial)  # type: ignore[arg-type]
         if verdict is not None:  # paired across precisions: the verdict's seed, whatever the trial's number
             params, seed = {**params, "fp_precision": verdict["precision"]}, verdict["seed"]
-        config = executor_config(params, self.space, seed=seed, device=self.device, cache_dir=self.cache_dir)
+        config = executor_config(params, self.space, seed=seed, device=self.options.device, cache_dir=self.options.cache_path)
         trial.set_user_attr(CONFIG_ATTR, config.to_dict())
         return config, original
 
@@ -228,7 +226,7 @@ class Objective:
             if original is None:
                 # A retry lists its predecessor's config.json already: Optuna copies the system attrs.
                 _upload_config(trial, self.checkpoints, config)
-            return TrialCheckpoints(trial, self.checkpoints, keep=self.keep_checkpoints)
+            return TrialCheckpoints(trial, self.checkpoints, keep=self.options.keep_checkpoints)
         except OSError as err:  # a read-only or full artifact store costs the checkpoints, not the trial
             _logger.warning("trial %d runs without checkpoints: the artifact store cannot be written (%s)", trial.number, err)
             return None
@@ -290,20 +288,22 @@ class Objective:
 def make_objective(
     space: SearchSpace,
     data: TextClassificationData,
+    options: RunOptions | None = None,
     *,
-    base_seed: int,
-    device: str,
-    cache_dir: str | None = None,
     checkpoints: FileSystemArtifactStore | None = None,
-    keep_checkpoints: bool = False,
     stop_requested: Callable[[], bool] | None = None,
     progress: Callable[[int, StepProgress], None] | None = None,
     on_evaluation: Callable[[optuna.Trial, int, dict[str, float]], None] | None = None,
+    base_seed: int | None = None,
+    device: str | None = None,
 ) -> Objective:
     """An Optuna objective that trains one config per trial and records what it measured.
 
-    Each trial's seed is ``base_seed + trial.number`` (a retry keeps its original's seed). It
-    returns one value per objective of ``space`` (a float for one objective, a tuple for
+    ``options`` (:class:`hpo.study.RunOptions`): the run's seed, device, tokenized-data cache and
+    whether checkpoints are kept; ``base_seed`` and ``device`` alone (the form before
+    ``RunOptions``) stand for ``RunOptions(seed=base_seed, device=device, artifact_store=None)``.
+    Each trial's seed is the run's seed plus ``trial.number`` (a retry keeps its original's seed).
+    It returns one value per objective of ``space`` (a float for one objective, a tuple for
     several). See :mod:`hpo.study._outcomes` for how trials end; ``hardware`` and ``worker`` are
     recorded whatever happens. An enqueued value outside ``space`` or a config the executor
     refuses fails the trial with a ``fail_reason``. With ``checkpoints`` (an artifact store),
@@ -313,7 +313,10 @@ def make_objective(
     update)`` receives the executor's progress updates, ``on_evaluation(trial, step, metrics)``
     every evaluation's metrics.
     """
+    if options is None:
+        options = RunOptions(seed=base_seed or 0, device=device or "auto", artifact_store=None)
+    elif base_seed is not None or device is not None:
+        raise TypeError("make_objective: give options, or base_seed and device, not both")
     return Objective(
-        space, data, base_seed, device, cache_dir=cache_dir, checkpoints=checkpoints, keep_checkpoints=keep_checkpoints,
-        stop_requested=stop_requested, progress=progress, on_evaluation=on_evaluation,
+        space, data, options, checkpoints=checkpoints, stop_requested=stop_requested, progress=progress, on_evaluation=on_evaluation,
     )

@@ -1,6 +1,7 @@
 """A run's options checked before storage is touched: each bad value is one :class:`UserError` naming the fix.
 
-Plain functions of plain values, so the command line and a Python caller check the same way.
+Plain functions of plain values; :class:`hpo.study._options.RunOptions` calls them when it is
+built, so the command line and a Python caller check the same way.
 """
 
 from __future__ import annotations
@@ -95,18 +96,3 @@ def check_writable_directory(path: str | Path, flag: str) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         where = "" if existing == directory else f" (nor can it be created in {existing})"
         raise UserError(f"{flag} {directory} is not writable{where}; pass a writable directory")
-
-
-def check_run_options(
-    *, seed: int, device: str, study_name: str, artifact_store: str | Path | None, cache_dir: str | Path,
-    heartbeat: tuple[int, int] | None = None,
-) -> None:
-    """Every check above; the first problem raises :class:`UserError`. ``heartbeat``: ``(interval, grace_period)``."""
-    check_study_name(study_name)
-    check_seed(seed)
-    if heartbeat is not None:
-        check_heartbeat(*heartbeat)
-    if artifact_store is not None:  # None: no checkpoints, no kept model (the Python API)
-        check_writable_directory(artifact_store, "--artifact-store")
-    check_writable_directory(cache_dir, "--cache-dir")
-    check_device(device)

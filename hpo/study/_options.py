@@ -1,0 +1,122 @@
+"""A run's options, read once: ``python -m hpo run``'s flags and :func:`hpo.optimize`'s keyword arguments alike.
+
+:class:`RunOptions` is what both entry points build and what the study's steps take whole
+(opening the study, the objective, the workers, Ray actors, the verdict). Building one checks
+it: each bad value is one :class:`UserError` naming the fix, before storage is touched.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, get_args
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from hpo._errors import UserError
+from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
+from hpo.storage._storage import Heartbeat, resolve_storage_url
+from hpo.study._run_checks import check_device, check_heartbeat, check_seed, check_study_name, check_writable_directory
+from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
+from trial_executor import TrainConfig
+
+DEFAULT_STUDY_NAME = "precision-demo"
+DEFAULT_N_TRIALS = 8
+# Where a trial can train: the executor's own choices (TrainConfig.device).
+DEVICES: tuple[str, ...] = get_args(TrainConfig.model_fields["device"].annotation)
+CACHE_ENV = "HPO_CACHE_DIR"
+DEFAULT_CACHE_DIR = "~/.cache/precision-hpo/tokenized"
+
+Track = str | tuple[str, ...]  # a tracker kind, or a kind and its arguments (make_trackers)
+
+
+def resolve_cache_dir(cache_dir: str | None) -> str:
+    """The tokenized-data cache: ``cache_dir``, else ``$HPO_CACHE_DIR``, else the user's cache folder."""
+    return str(Path(cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser())
+
+
+class RunOptions(BaseModel):
+    """Everything a run is told besides its space and data, checked when built; frozen and picklable.
+
+    The fields are ``python -m hpo run``'s flags (``--n-trials`` is ``n_trials``). ``storage``:
+    a database URL (``None``: ``$HPO_STORAGE``, else the demo SQLite file; see :attr:`url`);
+    ``cache_dir`` is resolved where trials run (:attr:`cache_path`); ``artifact_store=None``:
+    no checkpoints and no kept best model. ``model`` and ``fix`` are applied to the space;
+    the data flags read a data file. ``ray``: ``False``, ``True`` (a cluster started here) or an
+    address; ``verdict``: seeds of the verdict after the budget (``None``: the space's ``verdict:``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    storage: str | None = None
+    study_name: str = DEFAULT_STUDY_NAME
+    n_trials: int = DEFAULT_N_TRIALS
+    timeout: float | None = None
+    seed: int = 0
+    device: str = "auto"
+    model: str | None = None
+    fix: tuple[str, ...] = ()
+    text_column: str = "text"
+    label_column: str = "label"
+    text_pair_column: str | None = None
+    valid_data: str | Path | None = None
+    valid_fraction: float = 0.1
+    empty_text: str = "drop"
+    cache_dir: str | None = None
+    artifact_store: str | None = DEFAULT_ARTIFACT_DIR
+    keep_checkpoints: bool = False
+    heartbeat_interval: int = Heartbeat.interval
+    grace_period: int = Heartbeat.grace_period
+    max_retry: int = Heartbeat.max_retry
+    track: tuple[Track, ...] = ()
+    warm_start: str | None = None
+    warm_start_trials: int = DEFAULT_WARM_START_TRIALS
+    ray: bool | str = False
+    workers: int | None = None
+    gpus_per_trial: float | None = None
+    verdict: int | None = None
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except pydantic.ValidationError as err:
+            # A wrong type from a Python caller: one line, as for every other bad input.
+            first = err.errors()[0]
+            where = ".".join(map(str, first["loc"]))
+            raise UserError(f"{where}: {first['msg']} (got {first['input']!r}); pass a value of that type") from None
+
+    @model_validator(mode="after")
+    def _check(self) -> RunOptions:
+        # The cheap checks first; --device cuda imports torch.
+        if self.device not in DEVICES:
+            raise UserError(f"--device {self.device!r} is not one of {', '.join(DEVICES)}; pass one of them")
+        check_study_name(self.study_name)
+        check_seed(self.seed)
+        check_heartbeat(self.heartbeat_interval, self.grace_period)
+        if self.warm_start_trials < 1:
+            raise UserError(f"warm_start_trials must be at least 1, got {self.warm_start_trials}")
+        if self.artifact_store is not None:
+            check_writable_directory(self.artifact_store, "--artifact-store")
+        check_writable_directory(self.cache_path, "--cache-dir")
+        check_device(self.device)
+        return self
+
+    @property
+    def url(self) -> str:
+        """The storage URL this run opens (:func:`hpo.storage.resolve_storage_url`)."""
+        return resolve_storage_url(self.storage)
+
+    @property
+    def cache_path(self) -> str:
+        """The tokenized-data cache on this machine (:func:`resolve_cache_dir`)."""
+        return resolve_cache_dir(self.cache_dir)
+
+    @property
+    def heartbeat(self) -> Heartbeat:
+        return Heartbeat(self.heartbeat_interval, self.grace_period, self.max_retry)
+
+    def data_options(self) -> dict[str, Any]:
+        """:func:`hpo._api.resolve_data`'s keyword arguments: the data flags and the seed of the validation split."""
+        names = ("seed", "text_column", "label_column", "text_pair_column", "valid_data", "valid_fraction", "empty_text")
+        return {name: getattr(self, name) for name in names}
