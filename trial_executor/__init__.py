@@ -13,8 +13,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from trial_executor._caches import clear_caches
-from trial_executor._config import METRICS, MINIMIZED_METRICS, PRECISION_ALIASES, PRECISIONS, TASK_METRICS, TASKS, TrainConfig
+from trial_executor._config import (
+    DEVICES,
+    METRICS,
+    MINIMIZED_METRICS,
+    PRECISION_ALIASES,
+    PRECISIONS,
+    TASK_METRICS,
+    TASKS,
+    TrainConfig,
+)
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
+from trial_executor._precisions import MIXED_PRECISION
 from trial_executor._result import ProgressFn, StepProgress, TrialResult
 from trial_executor.data import DataError, TextClassificationData, demo_dataset, load_text_classification, make_synthetic_reviews
 
@@ -62,8 +72,10 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CHECKPOINT_FILE",
+    "DEVICES",
     "METRICS",
     "MINIMIZED_METRICS",
+    "MIXED_PRECISION",
     "PRECISIONS",
     "PRECISION_ALIASES",
     "PRESETS",

@@ -199,8 +199,16 @@ class TrainConfig(BaseModel):
         return {name: getattr(self, name) for name in type(self).model_fields}
 
     def stop_metric(self, task: str) -> str:
-        """The metric early stopping watches on ``task``'s data: ``early_stopping_metric``, else the task's first."""
-        return self.early_stopping_metric or TASK_METRICS[task][0]
+        """The metric early stopping watches on ``task``'s data: ``early_stopping_metric``, else the task's first.
+
+        Raises ``ValueError`` when ``early_stopping_metric`` is not measured on ``task``'s data.
+        """
+        measured = TASK_METRICS[task]
+        if self.early_stopping_metric is not None and self.early_stopping_metric not in measured:
+            raise ValueError(
+                f"early_stopping_metric {self.early_stopping_metric!r} is not measured for {task} data; use one of {', '.join(measured)}"
+            )
+        return self.early_stopping_metric or measured[0]
 
     @property
     def eval_interval_steps(self) -> int:

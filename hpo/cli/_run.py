@@ -28,15 +28,14 @@ from hpo.reporting._run_lines import run_summary, trial_line
 from hpo.reporting._verdict import verdict_table
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
-from hpo.study._options import CACHE_ENV, DEFAULT_CACHE_DIR, DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, DEVICES, RunOptions
+from hpo.study._options import CACHE_ENV, DEFAULT_CACHE_DIR, DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions
 from hpo.study._outcomes import quiet_trial_failures
 from hpo.study._ray_workers import WorkerLostError
 from hpo.study._run_checks import check_gpus
 from hpo.study._study import TooManyFailuresError, finished_count
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
 from hpo.study._workers import WORKER_INDEX_ENV, StopSignal, run_workers
-from trial_executor import PRECISIONS, DataError
-from trial_executor._precisions import MIXED_PRECISION
+from trial_executor import DEVICES, MIXED_PRECISION, PRECISIONS, DataError
 
 PROG = command_prog("run")
 

@@ -24,10 +24,10 @@ from hpo.reporting._run_lines import trial_line
 from hpo.reporting._verdict import write_verdict
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import Heartbeat
-from hpo.study._options import DEFAULT_STUDY_NAME, DEVICES, RunOptions
+from hpo.study._options import DEFAULT_STUDY_NAME, RunOptions
 from hpo.study._study import TooManyFailuresError
 from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, MAX_VERDICT_SEEDS
-from trial_executor import PRECISIONS, DataError
+from trial_executor import DEVICES, PRECISIONS, DataError
 
 PROG = command_prog("verdict")
 

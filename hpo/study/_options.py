@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -19,12 +19,11 @@ from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import Heartbeat, resolve_storage_url
 from hpo.study._run_checks import check_device, check_heartbeat, check_seed, check_study_name, check_writable_directory
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
-from trial_executor import TrainConfig
+from trial_executor import DEVICES
 
 DEFAULT_STUDY_NAME = "precision-demo"
 DEFAULT_N_TRIALS = 8
 # Where a trial can train: the executor's own choices (TrainConfig.device).
-DEVICES: tuple[str, ...] = get_args(TrainConfig.model_fields["device"].annotation)
 CACHE_ENV = "HPO_CACHE_DIR"
 DEFAULT_CACHE_DIR = "~/.cache/precision-hpo/tokenized"
 

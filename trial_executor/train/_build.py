@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from trial_executor._config import TASK_METRICS, TrainConfig
+from trial_executor._config import TrainConfig
 from trial_executor.batches import (
     Collation,
     StaticCollation,
@@ -139,12 +139,7 @@ def build_trial(
 
     ``source`` is ``config.model`` resolved already (the trial's one check of the name); ``None``: resolved here.
     """
-    measured = TASK_METRICS[data.task]
-    if config.early_stopping_metric is not None and config.early_stopping_metric not in measured:
-        raise ValueError(
-            f"early_stopping_metric {config.early_stopping_metric!r} is not measured for {data.task} data; "
-            f"use one of {', '.join(measured)}"
-        )
+    config.stop_metric(data.task)  # an unmeasured early-stopping metric fails before any work
     model, tokenizer = load_model(source or config.model, data.label_names, data.train_texts, data.task)
     if config.finetune == "lora":
         model = apply_lora(model, config)  # adapters injected in place; the model keeps its class
