@@ -3,6 +3,11 @@
 Each trial comes with its objective values, its sampled params and ``fixed``: the trial's
 resolved training config (the ``config`` user attribute, run flags such as the seed left out),
 which pasted into a search space's ``fixed:`` section trains that configuration again.
+
+examples:
+  %(prog)s --study-name precision-demo                  # YAML, fixed: block ready to paste
+  %(prog)s --study-name precision-demo --format space > best.yaml   # then: python -m hpo run --space best.yaml
+  %(prog)s --study-name sst2 --format json --storage postgresql://user:pass@db:5432/hpo
 """
 
 from __future__ import annotations
@@ -27,15 +32,7 @@ BEST_CONFIG_FILE = "hpo-best.yaml"
 
 
 def build_parser() -> Parser:
-    parser = Parser(
-        PROG, __doc__,
-        epilog=(
-            "examples:\n"
-            f"  {PROG} --study-name precision-demo                  # YAML, fixed: block ready to paste\n"
-            f"  {PROG} --study-name precision-demo --format space > best.yaml   # then: python -m hpo run --space best.yaml\n"
-            f"  {PROG} --study-name sst2 --format json --storage postgresql://user:pass@db:5432/hpo"
-        ),
-    )
+    parser = Parser(PROG, __doc__)
     parser.add_argument("--study-name", required=True, help="the study to read")
     add_storage_argument(parser)
     parser.add_argument(

@@ -4,6 +4,10 @@ Prints the hardware report every trial records, which precisions the device supp
 why not), and a short speed test: a few training steps of a random-init BERT on random
 tokens under each precision's autocast policy, with time per step, speedup against fp32 and
 peak memory. Use ``--model bert-base-random`` on a GPU for realistic figures.
+
+examples:
+  %(prog)s                                        # short check on this machine's default device
+  %(prog)s --device cuda                          # bert-base-random, batch 32 and 256 x 128 tokens
 """
 
 from __future__ import annotations
@@ -33,14 +37,7 @@ def _model(name: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog=PROG, description=__doc__,
-        epilog=(
-            "examples:\n"
-            f"  {PROG}                                        # short check on this machine's default device\n"
-            f"  {PROG} --device cuda                          # bert-base-random, batch 32 and 256 x 128 tokens"
-        ),
-    )
+    parser = Parser(PROG, __doc__)
     # The defaults keep a CPU check short; on a GPU they are what a study sees: bert-base, batch 32 and 256 x 128 tokens.
     parser.add_argument(
         "--model", type=_model, default=None,

@@ -6,6 +6,11 @@ objective values, learning curve, user attributes (``hardware``, throughput, ``c
 and artifacts (its resolved ``config.json``) when the dashboard is given the study's
 ``--artifact-store``. The dashboard has no authentication: it listens on 127.0.0.1 unless
 ``--host`` says otherwise (then use a private network, an SSH tunnel or an authenticating proxy).
+
+examples:
+  %(prog)s                                   # sqlite:///hpo-studies.db on http://127.0.0.1:8080/
+  %(prog)s --storage "$HPO_STORAGE" --artifact-store /shared/hpo-artifacts --port 8081
+  ssh -L 8080:127.0.0.1:8080 head-node     # then, on the head node: %(prog)s
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from hpo.cli._parsing import Parser, add_storage_argument, command_prog, port, r
 from hpo.reporting._dashboard import address, is_loopback, make_dashboard_server
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, existing_artifact_store
 from hpo.storage._inspect import open_existing_storage
-from hpo.storage._storage import STORAGE_ENV, mask_url
+from hpo.storage._storage import mask_url
 
 PROG = command_prog("dashboard")
 DEFAULT_HOST = "127.0.0.1"
@@ -28,15 +33,7 @@ DEFAULT_PORT = 8080
 
 
 def build_parser() -> Parser:
-    parser = Parser(
-        PROG, __doc__,
-        epilog=(
-            "examples:\n"
-            f"  {PROG}                                   # sqlite:///hpo-studies.db on http://127.0.0.1:8080/\n"
-            f"  {PROG} --storage \"${STORAGE_ENV}\" --artifact-store /shared/hpo-artifacts --port 8081\n"
-            f"  ssh -L 8080:127.0.0.1:8080 head-node     # then, on the head node: {PROG}"
-        ),
-    )
+    parser = Parser(PROG, __doc__)
     add_storage_argument(parser)
     parser.add_argument(
         "--host", default=DEFAULT_HOST,

@@ -5,6 +5,10 @@ Columns: ``number``, ``state``, start and completion times, ``duration_s``,
 dotted keys (``hardware.device_name``, ``metrics.accuracy``, ``config.batch_size``). In CSV,
 lists are JSON text and missing values are empty. ``--verdict``: the study's precision verdict
 instead, one row per precision (``python -m hpo verdict`` computes it).
+
+examples:
+  %(prog)s --study-name precision-demo --format csv --out trials.csv
+  %(prog)s --study-name sst2 --format json --storage postgresql://user:pass@db:5432/hpo > trials.json
 """
 
 from __future__ import annotations
@@ -24,14 +28,7 @@ PROG = command_prog("export")
 
 
 def build_parser() -> Parser:
-    parser = Parser(
-        PROG, __doc__,
-        epilog=(
-            "examples:\n"
-            f"  {PROG} --study-name precision-demo --format csv --out trials.csv\n"
-            f"  {PROG} --study-name sst2 --format json --storage postgresql://user:pass@db:5432/hpo > trials.json"
-        ),
-    )
+    parser = Parser(PROG, __doc__)
     parser.add_argument("--study-name", required=True, help="the study to export")
     parser.add_argument("--format", choices=("csv", "json"), required=True, help="csv or json")
     parser.add_argument("--out", default=None, help="file to write (default: standard output)")

@@ -28,9 +28,15 @@ def command_prog(command: str) -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """``argparse`` that reports a bad flag in one line, without the usage dump."""
+    """``argparse`` that reports a bad flag in one line, without the usage dump.
 
-    def __init__(self, prog: str, description: str | None, epilog: str) -> None:
+    ``doc`` is the command module's docstring: the description, then its ``examples:`` section
+    (``%(prog)s`` in it is the command), which ``--help`` shows after the flags.
+    """
+
+    def __init__(self, prog: str, doc: str | None) -> None:
+        description, found, examples = (doc or "").partition("\nexamples:\n")
+        epilog = "examples:\n" + examples.rstrip() if found else None
         super().__init__(prog=prog, description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
 
     def error(self, message: str) -> NoReturn:

@@ -9,6 +9,11 @@ trials whose worker died) live in ``RDBStorage`` only, so the stale-trial sweep 
 process that uses the database directly, e.g. this proxy or any worker started with the
 ``postgresql://`` URL, never in a ``grpc://`` worker. The proxy has no authentication or TLS:
 listen on 127.0.0.1 (the default) or a private network only.
+
+examples:
+  %(prog)s --storage postgresql://user:pass@db:5432/hpo              # listens on 127.0.0.1:13000
+  %(prog)s --storage "$HPO_STORAGE" --host 0.0.0.0 --port 13000   # private network only
+  python -m hpo.run --storage grpc://PROXY_HOST:13000 --study-name sst2   # on each worker
 """
 
 from __future__ import annotations
@@ -32,15 +37,7 @@ DEFAULT_PORT = 13000
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog=PROG, description=__doc__,
-        epilog=(
-            "examples:\n"
-            f"  {PROG} --storage postgresql://user:pass@db:5432/hpo              # listens on 127.0.0.1:13000\n"
-            f"  {PROG} --storage \"$HPO_STORAGE\" --host 0.0.0.0 --port 13000   # private network only\n"
-            "  python -m hpo.run --storage grpc://PROXY_HOST:13000 --study-name sst2   # on each worker"
-        ),
-    )
+    parser = Parser(PROG, __doc__)
     parser.add_argument(
         "--storage", default=None,
         help=f"the database: sqlite:///file.db or postgresql://user:pass@host:5432/db (default: ${STORAGE_ENV}, else sqlite:///hpo-studies.db)",

@@ -2,6 +2,10 @@
 
 Writes ``report.md`` and ``precision_tradeoff.png`` (the objective metric against training
 samples/s, one colour per precision, the front circled) into ``--out`` and prints the tables.
+
+examples:
+  %(prog)s --study-name precision-demo                  # ./hpo-report-precision-demo/report.md
+  %(prog)s --study-name sst2 --storage postgresql://user:pass@db:5432/hpo --out reports/sst2
 """
 
 from __future__ import annotations
@@ -25,14 +29,7 @@ REPORT_NAME = "report.md"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog=PROG, description=__doc__,
-        epilog=(
-            "examples:\n"
-            f"  {PROG} --study-name precision-demo                  # ./hpo-report-precision-demo/report.md\n"
-            f"  {PROG} --study-name sst2 --storage postgresql://user:pass@db:5432/hpo --out reports/sst2"
-        ),
-    )
+    parser = Parser(PROG, __doc__)
     parser.add_argument("--study-name", required=True, help="the study to report on")
     add_storage_argument(parser, "database URL the study lives in")
     parser.add_argument("--out", default=None, help="directory for report.md and the plot (default: ./hpo-report-<study>)")

@@ -2,6 +2,12 @@
 
 With no arguments it runs the demo study: the default search space on synthetic reviews,
 stored in a SQLite file in the working directory.
+
+examples:
+  %(prog)s                                   # demo study, SQLite file in this directory
+  %(prog)s --n-trials 20                     # extend the same study to 20 finished trials
+  %(prog)s --storage postgresql://user:pass@db:5432/hpo --study-name sst2 \\
+      --data train.tsv --text-column sentence --label-column label --space search_spaces/default.yaml
 """
 
 from __future__ import annotations
@@ -65,17 +71,7 @@ def _add_model_and_tracking(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog=PROG,
-        description=__doc__,
-        epilog=(
-            "examples:\n"
-            f"  {PROG}                                   # demo study, SQLite file in this directory\n"
-            f"  {PROG} --n-trials 20                     # extend the same study to 20 finished trials\n"
-            f"  {PROG} --storage postgresql://user:pass@db:5432/hpo --study-name sst2 \\\n"
-            "      --data train.tsv --text-column sentence --label-column label --space search_spaces/default.yaml"
-        ),
-    )
+    parser = Parser(PROG, __doc__)
     parser.add_argument(
         "--space", default=None,
         help="search-space YAML (default: search_spaces/finetune.yaml for a pretrained --model, else search_spaces/default.yaml)",

@@ -3,6 +3,10 @@
 Running trials show their worker (host and pid), how long they have run and the time since
 their last heartbeat ("no heartbeat" when the workers run without heartbeats, e.g. through the
 gRPC proxy).
+
+examples:
+  %(prog)s                                   # every study in $HPO_STORAGE (or sqlite:///hpo-studies.db)
+  %(prog)s --storage postgresql://user:pass@db:5432/hpo --study-name sst2
 """
 
 from __future__ import annotations
@@ -16,20 +20,13 @@ import optuna
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
 from hpo.reporting._status import status_lines, study_status
 from hpo.storage._inspect import load_existing_study, open_existing_storage
-from hpo.storage._storage import STORAGE_ENV, mask_url
+from hpo.storage._storage import mask_url
 
 PROG = command_prog("status")
 
 
 def build_parser() -> Parser:
-    parser = Parser(
-        PROG, __doc__,
-        epilog=(
-            "examples:\n"
-            f"  {PROG}                                   # every study in ${STORAGE_ENV} (or sqlite:///hpo-studies.db)\n"
-            f"  {PROG} --storage postgresql://user:pass@db:5432/hpo --study-name sst2"
-        ),
-    )
+    parser = Parser(PROG, __doc__)
     add_storage_argument(parser)
     parser.add_argument("--study-name", default=None, help="show only this study (default: every study in the storage)")
     return parser

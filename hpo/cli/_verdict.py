@@ -7,6 +7,10 @@ resumes them. Prints the table and one line of verdict per precision, stores the
 the study (``report``, ``export --verdict`` and the dashboard's study note show it) and writes
 ``verdict.md`` and ``verdict.png`` into ``--out``. Give the data flags (and ``--seed``) the
 study was run with; the space defaults to the study's own.
+
+examples:
+  %(prog)s --study-name precision-demo --seeds 3
+  %(prog)s --study-name sst2 --data train.tsv --valid-data dev.tsv --text-column sentence --precisions fp32 bf16 --out reports/sst2
 """
 
 from __future__ import annotations
@@ -33,15 +37,7 @@ PROG = command_prog("verdict")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        PROG, __doc__,
-        epilog=(
-            "examples:\n"
-            f"  {PROG} --study-name precision-demo --seeds 3\n"
-            f"  {PROG} --study-name sst2 --data train.tsv --valid-data dev.tsv --text-column sentence "
-            "--precisions fp32 bf16 --out reports/sst2"
-        ),
-    )
+    parser = Parser(PROG, __doc__)
     parser.add_argument("--study-name", default=DEFAULT_STUDY_NAME, help="the study (default: %(default)s)")
     add_storage_argument(parser, "database URL the study lives in")
     parser.add_argument("--seeds", type=at_least(2), default=DEFAULT_VERDICT_SEEDS,

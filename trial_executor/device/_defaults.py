@@ -9,6 +9,7 @@ yet measured on a GPU say so (``PENDING_GPU``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -33,33 +34,43 @@ class DeviceDefaults:
     compile_step: bool = False
 
 
+# Each knob's default per device type, beside the evidence for it: (value, why).
+_BY_KNOB: dict[str, dict[str, tuple[Any, str]]] = {
+    "chunk_by_length": {
+        "cpu": (None, "CPU benchmark: HF forward, >= 5M params gains ~40%, tiny-bert loses ~35%"),
+        "cuda": (False, "H100: HF forward + chunking made bf16 and fp16 3.6x slower than fp32"),
+    },
+    "packed_forward": {
+        "cpu": (True, "benchmarks/RESULTS.md: packed minilm-l6 fastest in fp32 and bf16"),
+        "cuda": (True, "H100 bert-base: packed 1305 vs HF forward 427 samples/s (SST-2, batch 32, fp32)"),
+    },
+    "buckets": {
+        "cpu": (False, "dynamic padding measured best; chunks already cut on multiples of 8 rows"),
+        "cuda": (True, f"one-time setup per new width in half precision (H100, SST-2: dozens of widths); {PENDING_GPU}"),
+    },
+    "torch_compile": {
+        "cpu": (False, "dynamic-shape compile recompiles per width; not measured faster"),
+        "cuda": (False, f"H100: dynamic-shape compile 108 samples/s (recompiles); reduce-overhead per bucket {PENDING_GPU}"),
+    },
+    "varlen_attention": {
+        "cpu": (False, "FlashAttention varlen is CUDA only"),
+        "cuda": (False, f"no attention-probability dropout on that path; speed and accuracy {PENDING_GPU}"),
+    },
+    "host_read_every": {
+        "cpu": (1, "reading a CPU tensor costs nothing: every step, failures stop at once"),
+        "cuda": (8, "each read syncs the GPU; 8 steps keeps the queue full"),
+    },
+    "compile_step": {
+        "cpu": (False, "inductor compile per token bucket costs seconds per trial; not measured faster on a CPU"),
+        "cuda": (False, f"whole step as CUDA graphs per token bucket (issue 23); {PENDING_GPU}"),
+    },
+}
 DEVICE_DEFAULTS: dict[str, DeviceDefaults] = {
-    "cpu": DeviceDefaults(
-        chunk_by_length=None, packed_forward=True, buckets=False, torch_compile=False, varlen_attention=False,
-        host_read_every=1,
-        evidence={
-            "chunk_by_length": "CPU benchmark: HF forward, >= 5M params gains ~40%, tiny-bert loses ~35%",
-            "packed_forward": "benchmarks/RESULTS.md: packed minilm-l6 fastest in fp32 and bf16",
-            "buckets": "dynamic padding measured best; chunks already cut on multiples of 8 rows",
-            "torch_compile": "dynamic-shape compile recompiles per width; not measured faster",
-            "varlen_attention": "FlashAttention varlen is CUDA only",
-            "host_read_every": "reading a CPU tensor costs nothing: every step, failures stop at once",
-            "compile_step": "inductor compile per token bucket costs seconds per trial; not measured faster on a CPU",
-        },
-    ),
-    "cuda": DeviceDefaults(
-        chunk_by_length=False, packed_forward=True, buckets=True, torch_compile=False, varlen_attention=False,
-        host_read_every=8,
-        evidence={
-            "chunk_by_length": "H100: HF forward + chunking made bf16 and fp16 3.6x slower than fp32",
-            "packed_forward": "H100 bert-base: packed 1305 vs HF forward 427 samples/s (SST-2, batch 32, fp32)",
-            "buckets": f"one-time setup per new width in half precision (H100, SST-2: dozens of widths); {PENDING_GPU}",
-            "torch_compile": f"H100: dynamic-shape compile 108 samples/s (recompiles); reduce-overhead per bucket {PENDING_GPU}",
-            "varlen_attention": f"no attention-probability dropout on that path; speed and accuracy {PENDING_GPU}",
-            "host_read_every": "each read syncs the GPU; 8 steps keeps the queue full",
-            "compile_step": f"whole step as CUDA graphs per token bucket (issue 23); {PENDING_GPU}",
-        },
-    ),
+    device: DeviceDefaults(
+        **{knob: by_device[device][0] for knob, by_device in _BY_KNOB.items()},
+        evidence={knob: by_device[device][1] for knob, by_device in _BY_KNOB.items()},
+    )
+    for device in ("cpu", "cuda")
 }
 
 

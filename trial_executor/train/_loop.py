@@ -65,13 +65,8 @@ def seed_everything(seed: int) -> None:
 
 
 def run_trial(
-    config: TrainConfig,
-    data: TextClassificationData,
-    report: ReportFn | None = None,
-    *,
-    checkpointing: Checkpointing | None = None,
-    stop_requested: Callable[[], bool] | None = None,
-    progress: ProgressFn | None = None,
+    config: TrainConfig, data: TextClassificationData, report: ReportFn | None = None, *, checkpointing: Checkpointing | None = None,
+    stop_requested: Callable[[], bool] | None = None, progress: ProgressFn | None = None,
 ) -> TrialResult:
     """Train ``config.model`` on ``data`` and evaluate it on the validation split.
 
