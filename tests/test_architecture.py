@@ -175,3 +175,12 @@ def test_importing_a_command_module_leaves_the_function_of_its_name() -> None:
     assert done.returncode == 0, done.stderr
     entry = subprocess.run([sys.executable, "-m", "hpo.verdict", "--help"], capture_output=True, text=True, env=env, timeout=120)
     assert entry.returncode == 0 and "usage:" in entry.stdout
+
+
+def test_the_tests_mirror_the_packages() -> None:
+    # tests/executor/<package>/ and tests/hpo/<package>/ test that package; nothing else sits at the top but this file.
+    tests = ROOT / "tests"
+    for tree, package in (("executor", "trial_executor"), ("hpo", "hpo")):
+        folders = sorted(p.name for p in (tests / tree).iterdir() if p.is_dir() and p.name != "__pycache__")
+        assert folders and all((ROOT / package / name / "__init__.py").is_file() for name in folders), (tree, folders)
+    assert sorted(p.name for p in tests.glob("test_*.py")) == ["test_architecture.py"]

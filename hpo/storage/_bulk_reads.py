@@ -6,7 +6,7 @@ with ~35 user attrs), then a ``FrozenTrial`` per trial. At that size the ORM boo
 database, is the whole cost of ``status``, ``report``, ``export``, the dashboard's first load and a
 fresh worker's first read. :func:`read_trials` sends the SELECTs Optuna sends (the study, the trials, then each child
 table) on Optuna's own tables, takes plain rows, decodes each distribution JSON once per distinct
-text, and builds the same ``FrozenTrial`` objects; ``tests/test_bulk_reads.py`` pins it against
+text, and builds the same ``FrozenTrial`` objects; ``tests/hpo/storage/test_bulk_reads.py`` pins it against
 ``RDBStorage`` on the same databases.
 
 Nothing here writes: every write still goes through Optuna's storage and its ORM.

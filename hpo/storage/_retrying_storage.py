@@ -30,7 +30,7 @@ Why a retried write is safe:
   and RDBStorage ignores the duplicate (trial, param) row of a parameter already set.
 
 The Optuna internals still relied on (``_CachedStorage``, the heartbeat interface, what
-:mod:`hpo.storage._write_tokens` needs) are each pinned by ``tests/test_optuna_internals.py``.
+:mod:`hpo.storage._write_tokens` needs) are each pinned by ``tests/hpo/storage/test_optuna_internals.py``.
 """
 
 from __future__ import annotations

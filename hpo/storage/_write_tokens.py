@@ -15,7 +15,7 @@ transaction as the write itself: the token row exists if and only if the write c
 The tokens live in their own table, so trials and studies read exactly as they would without
 them (Optuna's storage contract: a new trial has no system attributes).
 
-Optuna internals relied on here, each pinned by ``tests/test_optuna_internals.py``:
+Optuna internals relied on here, each pinned by ``tests/hpo/storage/test_optuna_internals.py``:
 ``RDBStorage.scoped_session`` (the sessions its writes run in) and the ORM classes
 ``optuna.storages._rdb.models.StudyModel`` and ``TrialModel`` (which rows a flush writes).
 """

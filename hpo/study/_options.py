@@ -23,7 +23,6 @@ from trial_executor import DEVICES
 
 DEFAULT_STUDY_NAME = "precision-demo"
 DEFAULT_N_TRIALS = 8
-# Where a trial can train: the executor's own choices (TrainConfig.device).
 CACHE_ENV = "HPO_CACHE_DIR"
 DEFAULT_CACHE_DIR = "~/.cache/precision-hpo/tokenized"
 

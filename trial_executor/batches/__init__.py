@@ -14,6 +14,8 @@ from trial_executor.batches._batching import (
     to_device,
     train_batches,
     width_buckets,
+    window_rows,
+    window_shape,
 )
 from trial_executor.batches._static import TOKEN_MULTIPLE, StaticCollation, packed_width, round_up, token_buckets
 from trial_executor.batches._tokenization import TokenizedData, tokenize, tokenize_data
@@ -37,4 +39,6 @@ __all__ = [
     "tokenize_data",
     "train_batches",
     "width_buckets",
+    "window_rows",
+    "window_shape",
 ]

@@ -285,3 +285,13 @@ def eval_batches(split: TokenizedSplit, batch_size: int, collation: Collation) -
     for start in range(0, len(order), batch_size):
         indices = order[start : start + batch_size]
         yield indices, collation(split, indices)
+
+
+def window_shape(window: Sequence[Sequence[Batch]]) -> tuple[tuple[int, ...], ...]:
+    """Every input's shape in an accumulation window (packed: its token bucket too): a new one is start-up cost."""
+    return tuple(tuple(t.shape) for chunks in window for chunk in chunks for t in chunk.inputs.values())
+
+
+def window_rows(window: Sequence[Sequence[Batch]]) -> int:
+    """The rows an accumulation window trains on."""
+    return sum(chunk.rows for chunks in window for chunk in chunks)

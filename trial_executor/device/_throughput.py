@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 
 import torch
+
+from trial_executor.batches import Batch, window_rows, window_shape
 
 WARMUP_STEPS = 10
 WARMUP_SECONDS = 0.5
@@ -152,8 +154,8 @@ class DeviceLag:
 class LoopTiming:
     """A training loop's clocks behind three calls: each optimizer step timed, host reads, pauses.
 
-    ``with timing.step(shape, samples):`` around one optimizer step (its first few of a new
-    ``shape`` are start-up cost, timed apart); :meth:`synced` after each host read;
+    ``with timing.step(window):`` around one optimizer step (the first few of a new batch shape
+    are start-up cost, timed apart); :meth:`synced` after each host read;
     ``with timing.paused() as seconds:`` around what is not training (evaluation, a checkpoint),
     ``seconds`` being the training segment that just ended.
     """
@@ -168,9 +170,9 @@ class LoopTiming:
         self.lag.anchor()
 
     @contextlib.contextmanager
-    def step(self, shape: Hashable, samples: int) -> Iterator[None]:
+    def step(self, window: Sequence[Sequence[Batch]]) -> Iterator[None]:
         clock, lag = self.clock, self.lag
-        setup = clock.is_setup(shape)
+        setup = clock.track_setup and clock.is_setup(window_shape(window))  # the shape only when tracked: it costs
         began = clock.setup_begin() if setup else time.perf_counter()
         yield
         if setup:  # synced: re-anchor the device clock
@@ -179,7 +181,7 @@ class LoopTiming:
             lag.anchor()
         elif clock.steady:
             lag.step_done(began)
-        clock.stepped(samples, setup)
+        clock.stepped(window_rows(window), setup)
 
     def synced(self) -> None:
         """Call right after the host read the device's state (a sync point)."""

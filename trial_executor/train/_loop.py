@@ -46,7 +46,7 @@ from trial_executor.train._checkpoint import Checkpointing, TrialInterrupted, re
 from trial_executor.train._compiled import release_compiled
 from trial_executor.train._early_stopping import EarlyStopping
 from trial_executor.train._evaluation import eval_rows, evaluate
-from trial_executor.train._progress import RunProgress, window_rows, window_shape
+from trial_executor.train._progress import RunProgress
 from trial_executor.train._trial_result import trial_result
 
 ReportFn = Callable[[int, dict[str, float]], bool]
@@ -166,7 +166,7 @@ class _Loop:
         config, parts, run, timing = self.config, self.parts, self.run, self.timing
         timing.start()
         for window in self._windows():
-            with timing.step(window_shape(window), window_rows(window)):
+            with timing.step(window):
                 parts.train_step(window)
             run.count(window)
             last = run.step >= parts.total_steps

@@ -51,12 +51,3 @@ class RunProgress:
     def train_loss(self) -> float:
         """The mean loss of the micro-batches since the last evaluation (``loss_sum`` read from the device)."""
         return self.loss_sum / max(1, self.loss_count)
-
-
-def window_shape(window: Sequence[Sequence[Batch]]) -> tuple[tuple[int, ...], ...]:
-    """Every input's shape in ``window`` (packed: its token bucket too): a new one is start-up cost."""
-    return tuple(tuple(t.shape) for chunks in window for chunk in chunks for t in chunk.inputs.values())
-
-
-def window_rows(window: Sequence[Sequence[Batch]]) -> int:
-    return sum(chunk.rows for chunks in window for chunk in chunks)

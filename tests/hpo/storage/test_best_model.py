@@ -12,8 +12,8 @@ import optuna
 import pytest
 import torch
 import yaml
+from _tiny_study import TINY
 from conftest import ROOT
-from test_api import TINY
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import hpo

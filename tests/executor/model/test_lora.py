@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 
 from trial_executor import Checkpointing, TextClassificationData, TrainConfig, TrialInterrupted, demo_dataset, run_trial
 from trial_executor.batches._batching import collate
@@ -17,8 +18,6 @@ from trial_executor.model._lora import apply_lora, trainable_state_dict
 from trial_executor.model._packed import PackedBertClassifier
 from trial_executor.train._loop import seed_everything
 from trial_executor.train._optimizer import make_optimizer
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")

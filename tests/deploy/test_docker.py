@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _tiny_study import TINY
 from conftest import ROOT
-from test_api import TINY
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DIRS = ("work", "artifacts", "cache", "data", "spaces")

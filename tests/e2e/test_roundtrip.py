@@ -10,9 +10,9 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from _tiny_study import TINY
 from conftest import ROOT, cli_args, run_cli
 from optuna.trial import TrialState
-from test_api import TINY
 
 from hpo.cli._parsing import BROKEN_PIPE_EXIT
 

@@ -13,8 +13,8 @@ import optuna
 import pytest
 import torch
 import yaml
+from _tiny_study import TINY
 from conftest import write_tsv
-from test_api import TINY
 
 from hpo import UserError
 from hpo.cli._report import main as report_main

@@ -8,11 +8,11 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from _tiny_study import TINY
 from conftest import cli_args, run_cli
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from test_api import TINY
 
 import hpo
 from hpo.cli._run import main

@@ -148,7 +148,7 @@ def test_gpus_per_trial_reaches_ray_and_the_report_flags_shared_gpu_speeds(
 
 def test_a_worker_that_cannot_reach_the_storage_fails_in_the_driver_with_one_line(ray_address: str, pg_server: str) -> None:
     # The worker's database is refused by the server the driver reached (it does not exist): a wrong URL
-    # fails at once; a server that is down is waited for up to the storage's bound first (tests/test_connection_kills.py).
+    # fails at once; a server that is down is waited for up to the storage's bound first (tests/e2e/test_connection_kills.py).
     unreachable = "postgresql://postgres:secret@127.0.0.1:5432/hpo_no_such_database"
     job = WorkerJob(resolve_space(TINY), resolve_data(None), RunOptions(storage=unreachable, study_name="s", n_trials=1))
     cluster = connect(ray_address, pg_server)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import optuna
 import optuna_dashboard
+from _tiny_study import TINY
 from optuna.trial import TrialState
 from optuna_dashboard._serializer import serialize_attrs
-from test_api import TINY
 
 import hpo
 from hpo.reporting._dashboard_view import SKIP_HEADINGS, ReadableStorage

@@ -14,7 +14,7 @@ Elsewhere in ``hpo``: ``FrozenTrial._trial_id`` (status, liveness, the dashboard
 kept best model address trials by storage id) and the ``trial_heartbeats`` table's
 ``trial_id``/``heartbeat`` columns (``hpo status`` reads heartbeat ages in one query).
 The idempotence of the other writes (Optuna's upserts, its ignored duplicate parameter row)
-is pinned by tests/test_storage_faults.py.
+is pinned by tests/hpo/storage/test_storage_faults.py.
 """
 
 from __future__ import annotations

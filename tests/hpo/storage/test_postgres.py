@@ -10,9 +10,9 @@ import optuna
 import pytest
 import sqlalchemy
 import yaml
+from _tiny_study import assert_trial_records
 from conftest import ROOT, SMALL_SPACE, cli_args, run_cli
 from optuna.trial import TrialState
-from test_study import assert_trial_records
 
 from hpo import finished_count, mask_url
 

@@ -10,25 +10,15 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from _tiny_study import TINY
 from conftest import ROOT, cli_args, run_cli
 from optuna.trial import TrialState
 
 import hpo
 from trial_executor import demo_dataset
 
+
 # A few optimizer steps per trial: seconds, not minutes.
-TINY = {
-    "objective": {"metric": "accuracy", "direction": "maximize"},
-    "pruner": {"type": "none"},
-    "params": {
-        "fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]},
-        "learning_rate": {"type": "float", "low": 5e-4, "high": 2e-3, "log": True},
-        "model": {"type": "categorical", "choices": ["tiny-bert", "tiny-distilbert"]},
-    },
-    "fixed": {"batch_size": 16, "max_steps": 4, "eval_every": 2, "max_length": 32},
-}
-
-
 def test_optimize_runs_a_study_from_a_dict_and_in_memory_data_then_load_reads_it(tmp_path: Path) -> None:
     os.chdir(tmp_path)  # the artifact store defaults to ./hpo-artifacts, as in a notebook's directory
     storage = f"sqlite:///{tmp_path / 'nb.db'}"

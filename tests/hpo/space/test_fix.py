@@ -9,11 +9,9 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from conftest import SMALL_SPACE
+from conftest import ROOT, SMALL_SPACE
 
 from hpo import SearchSpaceError, parse_search_space
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _space(**changes: object) -> object:

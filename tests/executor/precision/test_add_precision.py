@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 ROW = 'Precision("fp16-static", autocast_dtype="float16", policy="toy_policy:StaticLossScalePolicy"),'
 

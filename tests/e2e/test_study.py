@@ -12,37 +12,13 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from _tiny_study import assert_trial_records
 from conftest import ROOT, cli_args, run_cli, write_tsv
 from optuna.trial import TrialState
 
 from hpo import create_storage, finished_count, load_search_space, open_study, parse_search_space
 from hpo.cli._run import main
 from trial_executor import demo_dataset, make_synthetic_reviews
-
-HARDWARE_TYPES = {
-    "host": str, "device_type": str, "device_name": str, "compute_capability": (str, type(None)),
-    "total_memory_mb": int, "cuda_version": (str, type(None)), "cudnn_version": (str, type(None)),
-    "driver_version": (str, type(None)), "torch_version": str, "transformers_version": str,
-    "optuna_version": str, "bf16_supported": bool, "tf32_enabled": bool,
-}
-NUMBER_ATTRS = ("throughput_samples_per_s", "throughput_tokens_per_s", "peak_memory_mb", "train_seconds")
-
-
-def assert_trial_records(trial: optuna.trial.FrozenTrial) -> None:
-    """Every required user_attr is present and typed."""
-    attrs = trial.user_attrs
-    assert set(HARDWARE_TYPES) <= set(attrs["hardware"])
-    for key, kind in HARDWARE_TYPES.items():
-        assert isinstance(attrs["hardware"][key], kind), (key, attrs["hardware"][key])
-    assert attrs["hardware"]["device_type"] == "cpu"
-    for key in NUMBER_ATTRS:
-        assert isinstance(attrs[key], float) and attrs[key] > 0, key
-    assert set(attrs["metrics"]) >= {"accuracy", "macro_f1", "loss"}
-    assert attrs["precision_effective"] == trial.params["fp_precision"]
-    assert attrs["hardware"]["tf32_enabled"] is False
-    assert 0 < attrs["padding_efficiency"] <= 1
-    assert attrs["tokenize_cache"] in ("hit", "miss") and attrs["tokenize_seconds"] >= 0
-    assert trial.intermediate_values, "learning curve missing"
 
 
 def _study(db: Path, name: str) -> optuna.Study:
