@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from trial_executor._config import TASKS
 from trial_executor.data._files import DataError
 
 Label = int | float | str | tuple[int | str, ...]
@@ -29,7 +30,8 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 _NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 INTEGER, NUMBER, STRING, SET = "integer", "number", "string", "set"
 _KIND_WORDS = {INTEGER: "integers", NUMBER: "numbers with decimals", STRING: "strings", SET: "label sets"}
-AUTO, CLASSIFICATION, REGRESSION, MULTI_LABEL = "auto", "classification", "regression", "multi_label"
+AUTO = "auto"  # the task read from the labels
+CLASSIFICATION, REGRESSION, MULTI_LABEL = TASKS
 SET_SEPARATOR = "|"
 
 
