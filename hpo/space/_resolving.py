@@ -95,7 +95,7 @@ def check_models(space: SearchSpace) -> None:
     flags, data and storage URL (:func:`hpo._api.open_run`).
     """
     # Imported here: transformers takes seconds to import, which a mistyped space should not wait for.
-    from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_max_length, check_model_name
+    from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_max_length
 
     defaults = TrainConfig.defaults()
     model = space.params.get("model")
@@ -106,7 +106,6 @@ def check_models(space: SearchSpace) -> None:
     longest = max((int(x) for x in lengths if x != "auto"), default="auto")
     for name in names:
         try:
-            check_model_name(str(name))
-            check_max_length(str(name), longest)
+            check_max_length(str(name), longest)  # resolves and checks the name first, once
         except (ModelNotFoundError, ModelLimitError) as err:
             raise UserError(str(err)) from None
