@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from hpo._attrs import stored_space
 from hpo._errors import UserError
 from hpo.reporting._dashboard_view import name_objectives, note_skipped
 from hpo.reporting._tracking import Tracker, Tracking, make_trackers
 from hpo.reporting._verdict import Verdict, build_verdict, store_verdict
+from hpo.reporting._verdict_cost import verdict_cost_line
 from hpo.space._resolving import SpaceLike, check_models, resolve_space
 from hpo.space._space import DEFAULT_SPACE, SearchSpace
 from hpo.storage._best_model import keep_if_best, keeping_best_model
@@ -348,7 +349,7 @@ def run_verdict(
     study = prepared.study
     plan = plan_verdict(study, precision_support(resolve_device(options.device)), seeds=seeds, precisions=precisions, trial_number=trial)
     # A rerun announces what is left: a (precision, seed) finishes once (only a failed attempt is retried).
-    announce(plan.cost_line(sum(plan.includes(t) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))))
+    announce(verdict_cost_line(study, plan))
     enqueue_verdict(study, study._storage, plan)
     objective = make_objective(
         prepared.space, prepared.data, options, checkpoints=artifact_store(options.artifact_store) if options.artifact_store else None,

@@ -39,13 +39,12 @@ _UNFINISHED = (TrialState.WAITING, TrialState.RUNNING)
 
 @dataclass(frozen=True)
 class VerdictPlan:
-    """Which trial is re-trained, with which seeds and precisions, and what it will cost."""
+    """Which trial is re-trained, with which seeds and precisions (its cost: :mod:`hpo.reporting._verdict_cost`)."""
 
     source: FrozenTrial
     seeds: list[int]
     precisions: list[str]  # supported here, in the registry's order; fp32 first
     unsupported: dict[str, str]  # precision -> why this machine cannot run it
-    seconds_per_trial: float | None
 
     @property
     def n_trials(self) -> int:
@@ -56,19 +55,6 @@ class VerdictPlan:
         marker = verdict_trial_of(trial) or {}
         return (marker.get("of_trial") == self.source.number and marker.get("precision") in self.precisions
                 and marker.get("seed") in self.seeds)
-
-    def cost_line(self, finished: int = 0) -> str:
-        """The cost before anything runs: K seeds x precisions x the source trial's measured time (less ``finished`` trials)."""
-        trials = f"{len(self.seeds)} seeds x {len(self.precisions)} precisions ({', '.join(self.precisions)}) = {self.n_trials} trials"
-        if finished:
-            trials += f" ({finished} already finished)"
-        if self.seconds_per_trial is None:
-            cost = "the source trial's time was not measured"
-        else:
-            total = (self.n_trials - finished) * self.seconds_per_trial
-            cost = f"x {self.seconds_per_trial:.0f} s (trial {self.source.number}'s time) = about {total / 60:.1f} min of training to go"
-        skipped = "".join(f"; {p} not run: {why}" for p, why in self.unsupported.items())
-        return f"Verdict of trial {self.source.number}: {trials} {cost}, not counted against --n-trials{skipped}"
 
 
 def source_trial(study: optuna.Study, trial_number: int | None = None) -> FrozenTrial:
@@ -115,13 +101,7 @@ def plan_verdict(
     unsupported = {p: str(support.get(p, "unknown precision")) for p in wanted if support.get(p, "?") is not None}
     if "fp32" in unsupported:
         raise UserError(f"this machine cannot run fp32 ({unsupported['fp32']}): there is nothing to compare with")
-    attrs = source.user_attrs
-    measured = [attrs.get("train_seconds"), attrs.get("eval_seconds")]
-    if all(isinstance(s, (int, float)) for s in measured):
-        seconds: float | None = float(sum(measured))  # type: ignore[arg-type]
-    else:
-        seconds = source.duration.total_seconds() if source.duration is not None else None
-    return VerdictPlan(source, [base + i for i in range(seeds)], [p for p in wanted if p not in unsupported], unsupported, seconds)
+    return VerdictPlan(source, [base + i for i in range(seeds)], [p for p in wanted if p not in unsupported], unsupported)
 
 
 def enqueue_verdict(study: optuna.Study, storage: optuna.storages.BaseStorage, plan: VerdictPlan) -> int:

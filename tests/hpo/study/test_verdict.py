@@ -99,7 +99,7 @@ def test_verdict_pairs_seeds_across_two_workers_survives_a_sigkill_and_its_inter
             worker.kill()
     log = (tmp_path / f"worker{index}.log").read_text()
     # The cost comes before any trial: 2 seeds x 3 precisions x trial 0's time; tf32 listed, not run.
-    assert log.startswith("Verdict of trial 0: 2 seeds x 3 precisions (fp32, fp16, bf16) = 6 trials x ")
+    assert log.startswith("Verdict of trial 0: 2 seeds x 3 precisions (fp32, fp16, bf16) = 6 trials x fp32 ")
     assert "tf32 not run" in log
 
     trials = _trials(pg_database, "v")

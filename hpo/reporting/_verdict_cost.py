@@ -1,0 +1,103 @@
+"""What a verdict will cost, per precision, from what the study has measured, announced before it starts.
+
+One precision's trial time is taken from the best evidence the study holds, in this order:
+
+1. its own finished verdict trials (a rerun after a crash): their median time;
+2. the source trial's time when the precision is the source's own;
+3. the source trial's time scaled by the precision's speed against the source's precision, from
+   the study's trials that differ from an fp32 trial in precision only (the report's matched
+   speedup);
+4. the source trial's time, said to be a guess: no such pair in the study. A ratio of trials with
+   other models or batch sizes would say more about those than about the precision (the demo's
+   one fp16 trial, a smaller model, made fp16 look 1.05x fp32 where the verdict measured 0.44x).
+   On a CPU without fp16 arithmetic an fp16 trial takes over ten times as long as fp32's.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._attrs import verdict_trial_of
+from hpo.reporting._report import _matched_speedups, precision_of
+from hpo.study._verdict import VerdictPlan
+
+
+@dataclass(frozen=True)
+class PrecisionCost:
+    """One precision's expected seconds per verdict trial, how that was estimated, and its trials still to run."""
+
+    precision: str
+    seconds: float | None
+    basis: str
+    to_go: int
+
+
+def trial_seconds(trial: FrozenTrial) -> float | None:
+    """A trial's training and evaluation time (its whole duration for trials that did not record them)."""
+    measured = [trial.user_attrs.get("train_seconds"), trial.user_attrs.get("eval_seconds")]
+    if all(isinstance(s, (int, float)) for s in measured):
+        return float(sum(measured))  # type: ignore[arg-type]
+    return trial.duration.total_seconds() if trial.duration is not None else None
+
+
+def _trials(n: int, kind: str) -> str:
+    return f"{n} {kind} trial{'' if n == 1 else 's'}"
+
+
+def _speed_vs_fp32(trials: list[FrozenTrial], precision: str) -> tuple[float, str | None] | None:
+    """``precision``'s matched speedup over fp32 and the trials it is from (``None`` for fp32 itself); ``None`` unmatched."""
+    if precision == "fp32":
+        return 1.0, None
+    matched = _matched_speedups(trials)
+    ratios = [matched[t.number] for t in trials if precision_of(t) == precision and t.number in matched]
+    return (statistics.median(ratios), _trials(len(ratios), "matched")) if ratios else None
+
+
+def _estimate(trials: list[FrozenTrial], plan: VerdictPlan, precision: str, done: list[FrozenTrial]) -> tuple[float | None, str]:
+    timed = [s for s in (trial_seconds(t) for t in done) if s is not None]
+    if timed:
+        return statistics.median(timed), f"its {_trials(len(timed), 'finished verdict')}"
+    source_seconds, source_precision = trial_seconds(plan.source), precision_of(plan.source)
+    name = f"trial {plan.source.number}'s time"
+    if source_seconds is None or precision == source_precision:
+        return source_seconds, name
+    theirs, mine = _speed_vs_fp32(trials, source_precision), _speed_vs_fp32(trials, precision)
+    if theirs is None or mine is None or mine[0] <= 0:
+        unmatched = " or ".join(p for p, speed in ((precision, mine), (source_precision, theirs)) if speed is None or speed[0] <= 0)
+        return source_seconds, f"{name}: a guess, no {unmatched} trial of the study matches an fp32 one"
+    ratio = mine[0] / theirs[0]
+    evidence = " and ".join(f"{p} from {e}" for p, e in ((precision, mine[1]), (source_precision, theirs[1])) if e)
+    return source_seconds / ratio, f"{name} at {ratio:.2f}x its speed: {evidence}"
+
+
+def verdict_costs(study: optuna.Study, plan: VerdictPlan) -> list[PrecisionCost]:
+    """Each precision's expected seconds per trial and its trials still to run (a finished trial never runs again)."""
+    trials = study.get_trials(deepcopy=False)
+    finished = [t for t in trials if plan.includes(t) and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    costs = []
+    for precision in plan.precisions:
+        done = [t for t in finished if verdict_trial_of(t)["precision"] == precision]
+        seconds, basis = _estimate(trials, plan, precision, [t for t in done if t.state == TrialState.COMPLETE])
+        costs.append(PrecisionCost(precision, seconds, basis, len(plan.seeds) - len({verdict_trial_of(t)["seed"] for t in done})))
+    return costs
+
+
+def verdict_cost_line(study: optuna.Study, plan: VerdictPlan) -> str:
+    """The line a verdict announces before it starts: trials, each precision's time and why, and the total to go."""
+    costs = verdict_costs(study, plan)
+    trials = f"{len(plan.seeds)} seeds x {len(plan.precisions)} precisions ({', '.join(plan.precisions)}) = {plan.n_trials} trials"
+    finished = plan.n_trials - sum(c.to_go for c in costs)
+    if finished:
+        trials += f" ({finished} already finished)"
+    if any(c.seconds is None for c in costs if c.to_go):
+        cost = "; the source trial's time was not measured"
+    else:
+        each = ", ".join(f"{c.precision} {c.seconds:.0f} s ({c.basis})" for c in costs)
+        total = sum(c.to_go * c.seconds for c in costs if c.to_go)  # type: ignore[operator]
+        cost = f" x {each} = about {total / 60:.1f} min of training to go"
+    skipped = "".join(f"; {p} not run: {why}" for p, why in plan.unsupported.items())
+    return f"Verdict of trial {plan.source.number}: {trials}{cost}, not counted against --n-trials{skipped}"
