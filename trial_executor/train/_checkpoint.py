@@ -28,6 +28,7 @@ from trial_executor.data import TextClassificationData
 from trial_executor.model import load_trainable_state_dict, trainable_state_dict
 from trial_executor.train._build import TrialParts
 from trial_executor.train._early_stopping import EarlyStopping
+from trial_executor.train._optimizer import load_optimizer_state
 from trial_executor.train._progress import RunProgress
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -143,7 +144,7 @@ def restore_trial(
         load_trainable_state_dict(parts.model, state["model"])
     else:
         parts.model.load_state_dict(state["model"])
-    parts.step_parts.optimizer.load_state_dict(state["optimizer"])
+    load_optimizer_state(parts.step_parts.optimizer, state["optimizer"])
     parts.step_parts.scheduler.load_state_dict(state["scheduler"])
     parts.policy.load_state_dict(state["scaler"])
     if "early_stopping" in state:  # older checkpoints: the count starts again

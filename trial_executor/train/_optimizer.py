@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -53,3 +54,21 @@ def make_optimizer(
         return torch.optim.AdamW(groups, lr=config.learning_rate, fused=fused, capturable=capturable and device.type == "cuda")
     except RuntimeError:
         return torch.optim.AdamW(groups, lr=config.learning_rate)
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(saved)``, keeping each tensor-valued group setting's own tensor.
+
+    A compiled step's learning rate is a tensor on the device, read by its compiled graphs and
+    filled in place by the scheduler. ``load_state_dict`` would put the checkpoint's tensor (on
+    the CPU, where checkpoints are loaded) in its place: the step would then read a CPU rate, which
+    CUDA graphs cannot capture. The saved values are copied into the tensors the step was built with.
+    """
+    built = [{key: value for key, value in group.items() if isinstance(value, torch.Tensor)} for group in optimizer.param_groups]
+    optimizer.load_state_dict(saved)
+    for group, tensors in zip(optimizer.param_groups, built, strict=True):
+        for key, tensor in tensors.items():
+            with torch.no_grad():
+                tensor.copy_(group[key])
+            group[key] = tensor
+

@@ -8,6 +8,7 @@ tiny BERT at batch 8 and as few compiles as the claims need.
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +20,11 @@ from torch.profiler import ProfilerActivity, profile
 from trial_executor import TextClassificationData, TrainConfig, demo_dataset, run_trial
 from trial_executor.precision._policy import PrecisionPolicy
 from trial_executor.train._build import TrialParts, build_trial
+from trial_executor.train._checkpoint import restore_trial, trial_state
 from trial_executor.train._compiled import CompiledStep
+from trial_executor.train._early_stopping import EarlyStopping
 from trial_executor.train._loop import seed_everything
+from trial_executor.train._progress import RunProgress
 from trial_executor.train._step import STEP_RANGE
 
 CPU = torch.device("cpu")
@@ -104,6 +108,29 @@ def test_200_steps_compile_once_per_bucket_without_graph_breaks_and_match_eager(
     # training drift apart (0.003 by step 90 at this learning rate, then chaotically once it memorises).
     torch.testing.assert_close(losses[:50], eager_losses[:50], rtol=2e-3, atol=2e-4)
     assert losses[-1] < losses[0] - 0.05  # and it trains
+
+
+def test_a_compiled_step_resumed_from_a_checkpoint_goes_on_as_if_never_stopped(data: TextClassificationData, tmp_path: Path) -> None:
+    config = TrainConfig(**{**BASE, "compile_step": True})
+    whole = _traced_only(_parts(data, compile_step=True))
+    windows = _windows(whole, 12)
+    losses, _ = _losses(whole, windows)
+
+    stopped = _traced_only(_parts(data, compile_step=True))
+    _losses(stopped, windows[:6])
+    stopping = EarlyStopping.for_trial(config, data.task)
+    torch.save(trial_state(stopped, config, data, RunProgress(step=6), stopping), tmp_path / "checkpoint.pt")
+
+    resumed = _traced_only(_parts(data, compile_step=True))
+    optimizer = resumed.step_parts.optimizer
+    rates = [group["lr"] for group in optimizer.param_groups]
+    assert restore_trial(resumed, config, data, tmp_path / "checkpoint.pt", stopping).step == 6
+    # The step's own learning-rate tensors (on its device, read by its graphs), holding the saved rate.
+    assert all(group["lr"] is rate for group, rate in zip(optimizer.param_groups, rates, strict=True))
+    assert rates[0].item() == pytest.approx(stopped.step_parts.optimizer.param_groups[0]["lr"].item()) != BASE["learning_rate"]
+    rest, _ = _losses(resumed, windows[6:])
+    torch.testing.assert_close(rest, losses[6:], rtol=1e-6, atol=1e-7)
+    assert rates[0].item() == pytest.approx(whole.step_parts.scheduler.get_last_lr()[0])
 
 
 def _host_ops(parts: TrialParts, window: list) -> int:
