@@ -60,6 +60,14 @@ THROUGHPUT_ATTR = "throughput_samples_per_s"
 PEAK_MEMORY_ATTR = "peak_memory_mb"
 STEPS_ATTR = "steps"
 HOST_LIMITED_ATTR = "host_limited"
+# Memory in use just before the trial and just after the executor released it (CUDA memory allocated
+# to tensors, or the process's RSS on the CPU): a trial that leaves graphs or tensors behind shows
+# "after" above "before", and the next trial starts that much fuller.
+MEMORY_BEFORE_ATTR = "memory_before_trial_mb"
+MEMORY_AFTER_ATTR = "memory_after_trial_mb"
+# More CUDA memory than this still held after a trial is reported as not released (cuBLAS's
+# workspaces, a few MiB per stream, stay allocated after the first matmul and are not a leak).
+MEMORY_KEPT_REPORTED_MB = 64.0
 MAJORITY_CLASS_ATTR = "majority_class"  # trained to its end and still at the majority class
 SKIPPED_STEPS_ATTR = "skipped_steps"
 RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
@@ -138,6 +146,14 @@ def throughput_of(trial: FrozenTrial) -> float | None:
 
 def hardware_of(trial: FrozenTrial) -> dict[str, Any]:
     return trial.user_attrs.get(HARDWARE_ATTR) or {}
+
+
+def cuda_memory_kept_mb(trial: FrozenTrial) -> float | None:
+    """CUDA memory a trial left allocated after its release (after minus before), ``None`` off CUDA or unmeasured."""
+    before, after = trial.user_attrs.get(MEMORY_BEFORE_ATTR), trial.user_attrs.get(MEMORY_AFTER_ATTR)
+    if hardware_of(trial).get("device_type") != "cuda" or before is None or after is None:
+        return None
+    return float(after) - float(before)
 
 
 def is_host_limited(trial: FrozenTrial) -> bool:

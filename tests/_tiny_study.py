@@ -21,7 +21,8 @@ HARDWARE_TYPES = {
     "driver_version": (str, type(None)), "torch_version": str, "transformers_version": str,
     "optuna_version": str, "bf16_supported": bool, "tf32_enabled": bool,
 }
-NUMBER_ATTRS = ("throughput_samples_per_s", "throughput_tokens_per_s", "peak_memory_mb", "train_seconds")
+NUMBER_ATTRS = ("throughput_samples_per_s", "throughput_tokens_per_s", "peak_memory_mb", "train_seconds",
+                "memory_before_trial_mb", "memory_after_trial_mb")
 
 
 def assert_trial_records(trial: optuna.trial.FrozenTrial) -> None:

@@ -29,7 +29,7 @@ from trial_executor._result import ProgressFn, StepProgress, TrialResult
 from trial_executor.data import DataError, TextClassificationData, demo_dataset, load_text_classification, make_synthetic_reviews
 
 if TYPE_CHECKING:
-    from trial_executor.device import hardware_metadata, resolve_device
+    from trial_executor.device import hardware_metadata, memory_in_use_mb, resolve_device
     from trial_executor.model import (
         PRESETS,
         LoraUnavailableError,
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 # The deferred (torch-bound) names, by module: the same names as the block above.
 _TORCH_BOUND = {
     "trial_executor.train._checkpoint": ("CHECKPOINT_FILE", "Checkpointing", "TrialInterrupted"),
-    "trial_executor.device._hardware": ("hardware_metadata", "resolve_device"),
+    "trial_executor.device._hardware": ("hardware_metadata", "memory_in_use_mb", "resolve_device"),
     "trial_executor.model._lora": ("LoraUnavailableError", "lora_available"),
     "trial_executor.train._loop": ("STOPPED_EARLY_STOPPING", "STOPPED_PRUNED", "ReportFn", "run_trial"),
     "trial_executor.model._source": ("PRESETS", "ModelLimitError", "ModelNotFoundError", "check_max_length", "check_model_name"),
@@ -107,6 +107,7 @@ __all__ = [
     "load_text_classification",
     "lora_available",
     "make_synthetic_reviews",
+    "memory_in_use_mb",
     "precision_support",
     "resolve_device",
     "run_trial",

@@ -16,11 +16,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import (
     MAJORITY_CLASS_HINT,
+    MEMORY_KEPT_REPORTED_MB,
     PEAK_MEMORY_ATTR,
     SKIP_REASON_ATTR,
     THROUGHPUT_ATTR,
     config_of,
     config_or_params,
+    cuda_memory_kept_mb,
     fail_reason_of,
     hardware_of,
     is_baseline,
@@ -80,6 +82,7 @@ class StudyReport:
     host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
     majority_class: list[int] = field(default_factory=list)  # trials that never left the majority class
     shared_gpu: list[int] = field(default_factory=list)  # trials that shared their GPU with other trials
+    memory_kept: dict[int, float] = field(default_factory=dict)  # trial -> CUDA MiB it left allocated
 
 
 def precision_of(trial: FrozenTrial) -> str:
@@ -215,6 +218,8 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
         host_limited=sorted(t.number for t in trials if is_host_limited(t)),
         majority_class=sorted(t.number for t in trials if is_majority_class(t)),
         shared_gpu=sorted(t.number for t in trials if trials_per_gpu_of(t) > 1),
+        memory_kept={t.number: kept for t in sorted(trials, key=lambda t: t.number)
+                     if (kept := cuda_memory_kept_mb(t)) is not None and kept > MEMORY_KEPT_REPORTED_MB},
     )
 
 
@@ -291,6 +296,12 @@ def summary_lines(report: StudyReport) -> list[str]:
         lines.append(
             "Shared-GPU trials (their throughput was taken while other trials used the same GPU: left out of every "
             f"speed and speedup here): {', '.join(map(str, report.shared_gpu))}."
+        )
+    if report.memory_kept:
+        kept = ", ".join(f"{n} (+{mb:.0f} MiB)" for n, mb in report.memory_kept.items())
+        lines.append(
+            f"Memory not released (CUDA memory still allocated after the trial, over {MEMORY_KEPT_REPORTED_MB:.0f} MiB "
+            f"above its start: the next trial started that much fuller): {kept}."
         )
     return lines
 

@@ -30,6 +30,8 @@ from hpo._attrs import (
     HARDWARE_ATTR,
     INTERRUPTED_AT_STEP_ATTR,
     MAX_LENGTH_AUTO_ATTR,
+    MEMORY_AFTER_ATTR,
+    MEMORY_BEFORE_ATTR,
     OOM_FALLBACK_ATTR,
     OUTCOME_ATTRS,
     SKIP_DETAIL_ATTR,
@@ -57,6 +59,7 @@ from trial_executor import (
     TrialResult,
     UnsupportedPrecisionError,
     hardware_metadata,
+    memory_in_use_mb,
     resolve_device,
     run_trial,
 )
@@ -183,6 +186,7 @@ class Objective:
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]:
         saved: TrialCheckpoints | None = None
         interrupted = False
+        trial.set_user_attr(MEMORY_BEFORE_ATTR, self._memory_in_use())
         try:
             config, original = self._configure(trial)
             saved = self._checkpoints(trial, config, original)
@@ -195,8 +199,15 @@ class Objective:
             # After training, so tf32_enabled is the state this trial ran with.
             with contextlib.suppress(RuntimeError):  # --device cuda without CUDA: nothing to describe
                 trial.set_user_attr(HARDWARE_ATTR, hardware_metadata(resolve_device(self.options.device)))
+            # run_trial has released the trial's memory, whichever way it ended.
+            trial.set_user_attr(MEMORY_AFTER_ATTR, self._memory_in_use())
             if saved is not None:
                 saved.close(finished=not interrupted)
+
+    def _memory_in_use(self) -> float | None:
+        with contextlib.suppress(RuntimeError):  # --device cuda without CUDA
+            return round(memory_in_use_mb(resolve_device(self.options.device)), 1)
+        return None
 
     def _configure(self, trial: optuna.Trial) -> tuple[TrainConfig, int | None]:
         """The trial's validated config, and the number of the trial it retries (``None`` for a first attempt)."""

@@ -129,7 +129,8 @@ def _proc_status_mb(key: str) -> float | None:
     return None
 
 
-def _current_memory_mb(device: torch.device) -> float:
+def memory_in_use_mb(device: torch.device) -> float:
+    """What is held now: CUDA memory allocated to tensors on ``device``, or the process's resident memory on the CPU."""
     if device.type == "cuda":
         return torch.cuda.memory_allocated(device) / 2**20
     return _proc_status_mb("VmRSS") or 0.0
@@ -150,7 +151,7 @@ class MemoryWindow:
     def open(cls, device: torch.device) -> MemoryWindow:
         release_memory(device)
         reset_peak_memory(device)
-        return cls(device, _current_memory_mb(device))
+        return cls(device, memory_in_use_mb(device))
 
     def peak_increase_mb(self) -> float:
         return max(0.0, peak_memory_mb(self.device) - self.start_mb)

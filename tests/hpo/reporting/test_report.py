@@ -15,7 +15,7 @@ from PIL import Image
 
 from hpo import create_storage, make_objective, open_study, parse_search_space, run_to_budget
 from hpo.cli._report import main
-from hpo.reporting._report import build_report, precision_table
+from hpo.reporting._report import build_report, precision_table, summary_lines
 from trial_executor import demo_dataset
 
 DATA = demo_dataset(n_train=96, n_valid=24, seed=2)
@@ -77,6 +77,18 @@ def test_speedup_falls_back_to_the_median_fp32_trial(tmp_path: Path) -> None:
     # The two trials differ only in learning rate, which does not change speed: each matches the other.
     assert fp32.matched_speedup == pytest.approx(1.0) and fp32.matched_trials == 2
     assert precision_table(report)[2].startswith("| fp32 | 2 | 2 |")
+
+
+def test_cuda_memory_a_trial_left_allocated_is_reported() -> None:
+    """A trial whose CUDA memory after its release is well above its start is named; CPU RSS and cuBLAS-sized rests are not."""
+    study = optuna.create_study(direction="maximize")
+    for device, before, after in (("cuda", 900.0, 912.0), ("cuda", 912.0, 1350.5), ("cpu", 400.0, 900.0), ("cuda", 1350.5, None)):
+        study.add_trial(optuna.trial.create_trial(value=0.5, user_attrs={
+            "hardware": {"device_type": device}, "memory_before_trial_mb": before, "memory_after_trial_mb": after}))
+    report = build_report(study, "sqlite:///x.db")
+    assert report.memory_kept == {1: pytest.approx(438.5)}
+    assert "Memory not released (CUDA memory still allocated after the trial, over 64 MiB above its start: " \
+           "the next trial started that much fuller): 1 (+438 MiB)." in summary_lines(report)
 
 
 def test_unknown_study_lists_the_studies_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
