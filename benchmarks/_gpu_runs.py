@@ -90,7 +90,7 @@ def _precision_state(precision: str) -> None:
 # Our knobs on/off (issue 23): "ours" runs the device's defaults, where all three are off.
 OURS_VARIANTS: dict[str, dict[str, bool]] = {
     "ours": {}, "ours-compile-step": {"compile_step": True}, "ours-torch-compile": {"torch_compile": True},
-    "ours-varlen": {"varlen_attention": True},
+    "ours-varlen": {"varlen_attention": True}, "ours-master-weights": {"master_weights": True},
 }
 
 

@@ -88,8 +88,11 @@ class TrainConfig(BaseModel):
     training step (forward with loss, backward, clipping, optimizer step) per static-shape bucket
     with ``dynamic=False``, as CUDA graphs on CUDA (see :mod:`trial_executor.train._compiled`); a step with
     more than one backward, or fp16's GradScaler, runs eager instead, with the reason recorded.
+    ``master_weights`` (bf16 only) runs the forward and backward on bf16 copies of the weights,
+    refreshed once per optimizer step from the float32 weights the optimizer updates (see
+    :mod:`trial_executor.precision._master_weights`), instead of under autocast.
     ``None`` for ``chunk_by_length``, ``packed_forward``, ``buckets``, ``torch_compile``,
-    ``compile_step`` and ``varlen_attention`` takes the device's default
+    ``compile_step``, ``master_weights`` and ``varlen_attention`` takes the device's default
     (:mod:`trial_executor.device._defaults`, the one place that decides them).
     ``max_skipped_steps``: fp16 trials stop as non-finite once GradScaler skips more optimizer
     steps than this in a row.
@@ -137,6 +140,7 @@ class TrainConfig(BaseModel):
     chunk_by_length: bool | None = None
     torch_compile: bool | None = None
     compile_step: bool | None = None
+    master_weights: bool | None = None
     packed_forward: bool | None = None
     buckets: bool | None = None
     varlen_attention: bool | None = None

@@ -53,6 +53,9 @@ class TrialResult:
     (forward with loss, backward, clipping, optimizer step) ran compiled per static-shape bucket, as
     CUDA graphs on CUDA; ``compile_refused`` says why a requested compiled or captured step ran
     otherwise (more than one backward per step, fp16's GradScaler), ``None`` when nothing was refused.
+    ``master_weights``: bf16 computed on bf16 copies of the float32 weights (no autocast: layer
+    norms, softmax and the loss in bf16 too); ``master_weights_refused`` says why, asked for, it
+    did not run (autocast then did).
 
     Each evaluation's metrics carry ``eval_rows``, the validation rows it ran on: early evaluations
     (what a pruner sees) use the fixed sample of ``eval_sample_rows`` rows, the final one every row.
@@ -97,6 +100,8 @@ class TrialResult:
     skipped_steps: int | None = None
     compiled_step: bool = False
     compile_refused: str | None = None
+    master_weights: bool = False
+    master_weights_refused: str | None = None
 
     @property
     def majority_class(self) -> bool:

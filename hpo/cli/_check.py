@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_KNOBS = ("compile_step", "torch_compile", "varlen_attention")
+_KNOBS = ("compile_step", "torch_compile", "varlen_attention", "master_weights")
 
 
 # Per device: model, seq_len, batch sizes, steps, warmup when the flag is not given.

@@ -22,7 +22,7 @@ from transformers import AutoModelForSequenceClassification, BertConfig, Pretrai
 
 from trial_executor import PRECISIONS, PRESETS, PrecisionPolicy, TrainConfig, UnsupportedPrecisionError
 from trial_executor.batches import TOKEN_MULTIPLE, Batch, Collation, StaticCollation, TokenizedSplit, packed_width, round_up
-from trial_executor.device import DeviceLag, peak_memory_mb, release_memory, reset_peak_memory
+from trial_executor.device import DeviceLag, Knobs, peak_memory_mb, release_memory, reset_peak_memory
 from trial_executor.train import TrainStep, build_step, release_compiled
 
 _SMALL_VOCAB = 8192
@@ -84,13 +84,20 @@ class _Timing:
     loss: float
     host_seconds: float | None  # issuing one step, the device idle (CUDA only)
     device_busy: float | None  # share of timed steps where the device set the pace (CUDA only)
+    refused: str = ""  # knobs asked for that this precision ran without, and why
+
+
+def _refusals(knobs: Knobs) -> str:
+    # master_weights asked for with every precision: only its refusal for bf16 is news.
+    master = knobs.master_weights_refused
+    return "; ".join(r for r in (knobs.compile_refused, master if master and "bf16 only" not in master else None) if r)
 
 
 def _executor_step(
     policy: PrecisionPolicy, config: PretrainedConfig, device: torch.device, batch_size: int, seq_len: int, seed: int,
     knobs: dict[str, bool] | None = None,
-) -> tuple[TrainStep, list[list[Batch]]]:
-    """The executor's own step (forward choice, optimizer, precision policy, ``knobs``) on one random batch."""
+) -> tuple[TrainStep, list[list[Batch]], Knobs]:
+    """The executor's own step (forward choice, optimizer, precision policy, ``knobs``) on one random batch, and its knobs."""
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_config(config, attn_implementation="sdpa").to(device).train()
     model.config.problem_type = "single_label_classification"  # as load_model sets it
@@ -110,7 +117,7 @@ def _executor_step(
             0, buckets=(packed_width(seq_len),), packed=resolved.packed_forward, pin=pin, rows=batch_size,
             token_buckets=(round_up(batch_size * seq_len, TOKEN_MULTIPLE),),
         )
-    return step, [[collation(TokenizedSplit(ids, labels), range(batch_size))]]
+    return step, [[collation(TokenizedSplit(ids, labels), range(batch_size))]], resolved
 
 
 def _warm_up(step: TrainStep, window: list[list[Batch]], device: torch.device, warmup: int) -> None:
@@ -131,7 +138,7 @@ def _time_steps(
     warmup: int, steps: int, seed: int, knobs: dict[str, bool] | None = None,
 ) -> _Timing:
     """``steps`` timed executor steps after warm-up; on a GPU also the host's cost and who set the pace."""
-    step, window = _executor_step(policy, config, device, batch_size, seq_len, seed, knobs)
+    step, window, resolved = _executor_step(policy, config, device, batch_size, seq_len, seed, knobs)
     _warm_up(step, window, device, warmup)
     host = None
     if device.type == "cuda":
@@ -155,7 +162,7 @@ def _time_steps(
     lag.collect()
     step.loss_sum.zero_()
     step(window)  # untimed: the loss after the timed steps
-    return _Timing(seconds, step.read().loss_sum, host, lag.busy_fraction())
+    return _Timing(seconds, step.read().loss_sum, host, lag.busy_fraction(), _refusals(resolved))
 
 
 def speed_test(
@@ -164,7 +171,7 @@ def speed_test(
 ) -> list[SpeedRow]:
     """Time every precision on ``device``; fp32 runs first and is the reference for speedups.
 
-    ``knobs`` (``compile_step``, ``torch_compile``, ``varlen_attention``: on or off) override the
+    ``knobs`` (``compile_step``, ``torch_compile``, ``varlen_attention``, ``master_weights``: on or off) override the
     device's defaults, as a space's fixed values would; a refused knob (fp16 and ``compile_step``)
     runs as a trial would, without it.
     """
@@ -196,7 +203,7 @@ def speed_test(
             rows.append(SpeedRow(
                 precision, ms_per_step=per_step * 1000, samples_per_s=batch_size / per_step,
                 speedup=reference / per_step if reference else None, peak_memory_mb=peak, final_loss=loss,
-                note="" if math.isfinite(loss) else "loss is not finite",
+                note="; ".join(n for n in (timing.refused, "" if math.isfinite(loss) else "loss is not finite") if n),
                 host_ms_per_step=None if timing.host_seconds is None else timing.host_seconds * 1000,
                 device_busy=timing.device_busy,
             ))

@@ -32,6 +32,7 @@ class DeviceDefaults:
     host_read_every: int  # optimizer steps between reads of the loss on the host (a GPU syncs there)
     evidence: dict[str, str]
     compile_step: bool = False
+    master_weights: bool = False
 
 
 # Each knob's default per device type, beside the evidence for it: (value, why).
@@ -64,6 +65,10 @@ _BY_KNOB: dict[str, dict[str, tuple[Any, str]]] = {
         "cpu": (False, "inductor compile per token bucket costs seconds per trial; not measured faster on a CPU"),
         "cuda": (False, f"whole step as CUDA graphs per token bucket (issue 23); {PENDING_GPU}"),
     },
+    "master_weights": {
+        "cpu": (False, "tiny-bert bf16, batch 32, eager: 10.7 ms/step against autocast's 10.9 on a 2-core EPYC: no gain"),
+        "cuda": (False, f"a plain loop with bf16 weights ran 1.40x autocast at 32 x 32 tokens on an H100 (shared/gpu); ours {PENDING_GPU}"),
+    },
 }
 DEVICE_DEFAULTS: dict[str, DeviceDefaults] = {
     device: DeviceDefaults(
@@ -88,6 +93,8 @@ class Knobs:
     host_read_every: int
     compile_step: bool = False  # the whole step compiled per static-shape bucket (trial_executor.train._compiled)
     compile_refused: str | None = None  # why a requested capture or compiled step did not run
+    master_weights: bool = False  # bf16 computed on copies of float32 master weights (trial_executor.precision._master_weights)
+    master_weights_refused: str | None = None  # why master_weights, asked for, did not run (autocast did)
 
 
 def defaults_for(device: torch.device) -> DeviceDefaults:
@@ -113,6 +120,17 @@ def compile_step_refusal(config: TrainConfig, chunk_by_length: bool) -> str | No
     if reason is None and config.gradient_checkpointing:
         reason = "gradient_checkpointing: recomputation inside a compiled step is not verified; the step runs eager"
     return reason
+
+
+def master_weights_refusal(config: TrainConfig, compile_step: bool) -> str | None:
+    """Why ``master_weights`` cannot run (autocast then does), or ``None``."""
+    if config.fp_precision != "bf16":
+        return f"{config.fp_precision}: master weights are for bf16 only"
+    if compile_step:
+        return "compile_step: the compiled step fuses autocast's casts itself; master weights run eager steps only"
+    if config.gradient_checkpointing:
+        return "gradient_checkpointing: the recomputed forward would not run on the bf16 copies"
+    return None
 
 
 def resolve_knobs(
@@ -151,6 +169,9 @@ def resolve_knobs(
         refused = multiple_backward_reason(config, chunk)
         capture = refused is None
     half = BY_NAME[config.fp_precision].autocast_dtype is not None
+    master = pick(config.master_weights, base.master_weights)
+    # A default that does not apply (fp32, a compiled step) is no refusal: only a value asked for is.
+    master_refused = master_weights_refusal(config, whole_step) if master else None
     return Knobs(
         chunk_by_length=chunk,
         packed_forward=packed,
@@ -163,4 +184,6 @@ def resolve_knobs(
         host_read_every=base.host_read_every,
         compile_step=whole_step,
         compile_refused=refused,
+        master_weights=master and master_refused is None,
+        master_weights_refused=master_refused if config.master_weights else None,
     )

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from trial_executor._precisions import BY_NAME, PRECISIONS, Precision
+from trial_executor.precision._master_weights import MasterWeights
 
 
 class UnsupportedPrecisionError(RuntimeError):
@@ -97,7 +98,8 @@ class PrecisionPolicy:
     :meth:`optimizer_step` once per window; checkpoints carry :meth:`state_dict`. This base class
     needs no loss scaling (fp32, tf32, bf16). :class:`GradScalerPolicy` (fp16) owns the
     ``GradScaler``'s whole lifecycle. A registry row picks its class by ``policy`` (``"module:Class"``),
-    else by its ``grad_scaler`` fact.
+    else by its ``grad_scaler`` fact. After :meth:`keep_master_weights` (bf16), the forward
+    computes on half-precision copies of the weights instead of under autocast.
     """
 
     uses_grad_scaler = False
@@ -107,6 +109,7 @@ class PrecisionPolicy:
         self.device_type = device.type
         self.autocast_dtype = _autocast_dtype(precision)
         self.tf32 = precision.tf32
+        self.master_weights: MasterWeights | None = None
 
     @classmethod
     def resolve(cls, name: str, device: torch.device) -> PrecisionPolicy:
@@ -123,19 +126,37 @@ class PrecisionPolicy:
         set_tf32(self.tf32)
         torch.backends.cudnn.benchmark = cudnn_benchmark
 
+    def keep_master_weights(self, model: torch.nn.Module) -> None:
+        """From now on ``model``'s forward computes on half-precision copies of its weights, which stay float32 masters.
+
+        Call before the optimizer is built over ``model``'s parameters (the masters); see
+        :mod:`trial_executor.precision._master_weights`. Only for a half precision without loss scaling (bf16).
+        """
+        if self.autocast_dtype is None or self.uses_grad_scaler:
+            raise ValueError(f"master weights are for bf16, not {self.name}")
+        self.master_weights = MasterWeights(model, self.autocast_dtype)
+
     def autocast(self) -> contextlib.AbstractContextManager[None]:
-        """The autocast context for forward passes (a no-op for fp32 and tf32)."""
+        """The context of every forward: autocast (a no-op for fp32 and tf32), or the half-precision weights."""
+        if self.master_weights is not None:
+            return self.master_weights.computing()
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.autocast_dtype)
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
+        if self.master_weights is not None:
+            self.master_weights.collect_gradients()
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, clip: Callable[[], None]) -> None:
         """Clip (``clip``: the caller's gradient clipping, a no-op without it), then step ``optimizer``."""
+        if self.master_weights is not None:
+            self.master_weights.hand_gradients_to_masters()
         clip()
         optimizer.step()
+        if self.master_weights is not None:
+            self.master_weights.masters_stepped()
 
     def read_skip_streak(self) -> int:
         """The longest run of skipped optimizer steps since the last read (reads the device: syncs)."""
@@ -150,7 +171,9 @@ class PrecisionPolicy:
         return None
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
-        """Resume from :meth:`state_dict`'s value."""
+        """Resume from :meth:`state_dict`'s value (after the model's weights were loaded)."""
+        if self.master_weights is not None:
+            self.master_weights.masters_stepped()  # the masters were just loaded: refresh the copies
 
 
 class GradScalerPolicy(PrecisionPolicy):
@@ -197,6 +220,7 @@ class GradScalerPolicy(PrecisionPolicy):
         return self.scaler.state_dict()
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        super().load_state_dict(state)
         if state is not None:
             self.scaler.load_state_dict(state)
 

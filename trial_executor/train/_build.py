@@ -79,6 +79,8 @@ def build_step(model: PreTrainedModel, config: TrainConfig, device: torch.device
     total_params = parameter_counts(model)[1]
     knobs = resolve_knobs(config, device, packed_supported=supports_packed_forward(model), total_params=total_params)
     forward, eval_forward = make_forward(model, config, knobs)
+    if knobs.master_weights:  # before the optimizer: it updates the float32 masters, the model's own parameters
+        policy.keep_master_weights(model)
     optimizer = make_optimizer(model, config, device, capturable=knobs.compile_mode == "reduce-overhead", compiled=knobs.compile_step)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(config.lr_schedule, round(config.warmup_ratio * total_steps), total_steps)

@@ -45,6 +45,8 @@ def trial_result(
         varlen_attention=knobs.varlen_attention,
         compiled_step=knobs.compile_step,
         compile_refused=knobs.compile_refused,
+        master_weights=knobs.master_weights,
+        master_weights_refused=knobs.master_weights_refused,
         metrics_full_split=final.get("eval_rows") == len(parts.tokens.valid),
         eval_precision=policy.name,  # evaluate() runs under the same autocast as training
         skipped_steps=policy.skipped_steps(),

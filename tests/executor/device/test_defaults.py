@@ -65,3 +65,22 @@ def test_the_users_values_win() -> None:
     ).varlen_attention
     fp32 = resolve_knobs(TrainConfig(varlen_attention=True), CUDA, packed_supported=True, total_params=BIG)
     assert not fp32.varlen_attention  # FlashAttention needs fp16/bf16
+
+
+@pytest.mark.parametrize(
+    ("changes", "refused"),
+    [
+        ({"fp_precision": "bf16"}, None),
+        ({"fp_precision": "fp16"}, "fp16: master weights are for bf16 only"),
+        ({"fp_precision": "bf16", "compile_step": True}, "compile_step: the compiled step fuses autocast's casts itself"),
+        ({"fp_precision": "bf16", "gradient_checkpointing": True}, "gradient_checkpointing: the recomputed forward"),
+    ],
+)
+def test_master_weights_run_in_eager_bf16_only_and_say_why_not(changes: dict[str, object], refused: str | None) -> None:
+    knobs = resolve_knobs(TrainConfig(master_weights=True, **changes), CUDA, packed_supported=True, total_params=BIG)
+    assert knobs.master_weights is (refused is None)
+    assert (knobs.master_weights_refused or "").startswith(refused or "")
+    assert (refused is None) is (knobs.master_weights_refused is None)
+    # Left to the device's default (off until a GPU measures it), nothing is refused.
+    default = resolve_knobs(TrainConfig(**changes), CUDA, packed_supported=True, total_params=BIG)
+    assert not default.master_weights and default.master_weights_refused is None

@@ -29,8 +29,10 @@ CONFIG = TrainConfig(
 )
 
 
-def test_interrupted_then_resumed_run_matches_an_uninterrupted_one(data: TextClassificationData, tmp_path: Path) -> None:
-    straight = run_trial(CONFIG, data)
+# bf16 on master weights: the checkpoint holds the float32 masters; the resumed run's bf16 copies are made from them.
+@pytest.mark.parametrize("config", [CONFIG, CONFIG.replace(fp_precision="bf16", master_weights=True)], ids=["fp16", "bf16-master"])
+def test_interrupted_then_resumed_run_matches_an_uninterrupted_one(config: TrainConfig, data: TextClassificationData, tmp_path: Path) -> None:
+    straight = run_trial(config, data)
 
     saved: list[int] = []
     calls = {"n": 0}
@@ -41,13 +43,13 @@ def test_interrupted_then_resumed_run_matches_an_uninterrupted_one(data: TextCla
 
     first = Checkpointing(directory=tmp_path / "first", on_saved=lambda path, step: saved.append(step))
     with pytest.raises(TrialInterrupted) as caught:
-        run_trial(CONFIG, data, checkpointing=first, stop_requested=stop_after_seven_steps)
+        run_trial(config, data, checkpointing=first, stop_requested=stop_after_seven_steps)
     assert caught.value.step == 7 and saved == [5, 7]
     assert caught.value.checkpoint == tmp_path / "first" / CHECKPOINT_FILE
 
     second = Checkpointing(directory=tmp_path / "second", resume_from=caught.value.checkpoint)
     seen: list[int] = []
-    resumed = run_trial(CONFIG, data, lambda step, metrics: seen.append(step) or False, checkpointing=second)
+    resumed = run_trial(config, data, lambda step, metrics: seen.append(step) or False, checkpointing=second)
 
     assert resumed.resumed_at_step == 7 and seen[0] == 10  # reports only what it ran itself
     assert resumed.steps == straight.steps == 32

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 import torch._dynamo
+from _host_ops import host_ops
 from torch._dynamo.utils import counters
-from torch.profiler import ProfilerActivity, profile
 
 from trial_executor import TextClassificationData, TrainConfig, demo_dataset, run_trial
 from trial_executor.precision._policy import PrecisionPolicy
@@ -25,7 +25,6 @@ from trial_executor.train._compiled import CompiledStep
 from trial_executor.train._early_stopping import EarlyStopping
 from trial_executor.train._loop import seed_everything
 from trial_executor.train._progress import RunProgress
-from trial_executor.train._step import STEP_RANGE
 
 CPU = torch.device("cpu")
 BASE = {"batch_size": 8, "max_length": 32, "device": "cpu", "epochs": 40, "warmup_ratio": 0.1, "learning_rate": 3e-3}
@@ -133,17 +132,6 @@ def test_a_compiled_step_resumed_from_a_checkpoint_goes_on_as_if_never_stopped(d
     assert rates[0].item() == pytest.approx(whole.step_parts.scheduler.get_last_lr()[0])
 
 
-def _host_ops(parts: TrialParts, window: list) -> int:
-    """Aten operations the host dispatches inside one step (the profiler's train-step range)."""
-    for _ in range(3):  # warm-up: compiled, and every lazily built buffer in place
-        parts.train_step(window)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        parts.train_step(window)
-    events = prof.events()
-    (span,) = [e.time_range for e in events if e.name == STEP_RANGE]
-    return sum(1 for e in events if e.name.startswith("aten::") and span.start <= e.time_range.start <= span.end)
-
-
 # Inductor's tests in one test process, one after the other: the second finds the first's kernels
 # (the same optimizer graph) in inductor's on-disk cache instead of compiling them again beside it.
 @pytest.mark.xdist_group("inductor")
@@ -155,7 +143,7 @@ def test_a_compiled_step_dispatches_a_fifth_of_the_eager_ops_and_bf16_adds_none(
         for compiled in (False, True):
             parts = _parts(data, dropout=True, compile_step=compiled, fp_precision=precision, batch_size=32, max_length=64)
             window = _windows(parts, 1)[0]
-            counts[(precision, compiled)] = _host_ops(parts, window)
+            counts[(precision, compiled)] = host_ops(parts.train_step, window)
     assert counts[("fp32", True)] * 5 <= counts[("fp32", False)], counts
     assert counts[("bf16", True)] <= counts[("fp32", True)], counts
     assert counts[("bf16", False)] > counts[("fp32", False)], counts  # eager autocast does add casts

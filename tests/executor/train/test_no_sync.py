@@ -76,8 +76,9 @@ def _syncs_outside_reads(config: TrainConfig, data: TextClassificationData | Non
         {"fp_precision": "fp16", "grad_accum_steps": 2},  # GradScaler: skipped steps counted on the device
         {"fp_precision": "bf16", "packed_forward": False, "chunk_by_length": True, "buckets": True},  # HF forward
         {"fp_precision": "fp32", "model": "tiny-distilbert"},
+        {"fp_precision": "bf16", "master_weights": True, "grad_accum_steps": 2},  # bf16 copies of float32 masters
     ],
-    ids=["packed-fp32", "packed-fp16-accum", "hf-bf16-chunks-buckets", "distilbert"],
+    ids=["packed-fp32", "packed-fp16-accum", "hf-bf16-chunks-buckets", "distilbert", "packed-bf16-master-accum"],
 )
 def test_no_host_sync_inside_or_between_training_steps(knobs: dict[str, Any]) -> None:
     config = TrainConfig(**{"batch_size": 16, "max_steps": 6, "eval_every": 0, "device": "cpu", **knobs})
