@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The GPU measurements issues 23 and 25 still need, one step per device call (each well under its 10 minutes).
+#
+# Once, on your own machine, from the project root:  bash ../shared/gpu/prepare.sh .venv/bin/python
+# Then one device call per step, carrying .gpu:       bash benchmarks/gpu_plan.sh 1     (then 2, 3, ...)
+# Each step writes $OUT/step<N>.txt (and the studies' SQLite file, $OUT/studies.db, which comes back).
+# The steps and what each decides: benchmarks/RESULTS.md, "What remains to measure on a GPU".
+#
+# A dry run on the CPU (no kit): SKIP_SETUP=1 DEVICE=cpu MODEL=tiny-bert ROWS=400 OUT=/tmp/plan bash benchmarks/gpu_plan.sh 6
+set -uo pipefail
+step=${1:?"which step: 1 to 8 (benchmarks/RESULTS.md lists them)"}
+DEVICE=${DEVICE:-cuda}
+MODEL=${MODEL:-/tmp/minilm}        # all-MiniLM-L6-v2 in fp32, made by .gpu/setup.sh
+BERT=${BERT:-/tmp/bert-base}       # BERT-base, random init, made by .gpu/setup.sh
+SST2=${SST2_DIR:-.gpu/sst2}
+ROWS=${ROWS:-8000}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+if [ -z "${SKIP_SETUP:-}" ]; then . .gpu/setup.sh || exit 1; fi
+PY=${PY:-python3}
+log="$OUT/step$step.txt"
+
+# ROWS training rows sampled with a fixed seed, written unchanged (csv module, tabs, no quoting).
+subset() {
+  "$PY" - "$SST2/train.tsv" "$OUT/train_$ROWS.tsv" "$ROWS" <<'PY'
+import csv, random, sys
+source, target, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open(source, newline="") as f:
+    reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+    header, *body = list(reader)
+with open(target, "w", newline="") as f:
+    writer = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(random.Random(0).sample(body, rows))
+PY
+}
+
+data_flags() {
+  echo --data "$OUT/train_$ROWS.tsv" --text-column sentence --label-column label --valid-data "$SST2/dev.tsv" \
+       --device "$DEVICE" --storage "sqlite:///$OUT/studies.db" --artifact-store /tmp/hpo-artifacts
+}
+
+gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$SST2" "$@"; }
+
+{
+  echo "step $step on $("$PY" -c 'import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", torch.__version__)')"
+  case $step in
+    1)  # Does the CUDA path run, and what do the compiled step and master weights buy per step?
+        for knob in "--compile-step off" "--compile-step on" "--compile-step off --master-weights on"; do
+          # shellcheck disable=SC2086
+          "$PY" -m hpo check --device "$DEVICE" $knob
+        done ;;
+    2)  # SST-2 rows at batch 32: the cells that miss today.
+        gpu --rows 4000 --kinds sst2 --batches 32 --precisions fp32,bf16 \
+            --tools ours,ours-compile-step,ours-master-weights,hf,plain,plain-compiled ;;
+    3)  # 128-token rows at batch 256 (target: bf16 >= 5x our fp32).
+        gpu --rows 6000 --kinds long --batches 256 --precisions fp32,bf16 --tools ours,ours-compile-step,ours-master-weights,hf,plain ;;
+    4)  # The other knobs on and off.
+        gpu --rows 4000 --kinds sst2,long --batches 64 --precisions bf16 \
+            --tools ours,ours-torch-compile,ours-varlen,ours-compile-step,ours-master-weights ;;
+    5)  # Issue 23's study: 10 MiniLM trials, the whole step compiled; then its report (matched bf16 speedup,
+        # host-limited flags, memory not released).
+        subset
+        # shellcheck disable=SC2046
+        "$PY" -m hpo run --space benchmarks/spaces/minilm_cuda.yaml --model "$MODEL" $(data_flags) \
+            --study-name minilm-cuda --n-trials 10 --quiet
+        "$PY" -m hpo report --study-name minilm-cuda --storage "sqlite:///$OUT/studies.db" --out "$OUT/report-minilm-cuda" ;;
+    6)  # Issue 25's GPU verdict: a short study over every precision, then 3 paired seeds per precision.
+        subset
+        # shellcheck disable=SC2046
+        "$PY" -m hpo run --space benchmarks/spaces/minilm_verdict.yaml --model "$MODEL" $(data_flags) \
+            --study-name minilm-verdict --n-trials 4 --quiet
+        # shellcheck disable=SC2046
+        "$PY" -m hpo verdict $(data_flags) --study-name minilm-verdict --seeds 3 --out "$OUT/verdict" ;;
+    7)  # The full matrix, first half (fp32, tf32); step 8 the second (fp16, bf16).
+        gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp32,tf32 --tools ours-compile-step,hf,plain,plain-compiled ;;
+    8)  gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp16,bf16 --tools ours-compile-step,hf,plain,plain-compiled ;;
+    *)  echo "unknown step $step: 1 to 8" >&2; exit 2 ;;
+  esac
+} 2>&1 | tee "$log"
