@@ -47,6 +47,7 @@ gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$
   case $step in
     1)  # Does the CUDA path run, and what do the compiled step and master weights buy per step?
         for knob in "--compile-step off" "--compile-step on" "--compile-step off --master-weights on"; do
+          echo "== hpo check --device $DEVICE $knob"
           # shellcheck disable=SC2086
           "$PY" -m hpo check --device "$DEVICE" $knob
         done ;;
