@@ -343,13 +343,15 @@ def run_verdict(
     """
     from hpo.study._objective import make_objective
     from trial_executor import precision_support, resolve_device
+    from trial_executor.precision import emulated_precisions
 
     hooks = hooks or RunHooks()
     quiet_transformers()
     study = prepared.study
-    plan = plan_verdict(study, precision_support(resolve_device(options.device)), seeds=seeds, precisions=precisions, trial_number=trial)
+    device = resolve_device(options.device)
+    plan = plan_verdict(study, precision_support(device), seeds=seeds, precisions=precisions, trial_number=trial)
     # A rerun announces what is left: a (precision, seed) finishes once (only a failed attempt is retried).
-    announce(verdict_cost_line(study, plan))
+    announce(verdict_cost_line(study, plan, emulated_precisions(device)))
     enqueue_verdict(study, study._storage, plan)
     objective = make_objective(
         prepared.space, prepared.data, options, checkpoints=artifact_store(options.artifact_store) if options.artifact_store else None,

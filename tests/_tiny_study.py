@@ -19,7 +19,7 @@ HARDWARE_TYPES = {
     "host": str, "device_type": str, "device_name": str, "compute_capability": (str, type(None)),
     "total_memory_mb": int, "cuda_version": (str, type(None)), "cudnn_version": (str, type(None)),
     "driver_version": (str, type(None)), "torch_version": str, "transformers_version": str,
-    "optuna_version": str, "bf16_supported": bool, "tf32_enabled": bool,
+    "optuna_version": str, "bf16_supported": bool, "tf32_enabled": bool, "emulated_precisions": list,
 }
 NUMBER_ATTRS = ("throughput_samples_per_s", "throughput_tokens_per_s", "peak_memory_mb", "train_seconds",
                 "memory_before_trial_mb", "memory_after_trial_mb")

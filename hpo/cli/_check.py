@@ -24,7 +24,9 @@ from hpo._errors import did_you_mean
 from hpo.cli._parsing import Parser, at_least, command_prog
 from hpo.cli._speed_test import CHECK_MODELS, DEFAULT_CHECK_MODEL, SpeedRow, model_config, parameter_count, speed_test
 from trial_executor import hardware_metadata, precision_support, resolve_device
+from trial_executor._precisions import BY_NAME
 from trial_executor.device import HOST_LIMITED_BELOW
+from trial_executor.precision import cpu_instructions, emulated_precisions
 
 PROG = command_prog("check")
 
@@ -73,21 +75,6 @@ def _fill_defaults(args: argparse.Namespace, device: torch.device) -> None:
     args.batch_size = args.batch_size or batch_sizes
     args.steps = args.steps or steps
     args.warmup = warmup if args.warmup is None else args.warmup
-
-
-# CPU instructions that run bf16/fp16 matmuls natively; without them autocast emulates and is slower than fp32.
-_LOW_PRECISION_FLAGS = ("avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16")
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -140,10 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, value in hardware_metadata(device).items():
         print(f"  {key}: {value}")
     print(f"  cpu_threads: {os.cpu_count()} (torch uses {torch.get_num_threads()})")
-    flags = _cpu_flags()
+    flags = cpu_instructions()
     if device.type == "cpu" and flags:
-        native = [f for f in _LOW_PRECISION_FLAGS if f in flags]
-        print(f"  cpu_low_precision_instructions: {', '.join(native) if native else 'none (fp16/bf16 autocast is emulated, expect it slower than fp32)'}")
+        native = sorted({f for row in BY_NAME.values() for f in row.cpu_instructions if f in flags})
+        emulated = emulated_precisions(device, flags)
+        print(f"  cpu_low_precision_instructions: {', '.join(native) or 'none'}"
+              + (f" ({', '.join(emulated)} autocast emulated: expect it slower than fp32)" if emulated else ""))
     print("Precision support")
     for precision, reason in precision_support(device).items():
         print(f"  {precision}: {'supported' if reason is None else 'unsupported: ' + reason}")

@@ -10,12 +10,14 @@ One precision's trial time is taken from the best evidence the study holds, in t
 4. the source trial's time, said to be a guess: no such pair in the study. A ratio of trials with
    other models or batch sizes would say more about those than about the precision (the demo's
    one fp16 trial, a smaller model, made fp16 look 1.05x fp32 where the verdict measured 0.44x).
-   On a CPU without fp16 arithmetic an fp16 trial takes over ten times as long as fp32's.
+   A precision the CPU emulates (no native instructions for it) is said to be far slower: fp16
+   ran at 0.07x fp32 on an AMD EPYC without avx512_fp16, where the guess missed by 5x.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import optuna
@@ -57,7 +59,9 @@ def _speed_vs_fp32(trials: list[FrozenTrial], precision: str) -> tuple[float, st
     return (statistics.median(ratios), _trials(len(ratios), "matched")) if ratios else None
 
 
-def _estimate(trials: list[FrozenTrial], plan: VerdictPlan, precision: str, done: list[FrozenTrial]) -> tuple[float | None, str]:
+def _estimate(
+    trials: list[FrozenTrial], plan: VerdictPlan, precision: str, done: list[FrozenTrial], emulated: Collection[str],
+) -> tuple[float | None, str]:
     timed = [s for s in (trial_seconds(t) for t in done) if s is not None]
     if timed:
         return statistics.median(timed), f"its {_trials(len(timed), 'finished verdict')}"
@@ -68,27 +72,31 @@ def _estimate(trials: list[FrozenTrial], plan: VerdictPlan, precision: str, done
     theirs, mine = _speed_vs_fp32(trials, source_precision), _speed_vs_fp32(trials, precision)
     if theirs is None or mine is None or mine[0] <= 0:
         unmatched = " or ".join(p for p, speed in ((precision, mine), (source_precision, theirs)) if speed is None or speed[0] <= 0)
-        return source_seconds, f"{name}: a guess, no {unmatched} trial of the study matches an fp32 one"
+        slow = f"; {precision} is emulated on this CPU: expect it many times longer" if precision in emulated else ""
+        return source_seconds, f"{name}: a guess, no {unmatched} trial of the study matches an fp32 one{slow}"
     ratio = mine[0] / theirs[0]
     evidence = " and ".join(f"{p} from {e}" for p, e in ((precision, mine[1]), (source_precision, theirs[1])) if e)
     return source_seconds / ratio, f"{name} at {ratio:.2f}x its speed: {evidence}"
 
 
-def verdict_costs(study: optuna.Study, plan: VerdictPlan) -> list[PrecisionCost]:
-    """Each precision's expected seconds per trial and its trials still to run (a finished trial never runs again)."""
+def verdict_costs(study: optuna.Study, plan: VerdictPlan, emulated: Collection[str] = ()) -> list[PrecisionCost]:
+    """Each precision's expected seconds per trial and its trials still to run (a finished trial never runs again).
+
+    ``emulated``: the precisions this machine's CPU runs without native instructions (said of a guess).
+    """
     trials = study.get_trials(deepcopy=False)
     finished = [t for t in trials if plan.includes(t) and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     costs = []
     for precision in plan.precisions:
         done = [t for t in finished if verdict_trial_of(t)["precision"] == precision]
-        seconds, basis = _estimate(trials, plan, precision, [t for t in done if t.state == TrialState.COMPLETE])
+        seconds, basis = _estimate(trials, plan, precision, [t for t in done if t.state == TrialState.COMPLETE], emulated)
         costs.append(PrecisionCost(precision, seconds, basis, len(plan.seeds) - len({verdict_trial_of(t)["seed"] for t in done})))
     return costs
 
 
-def verdict_cost_line(study: optuna.Study, plan: VerdictPlan) -> str:
+def verdict_cost_line(study: optuna.Study, plan: VerdictPlan, emulated: Collection[str] = ()) -> str:
     """The line a verdict announces before it starts: trials, each precision's time and why, and the total to go."""
-    costs = verdict_costs(study, plan)
+    costs = verdict_costs(study, plan, emulated)
     trials = f"{len(plan.seeds)} seeds x {len(plan.precisions)} precisions ({', '.join(plan.precisions)}) = {plan.n_trials} trials"
     finished = plan.n_trials - sum(c.to_go for c in costs)
     if finished:

@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import torch
 
-from trial_executor.precision import precision_support, tf32_enabled
+from trial_executor.precision import emulated_precisions, precision_support, tf32_enabled
 
 
 def resolve_device(name: str) -> torch.device:
@@ -86,6 +86,8 @@ def hardware_metadata(device: torch.device) -> dict[str, Any]:
         "bf16_supported": precision_support(device)["bf16"] is None,
         "tf32_enabled": tf32_enabled(),
         "cpu_threads": torch.get_num_threads(),  # intra-op threads; workers on one machine share its cores
+        # A CPU without bf16/fp16 matmul instructions emulates them: their speed says so, not the precision.
+        "emulated_precisions": emulated_precisions(device),
     }
 
 

@@ -82,6 +82,29 @@ def _cpu_reason(precision: Precision) -> str | None:
     return f"this torch build has no CPU {precision.autocast_dtype} autocast"
 
 
+def cpu_instructions() -> set[str] | None:
+    """This machine's x86 CPU flags (``/proc/cpuinfo``), ``None`` where they cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def emulated_precisions(device: torch.device, flags: set[str] | None = None) -> list[str]:
+    """The precisions ``device`` (a CPU) runs without native matmul instructions: emulated, far slower than fp32.
+
+    ``flags``: the CPU's (default: this machine's). Empty on a GPU, or where the flags are unknown.
+    """
+    flags = cpu_instructions() if flags is None else flags
+    if device.type != "cpu" or not flags:
+        return []
+    return [p.name for p in BY_NAME.values() if p.cpu_instructions and not flags.intersection(p.cpu_instructions)]
+
+
 def precision_support(device: torch.device) -> dict[str, str | None]:
     """Map each precision to ``None`` when ``device`` can run it, else to the reason it cannot."""
     if device.type == "cuda":

@@ -7,7 +7,7 @@ import torch
 
 from trial_executor import PrecisionPolicy, TrainConfig, UnsupportedPrecisionError, demo_dataset, run_trial, tf32_enabled
 from trial_executor._precisions import BY_NAME
-from trial_executor.precision import GradScalerPolicy, set_tf32
+from trial_executor.precision import GradScalerPolicy, cpu_instructions, emulated_precisions, set_tf32
 
 CPU = torch.device("cpu")
 
@@ -60,3 +60,15 @@ def test_tf32_policy_sets_tf32_flags() -> None:
     finally:
         set_tf32(False)
         torch.backends.cudnn.benchmark = False
+
+
+def test_a_cpu_without_a_precisions_instructions_is_said_to_emulate_it() -> None:
+    cpu = torch.device("cpu")
+    # An AMD EPYC with avx512_bf16 but no avx512_fp16 (fp16 ran at 0.07x fp32 there), a Xeon with AMX, an AVX2-only CPU.
+    assert emulated_precisions(cpu, {"avx2", "avx512f", "avx512_bf16"}) == ["fp16"]
+    assert emulated_precisions(cpu, {"avx2", "amx_bf16", "amx_tile", "avx512_fp16"}) == []
+    assert emulated_precisions(cpu, {"avx2", "fma"}) == ["fp16", "bf16"]
+    assert emulated_precisions(cpu, set()) == []  # flags unknown (not Linux, not x86): nothing claimed
+    assert emulated_precisions(torch.device("cuda"), {"avx2"}) == []  # a GPU's matmuls are not the CPU's
+    assert emulated_precisions(cpu) == emulated_precisions(cpu, cpu_instructions())  # this machine's flags by default
+

@@ -58,6 +58,10 @@ def test_a_bf16_source_scales_fp32_by_its_own_speed_and_an_unmatched_precision_i
     assert costs["fp32"][0] == pytest.approx(30.0 * 1.5) and costs["fp32"][1] == "trial 0's time at 0.67x its speed: bf16 from 1 matched trial"
     assert costs["bf16"] == (30.0, "trial 0's time", 2)
     assert costs["fp16"] == (30.0, "trial 0's time: a guess, no fp16 trial of the study matches an fp32 one", 2)
+    # On a CPU that emulates fp16 the guess says so (an AMD EPYC without avx512_fp16 ran it at 0.07x fp32).
+    plan = plan_verdict(study, ALL_RUN, seeds=2)
+    assert "fp16 30 s (trial 0's time: a guess, no fp16 trial of the study matches an fp32 one; fp16 is emulated on this " \
+           "CPU: expect it many times longer)" in verdict_cost_line(study, plan, emulated=["fp16"])
 
     alone = optuna.create_study(direction="maximize")
     _add(alone, "bf16", 64, 400.0, 0.95, seconds=20.0)  # no fp32 trial at batch 64: bf16's speed is unknown too
