@@ -83,6 +83,7 @@ class StudyReport:
     majority_class: list[int] = field(default_factory=list)  # trials that never left the majority class
     shared_gpu: list[int] = field(default_factory=list)  # trials that shared their GPU with other trials
     memory_kept: dict[int, float] = field(default_factory=dict)  # trial -> CUDA MiB it left allocated
+    emulated: list[int] = field(default_factory=list)  # trials whose precision their CPU emulated
 
 
 def precision_of(trial: FrozenTrial) -> str:
@@ -218,6 +219,7 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
         host_limited=sorted(t.number for t in trials if is_host_limited(t)),
         majority_class=sorted(t.number for t in trials if is_majority_class(t)),
         shared_gpu=sorted(t.number for t in trials if trials_per_gpu_of(t) > 1),
+        emulated=sorted(t.number for t in trials if precision_of(t) in hardware_of(t).get("emulated_precisions", ())),
         memory_kept={t.number: kept for t in sorted(trials, key=lambda t: t.number)
                      if (kept := cuda_memory_kept_mb(t)) is not None and kept > MEMORY_KEPT_REPORTED_MB},
     )
@@ -296,6 +298,11 @@ def summary_lines(report: StudyReport) -> list[str]:
         lines.append(
             "Shared-GPU trials (their throughput was taken while other trials used the same GPU: left out of every "
             f"speed and speedup here): {', '.join(map(str, report.shared_gpu))}."
+        )
+    if report.emulated:
+        lines.append(
+            "Emulated-precision trials (their CPU has no matmul instructions for their precision, so autocast emulated it: "
+            f"their speed is the emulation's, not the precision's): {', '.join(map(str, report.emulated))}."
         )
     if report.memory_kept:
         kept = ", ".join(f"{n} (+{mb:.0f} MiB)" for n, mb in report.memory_kept.items())

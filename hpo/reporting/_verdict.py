@@ -57,6 +57,7 @@ class PrecisionVerdict:
     host_limited: list[int] = field(default_factory=list)
     not_completed: dict[str, int] = field(default_factory=dict)
     line: str = ""
+    emulated: bool = False  # the CPU had no matmul instructions for this precision: autocast emulated it
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ def _row(precision: str, mine: dict[int, FrozenTrial], fp32: dict[int, FrozenTri
         difference=_mean(differences), interval=[interval[1], interval[2]] if interval else [], paired_seeds=len(paired),
         skipped_steps=sum(skipped) if skipped else None,
         host_limited=sorted(t.number for t in done.values() if is_host_limited(t)),
+        emulated=any(precision in hardware_of(t).get("emulated_precisions", ()) for t in done.values()),
         not_completed=dict(Counter(outcome(t) for t in mine.values() if t.state != TrialState.COMPLETE)),
     )
 
@@ -163,6 +165,8 @@ def verdict_line(row: PrecisionVerdict, metric: str, unit: str, higher_is_better
     text = f"{row.precision}: {speed}{memory}, {change} (95% CI {_signed(low)}..{_signed(high)}): {meaning}"
     if row.not_completed:
         text += f"; not completed: {', '.join(f'{n} {k}' for k, n in sorted(row.not_completed.items()))}"
+    if row.emulated:
+        text += f" [{row.precision} emulated on this CPU (no native instructions for it): its speed is the emulation's]"
     return text + (f" [speed host-limited in trials {', '.join(map(str, row.host_limited))}]" if row.host_limited else "")
 
 

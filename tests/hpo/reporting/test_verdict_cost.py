@@ -1,4 +1,5 @@
-"""The verdict's announced cost (issue 25, item 4): each precision's time from what the study measured, not the best trial's for all.
+"""The verdict's announced cost (issue 25, item 4): each precision's time from what the study measured, not the best trial's
+for all; and a precision the CPU emulated is said so.
 
 The studies here are real Optuna studies whose trials carry the attrs a training run stores;
 what is tested is the arithmetic on them, so no trial trains.
@@ -11,6 +12,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
+from hpo.reporting._verdict import build_verdict
 from hpo.reporting._verdict_cost import verdict_cost_line, verdict_costs
 from hpo.study._verdict import plan_verdict
 
@@ -79,3 +81,17 @@ def test_a_rerun_counts_finished_verdict_trials_and_takes_their_time() -> None:
     assert costs["fp16"] == (300.0, "its 1 finished verdict trial", 1)
     assert costs["fp32"][2] == 2 and costs["bf16"][2] == 2
     assert "= 6 trials (1 already finished) x " in verdict_cost_line(study, plan_verdict(study, ALL_RUN, seeds=2))
+
+
+def test_a_precision_the_cpu_emulated_is_said_so_in_the_verdict() -> None:
+    study = optuna.create_study(direction="maximize")
+    _add(study, "fp32", 16, 100.0, 0.9)
+    for seed in (0, 1):
+        for precision, speed in (("fp32", 100.0), ("fp16", 7.0)):
+            _add(study, precision, 16, speed, 0.9 - seed / 100, verdict_trial={"of_trial": 0, "precision": precision, "seed": seed},
+                 hardware={"device_name": "a CPU", "emulated_precisions": ["fp16"]})
+    verdict = build_verdict(study, 0, [0, 1], ["fp32", "fp16"], {})
+    fp16 = next(r for r in verdict.rows if r.precision == "fp16")
+    assert fp16.emulated and fp16.speed_ratio == pytest.approx(0.07)
+    assert fp16.line.endswith("[fp16 emulated on this CPU (no native instructions for it): its speed is the emulation's]")
+    assert not next(r for r in verdict.rows if r.precision == "fp32").emulated
