@@ -124,8 +124,9 @@ def compile_step_refusal(config: TrainConfig, chunk_by_length: bool) -> str | No
 
 def master_weights_refusal(config: TrainConfig, compile_step: bool) -> str | None:
     """Why ``master_weights`` cannot run (autocast then does), or ``None``."""
-    if config.fp_precision != "bf16":
-        return f"{config.fp_precision}: master weights are for bf16 only"
+    row = BY_NAME[config.fp_precision]
+    if row.autocast_dtype is None or row.grad_scaler:  # as PrecisionPolicy.keep_master_weights requires
+        return f"{config.fp_precision}: master weights are for bf16 only (a half precision without loss scaling)"
     if compile_step:
         return "compile_step: the compiled step fuses autocast's casts itself; master weights run eager steps only"
     if config.gradient_checkpointing:
