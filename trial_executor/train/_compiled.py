@@ -34,7 +34,7 @@ from torch.profiler import record_function
 
 from trial_executor.batches import Batch, to_device
 from trial_executor.precision import PrecisionPolicy
-from trial_executor.train._step import STEP_RANGE, TrainStep
+from trial_executor.train._step import STEP_RANGE, TrainStep, clip_grad_norm
 
 
 def weighted_loss(logits: torch.Tensor, labels: torch.Tensor, row_weight: torch.Tensor, problem_type: str | None) -> torch.Tensor:
@@ -47,17 +47,6 @@ def weighted_loss(logits: torch.Tensor, labels: torch.Tensor, row_weight: torch.
     else:
         per_row = F.cross_entropy(logits, labels, reduction="none")
     return (per_row * row_weight).sum() / row_weight.sum()
-
-
-def clip_grad_norm(parameters: Sequence[torch.Tensor], max_norm: float) -> None:
-    """``torch.nn.utils.clip_grad_norm_``'s rule (scale by ``max_norm / (norm + 1e-6)`` when that is < 1), traced.
-
-    Its ``_foreach_norm`` is not lowered by the compiler on the CPU: one eager norm per
-    parameter; per-parameter norms written out fuse into a few kernels.
-    """
-    grads = [p.grad for p in parameters if p.grad is not None]
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-    torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
 
 
 class CompiledStep(TrainStep):
@@ -87,7 +76,7 @@ class CompiledStep(TrainStep):
 
     def _update(self) -> None:
         if self.max_grad_norm is not None:
-            clip_grad_norm(self.parameters, self.max_grad_norm)
+            clip_grad_norm(self.parameters, self.max_grad_norm, traced=True)
         # The undecorated step: Optimizer.step's own wrappers break the graph on purpose around it
         # (no_grad for AOTAutograd; the caller runs this region under no_grad instead) and
         # count calls for the scheduler (see __init__).
