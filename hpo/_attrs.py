@@ -159,6 +159,11 @@ def cuda_memory_kept_mb(trial: FrozenTrial) -> float | None:
     return float(after) - float(before)
 
 
+def ran_emulated(trial: FrozenTrial, precision: str) -> bool:
+    """Whether the trial's CPU had no matmul instructions for ``precision`` (its hardware's ``emulated_precisions``)."""
+    return precision in hardware_of(trial).get("emulated_precisions", ())
+
+
 def is_host_limited(trial: FrozenTrial) -> bool:
     return bool(trial.user_attrs.get(HOST_LIMITED_ATTR))
 

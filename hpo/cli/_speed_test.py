@@ -88,9 +88,7 @@ class _Timing:
 
 
 def _refusals(knobs: Knobs) -> str:
-    # master_weights asked for with every precision: only its refusal for bf16 is news.
-    master = knobs.master_weights_refused
-    return "; ".join(r for r in (knobs.compile_refused, master if master and "bf16 only" not in master else None) if r)
+    return "; ".join(r for r in (knobs.compile_refused, knobs.master_weights_refused) if r)
 
 
 def _executor_step(

@@ -28,6 +28,7 @@ from hpo._attrs import (
     is_baseline,
     is_host_limited,
     is_majority_class,
+    ran_emulated,
     skip_reason_of,
     stored_space,
     throughput_of,
@@ -219,7 +220,7 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
         host_limited=sorted(t.number for t in trials if is_host_limited(t)),
         majority_class=sorted(t.number for t in trials if is_majority_class(t)),
         shared_gpu=sorted(t.number for t in trials if trials_per_gpu_of(t) > 1),
-        emulated=sorted(t.number for t in trials if precision_of(t) in hardware_of(t).get("emulated_precisions", ())),
+        emulated=sorted(t.number for t in trials if ran_emulated(t, precision_of(t))),
         memory_kept={t.number: kept for t in sorted(trials, key=lambda t: t.number)
                      if (kept := cuda_memory_kept_mb(t)) is not None and kept > MEMORY_KEPT_REPORTED_MB},
     )

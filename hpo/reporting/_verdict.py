@@ -25,6 +25,7 @@ from hpo._attrs import (
     VERDICT_ATTR,
     hardware_of,
     is_host_limited,
+    ran_emulated,
     stored_verdict,
     throughput_of,
     verdict_trial_of,
@@ -106,7 +107,7 @@ def _row(precision: str, mine: dict[int, FrozenTrial], fp32: dict[int, FrozenTri
         difference=_mean(differences), interval=[interval[1], interval[2]] if interval else [], paired_seeds=len(paired),
         skipped_steps=sum(skipped) if skipped else None,
         host_limited=sorted(t.number for t in done.values() if is_host_limited(t)),
-        emulated=any(precision in hardware_of(t).get("emulated_precisions", ()) for t in done.values()),
+        emulated=any(ran_emulated(t, precision) for t in done.values()),
         not_completed=dict(Counter(outcome(t) for t in mine.values() if t.state != TrialState.COMPLETE)),
     )
 

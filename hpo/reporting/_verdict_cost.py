@@ -50,17 +50,22 @@ def _trials(n: int, kind: str) -> str:
     return f"{n} {kind} trial{'' if n == 1 else 's'}"
 
 
-def _speed_vs_fp32(trials: list[FrozenTrial], precision: str) -> tuple[float, str | None] | None:
-    """``precision``'s matched speedup over fp32 and the trials it is from (``None`` for fp32 itself); ``None`` unmatched."""
-    if precision == "fp32":
-        return 1.0, None
+_Speed = tuple[float, str | None]  # a precision's speed over fp32's, and the trials it is from (None for fp32 itself)
+
+
+def _speeds_vs_fp32(trials: list[FrozenTrial]) -> dict[str, _Speed]:
+    """Each precision's median matched speedup over fp32 (the report's), read once for every precision's estimate."""
     matched = _matched_speedups(trials)
-    ratios = [matched[t.number] for t in trials if precision_of(t) == precision and t.number in matched]
-    return (statistics.median(ratios), _trials(len(ratios), "matched")) if ratios else None
+    ratios: dict[str, list[float]] = {}
+    for t in trials:
+        if t.number in matched:
+            ratios.setdefault(precision_of(t), []).append(matched[t.number])
+    speeds: dict[str, _Speed] = {p: (statistics.median(r), _trials(len(r), "matched")) for p, r in ratios.items()}
+    return {**speeds, "fp32": (1.0, None)}
 
 
 def _estimate(
-    trials: list[FrozenTrial], plan: VerdictPlan, precision: str, done: list[FrozenTrial], emulated: Collection[str],
+    speeds: dict[str, _Speed], plan: VerdictPlan, precision: str, done: list[FrozenTrial], emulated: Collection[str],
 ) -> tuple[float | None, str]:
     timed = [s for s in (trial_seconds(t) for t in done) if s is not None]
     if timed:
@@ -69,7 +74,7 @@ def _estimate(
     name = f"trial {plan.source.number}'s time"
     if source_seconds is None or precision == source_precision:
         return source_seconds, name
-    theirs, mine = _speed_vs_fp32(trials, source_precision), _speed_vs_fp32(trials, precision)
+    theirs, mine = speeds.get(source_precision), speeds.get(precision)
     if theirs is None or mine is None or mine[0] <= 0:
         unmatched = " or ".join(p for p, speed in ((precision, mine), (source_precision, theirs)) if speed is None or speed[0] <= 0)
         slow = f"; {precision} is emulated on this CPU: expect it many times longer" if precision in emulated else ""
@@ -86,10 +91,11 @@ def verdict_costs(study: optuna.Study, plan: VerdictPlan, emulated: Collection[s
     """
     trials = study.get_trials(deepcopy=False)
     finished = [t for t in trials if plan.includes(t) and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    speeds = _speeds_vs_fp32(trials)
     costs = []
     for precision in plan.precisions:
         done = [t for t in finished if verdict_trial_of(t)["precision"] == precision]
-        seconds, basis = _estimate(trials, plan, precision, [t for t in done if t.state == TrialState.COMPLETE], emulated)
+        seconds, basis = _estimate(speeds, plan, precision, [t for t in done if t.state == TrialState.COMPLETE], emulated)
         costs.append(PrecisionCost(precision, seconds, basis, len(plan.seeds) - len({verdict_trial_of(t)["seed"] for t in done})))
     return costs
 

@@ -123,10 +123,9 @@ def compile_step_refusal(config: TrainConfig, chunk_by_length: bool) -> str | No
 
 
 def master_weights_refusal(config: TrainConfig, compile_step: bool) -> str | None:
-    """Why ``master_weights`` cannot run (autocast then does), or ``None``."""
-    row = BY_NAME[config.fp_precision]
-    if row.autocast_dtype is None or row.grad_scaler:  # as PrecisionPolicy.keep_master_weights requires
-        return f"{config.fp_precision}: master weights are for bf16 only (a half precision without loss scaling)"
+    """Why ``master_weights``, asked for with a half precision, cannot run (autocast then does), or ``None``."""
+    if BY_NAME[config.fp_precision].grad_scaler:  # as PrecisionPolicy.keep_master_weights requires
+        return f"{config.fp_precision}: master weights are for bf16 only (not with GradScaler's loss scaling); autocast runs"
     if compile_step:
         return "compile_step: the compiled step fuses autocast's casts itself; master weights run eager steps only"
     if config.gradient_checkpointing:
@@ -170,8 +169,9 @@ def resolve_knobs(
         refused = multiple_backward_reason(config, chunk)
         capture = refused is None
     half = BY_NAME[config.fp_precision].autocast_dtype is not None
-    master = pick(config.master_weights, base.master_weights)
-    # A default that does not apply (fp32, a compiled step) is no refusal: only a value asked for is.
+    # fp32 and tf32 have no half-precision copies to make: master weights do not apply, as varlen does not.
+    master = pick(config.master_weights, base.master_weights) and half
+    # A default that does not apply (a compiled step) is no refusal: only a value asked for is.
     master_refused = master_weights_refusal(config, whole_step) if master else None
     return Knobs(
         chunk_by_length=chunk,
