@@ -66,11 +66,14 @@ def test_plain_lines_name_the_study_position_and_show_steps_unless_quiet() -> No
         assert "\r" not in out.getvalue()
 
 
-def _run_in_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
-    """``python -m hpo ARGS`` with stdout and stderr on a 120x40 pseudo-terminal; its exit code and output."""
+def _run_in_terminal(args: list[str], cwd: Path, unset: tuple[str, ...] = ()) -> tuple[int, str]:
+    """``python -m hpo ARGS`` with stdout and stderr on a 120x40 pseudo-terminal; its exit code and output.
+
+    ``unset``: environment variables the run does not inherit from this test process.
+    """
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
+    env = {**{k: v for k, v in os.environ.items() if k not in unset}, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
     proc = subprocess.Popen([sys.executable, "-m", "hpo", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                             stdout=terminal, stderr=terminal, close_fds=True)
     os.close(terminal)
@@ -112,8 +115,9 @@ def test_bars_on_a_terminal_plain_lines_with_quiet_or_a_pipe(tmp_path: Path) -> 
     assert "\r" not in piped.stdout and "steps |" not in piped.stdout
     assert "[4/4 finished; best accuracy=" in piped.stdout
 
-    # --workers 2: this process draws the study bar and prints each worker's lines above it.
-    code, out = _run_in_terminal(["run", *common, "--n-trials", "7", "--workers", "2"], tmp_path)
+    # --workers 2: this process draws the study bar and prints each worker's lines above it. The run
+    # shares out the cores itself, not told how by the OMP_NUM_THREADS this test process sets.
+    code, out = _run_in_terminal(["run", *common, "--n-trials", "7", "--workers", "2"], tmp_path, unset=("OMP_NUM_THREADS",))
     assert code == 0, out
     screen = out.replace("\r", "\n")
     assert "study 4/7 |" in screen and "study 7/7 |" in screen
