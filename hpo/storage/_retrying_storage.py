@@ -121,6 +121,25 @@ def is_lost_connection(err: BaseException) -> bool:
     return pending_rollback
 
 
+# PostgreSQL's word for two sessions creating one of Optuna's tables, enum types or version rows at
+# once: unique_violation (its catalog's own unique index, or a version row), duplicate_table, duplicate_object.
+_PG_CREATION_COLLISION = ("23505", "42P07", "42710")
+
+
+def is_creation_collision(err: BaseException) -> bool:
+    """Whether opening a storage collided with another worker creating Optuna's schema at the same time.
+
+    The table-creation lock is a session lock, so it ends with its holder's connection (a kill, a
+    restart) while that worker's CREATE TABLEs may still run on another; the next worker then creates
+    too, and one of the two is refused. Its transaction is rolled back, and a retry finds the schema
+    made (or takes the lock once the other is done).
+    """
+    for link in _chain(err):
+        if isinstance(link, DBAPIError):
+            return str(getattr(link.orig, "pgcode", None) or getattr(link.orig, "sqlstate", None)) in _PG_CREATION_COLLISION
+    return False
+
+
 def _sqlite_error(err: BaseException) -> sqlite3.Error | None:
     return next((link.orig for link in _chain(err) if isinstance(link, DBAPIError) and isinstance(link.orig, sqlite3.Error)), None)
 
@@ -140,12 +159,13 @@ class Backoff:
         self._delay = _FIRST_DELAY
 
     def wait(self, err: BaseException) -> bool:
-        """Sleep before the next attempt after ``err``, a lost connection; ``False`` (no sleep) once the bound is reached."""
+        """Sleep before the next attempt after ``err`` (a lost connection, or a collision while opening); ``False`` (no sleep) once the bound is reached."""
         if time.monotonic() + self._delay > self._deadline:
             return False
         self.attempt += 1
         why = next((str(link).strip().splitlines()[0] for link in _chain(err) if isinstance(link, DBAPIError) and str(link).strip()), "")
-        _logger.warning("%s lost its database connection (%s); retry %d in %.1f s", self.what, why[:200], self.attempt, self._delay)
+        happened = "met another worker creating the schema" if is_creation_collision(err) else "lost its database connection"
+        _logger.warning("%s %s (%s); retry %d in %.1f s", self.what, happened, why[:200], self.attempt, self._delay)
         time.sleep(self._delay * (0.5 + random.random()))  # jitter: workers do not reconnect in lockstep
         self._delay = min(self._delay * 2, _MAX_DELAY)
         return True

@@ -24,7 +24,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from hpo._errors import UserError
 from hpo.storage._bulk_reads import BulkReadingRDBStorage
-from hpo.storage._retrying_storage import RetryingStorage, is_lost_connection, retry_lost_connection
+from hpo.storage._retrying_storage import RetryingStorage, is_creation_collision, is_lost_connection, retry_lost_connection
 
 DEFAULT_SQLITE_FILE = "hpo-studies.db"
 STORAGE_ENV = "HPO_STORAGE"
@@ -144,7 +144,9 @@ def _table_creation_lock(url: URL, engine: sqlalchemy.Engine | None) -> Iterator
 
     Yields whether the tables are still to be made. PostgreSQL: the lock is polled, not queued
     for, and a worker finding the tables made takes none: a worker waiting in a queue holds a
-    connection that a restart or a connection kill ends (and its retry queues anew).
+    connection that a restart or a connection kill ends (and its retry queues anew). The lock ends
+    with its connection too, possibly while its holder still creates on another: the collision
+    that may follow is retried (:func:`create_storage`).
     """
     if engine is None:
         with sqlite_file_lock(url.database):
@@ -293,9 +295,10 @@ def create_storage(
     the database itself and are not available through it.
 
     Opening (the table-creation lock, Optuna's CREATE TABLEs and its first reads) waits out a
-    lost connection with the same bounded backoff as every call
-    (:func:`~hpo.storage._retrying_storage.retry_lost_connection`); a database still down after
-    the bound is one :class:`StorageError`. ``wait_for_server``: see :func:`check_storage_url`.
+    lost connection, or a collision with another worker's table creation
+    (:func:`~hpo.storage._retrying_storage.is_creation_collision`), with the same bounded backoff as
+    every call (:func:`~hpo.storage._retrying_storage.retry_lost_connection`); a database still down
+    after the bound is one :class:`StorageError`. ``wait_for_server``: see :func:`check_storage_url`.
     """
     check_storage_url(url, wait_for_server=wait_for_server)
     if url.lower().startswith(GRPC_SCHEME):
@@ -306,7 +309,10 @@ def create_storage(
     if parsed.drivername != "sqlite":
         lock_engine = sqlalchemy.create_engine(parsed, poolclass=sqlalchemy.pool.NullPool, connect_args={"connect_timeout": 10})
     try:
-        return retry_lost_connection("opening the storage", lambda: _open_rdb(url, parsed, lock_engine, heartbeat))
+        return retry_lost_connection(
+            "opening the storage", lambda: _open_rdb(url, parsed, lock_engine, heartbeat),
+            lost=lambda err: is_lost_connection(err) or is_creation_collision(err),
+        )
     except (SQLAlchemyError, optuna.exceptions.StorageInternalError) as err:
         lost = " (lost its database connection until the retry bound)" if is_lost_connection(err) else ""
         raise StorageError(mask_secrets(f"storage {mask_url(url)} failed{lost}: {_first_line(err)}", url)) from None

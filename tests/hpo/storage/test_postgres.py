@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -109,3 +113,58 @@ def test_workers_starting_at_once_on_an_empty_database(pg_database: str, tmp_pat
         assert proc.returncode == 0, err
         assert "opened together" in out
     assert optuna.get_all_study_names(pg_database) == ["together"]
+
+
+def test_a_table_creation_colliding_with_another_workers_is_retried(pg_database: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A worker's CREATE TABLEs meet another's still in flight: the open is retried, not failed.
+
+    The table-creation lock is a session lock: a connection kill ends the session of its holder
+    while that worker's CREATE TABLEs may still run on another connection, and the next worker
+    takes the lock and creates too. Here the other worker's tables wait uncommitted in a
+    transaction; the worker under test, finding no schema and the lock free, creates its own,
+    which collide (PostgreSQL refuses the second type of one name) once that transaction commits.
+    """
+    from optuna.storages._rdb import models as optuna_models
+
+    from hpo.storage import create_storage
+
+    other = sqlalchemy.create_engine(pg_database, poolclass=sqlalchemy.pool.NullPool)
+    opened: list[object] = []
+    try:
+        with other.connect() as connection:
+            transaction = connection.begin()
+            optuna_models.BaseModel.metadata.create_all(connection)  # uncommitted: invisible to the worker
+            worker = threading.Thread(target=lambda: opened.append(_open_or_error(create_storage, pg_database)))
+            caplog.set_level(logging.WARNING, logger="hpo.storage")
+            worker.start()
+            # The worker's first CREATE TABLE now waits on this transaction's catalog rows.
+            deadline = time.monotonic() + 60
+            while not _waiting_on_a_lock(other, pg_database) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert time.monotonic() < deadline, "the worker never reached its CREATE TABLE"
+            transaction.commit()
+        worker.join(timeout=120)
+    finally:
+        other.dispose()
+    assert not worker.is_alive() and len(opened) == 1
+    assert not isinstance(opened[0], BaseException), opened[0]
+    assert "opening the storage met another worker creating the schema" in caplog.text
+    study = optuna.create_study(storage=opened[0], study_name="after-the-collision")
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
+    assert optuna.get_all_study_names(pg_database) == ["after-the-collision"]
+
+
+def _open_or_error(create_storage: Callable[[str], object], url: str) -> object:
+    try:
+        return create_storage(url)
+    except BaseException as err:  # reported by the test's assertion
+        return err
+
+
+def _waiting_on_a_lock(engine: sqlalchemy.Engine, url: str) -> bool:
+    """Whether a session of ``url``'s database waits on a lock (asked on a connection of its own:
+    a transaction sees one snapshot of pg_stat_activity)."""
+    with engine.connect() as connection:
+        return bool(connection.execute(sqlalchemy.text(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = :db AND wait_event_type = 'Lock'"
+        ), {"db": url.rsplit("/", 1)[1]}).scalar())
