@@ -22,6 +22,11 @@ from trial_executor import clear_caches, make_synthetic_reviews
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Tests reach only this machine. Ray advertises the machine's network address even when told
+# 127.0.0.1 (``resolve_ip_for_localhost``) unless clusters of several machines are off, which the
+# local test cluster (tests/e2e/test_ray.py) and every process it or a test starts then inherit.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
 

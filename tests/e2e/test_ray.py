@@ -46,7 +46,9 @@ def ray_address() -> Iterator[str]:
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 1024**2,
              _node_ip_address="127.0.0.1")
     try:
-        yield ray.get_runtime_context().gcs_address
+        address = ray.get_runtime_context().gcs_address
+        assert address.startswith("127.0.0.1:"), address  # loopback only (tests/conftest.py)
+        yield address
     finally:
         ray.shutdown()
 
