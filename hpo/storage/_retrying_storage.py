@@ -13,7 +13,7 @@ a wrapper below it would have to provide them. Above it, repeating a whole call 
 cache updates itself only after its backend call has returned, so a call that failed left the
 cache as it was.
 
-Which errors are retried: a lost connection only (the connection invalidated, a network-level
+Which errors are retried (:mod:`hpo.storage._db_errors`): a lost connection only (the connection invalidated, a network-level
 OperationalError, PostgreSQL's connection and shutdown SQLSTATEs, a deadlock, a locked SQLite
 file). A SQLite file that is missing, was deleted or replaced, or is read-only is not a lost
 connection: it fails at once with one line (:class:`StorageFailedError`).
@@ -41,7 +41,7 @@ import random
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,8 +51,9 @@ from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, InternalError, OperationalError, PendingRollbackError
+from sqlalchemy.exc import DBAPIError, InternalError, OperationalError
 
+from hpo.storage._db_errors import committed_row_conflict, error_chain, is_creation_collision, is_lost_connection, sqlite_error_in
 from hpo.storage._write_tokens import WriteTokens
 
 _logger = logging.getLogger("hpo.storage")
@@ -60,10 +61,6 @@ _logger = logging.getLogger("hpo.storage")
 RETRY_SECONDS = 300.0
 _FIRST_DELAY, _MAX_DELAY = 0.5, 10.0
 _T = TypeVar("_T")
-# PostgreSQL SQLSTATEs of a lost or refused connection, a server shutting down, too many
-# connections, and a transaction rolled back by a serialization failure or a deadlock.
-_PG_TRANSIENT = ("08", "57P", "53300", "40001", "40P01")
-_SQLITE_TRANSIENT = ("database is locked", "database table is locked")
 
 
 class StorageFailedError(Exception):
@@ -76,77 +73,7 @@ def storage_failure_in(err: BaseException) -> StorageFailedError | None:
     Optuna can mask it: when a trial's final write fails, ``_run_trial`` re-reads the trial,
     which fails the same way, and its ``finally`` then raises an UnboundLocalError.
     """
-    return next((link for link in _chain(err) if isinstance(link, StorageFailedError)), None)
-
-
-def _chain(err: BaseException) -> Iterator[BaseException]:
-    """``err`` and the exceptions it was raised from or while handling, innermost last."""
-    seen: set[int] = set()
-    link: BaseException | None = err
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
-        yield link
-        link = link.__cause__ or link.__context__
-
-
-# What a PostgreSQL server says when it refuses a connection for good (the client gets no SQLSTATE then).
-_PG_REFUSED = ("does not exist", "password authentication failed", "no pg_hba.conf entry")
-
-
-def _dbapi_error_is_transient(err: DBAPIError) -> bool:
-    if err.connection_invalidated:
-        return True
-    if isinstance(err.orig, sqlite3.Error):
-        return any(text in str(err.orig) for text in _SQLITE_TRANSIENT)
-    sqlstate = getattr(err.orig, "pgcode", None) or getattr(err.orig, "sqlstate", None)
-    if sqlstate:
-        return str(sqlstate).startswith(_PG_TRANSIENT)
-    if any(text in str(err.orig) for text in _PG_REFUSED):
-        return False  # the server answered and refused (no such database or role, bad password): no retry outlasts it
-    return isinstance(err, (OperationalError, InterfaceError))  # no SQLSTATE: the client lost the server
-
-
-def is_lost_connection(err: BaseException) -> bool:
-    """Whether ``err`` comes from a lost database connection, which a retry can outlast.
-
-    RDBStorage re-raises SQLAlchemy errors as StorageInternalError, and a query it retries in
-    the same session after a dropped connection fails with PendingRollbackError, the dropped
-    connection being that error's context; the first database error in the chain decides.
-    """
-    pending_rollback = False
-    for link in _chain(err):
-        if isinstance(link, DBAPIError):
-            return _dbapi_error_is_transient(link)
-        pending_rollback = pending_rollback or isinstance(link, PendingRollbackError)
-    return pending_rollback
-
-
-# PostgreSQL's word for two sessions creating one of Optuna's tables, enum types or version rows at
-# once: unique_violation (its catalog's own unique index, or a version row), duplicate_table, duplicate_object.
-_PG_CREATION_COLLISION = ("23505", "42P07", "42710")
-
-
-def is_creation_collision(err: BaseException) -> bool:
-    """Whether opening a storage collided with another worker creating Optuna's schema at the same time.
-
-    The table-creation lock is a session lock, so it ends with its holder's connection (a kill, a
-    restart) while that worker's CREATE TABLEs may still run on another; the next worker then creates
-    too, and one of the two is refused. Its transaction is rolled back, and a retry finds the schema
-    made (or takes the lock once the other is done).
-    """
-    for link in _chain(err):
-        if isinstance(link, DBAPIError):
-            return str(getattr(link.orig, "pgcode", None) or getattr(link.orig, "sqlstate", None)) in _PG_CREATION_COLLISION
-    return False
-
-
-def _sqlite_error(err: BaseException) -> sqlite3.Error | None:
-    return next((link.orig for link in _chain(err) if isinstance(link, DBAPIError) and isinstance(link.orig, sqlite3.Error)), None)
-
-
-def _committed_row_conflict(err: BaseException) -> bool:
-    """An insert refused as a duplicate: maybe the token of an attempt that committed."""
-    return isinstance(err, optuna.exceptions.DuplicatedStudyError) or any(isinstance(link, IntegrityError) for link in _chain(err))
+    return next((link for link in error_chain(err) if isinstance(link, StorageFailedError)), None)
 
 
 class Backoff:
@@ -163,7 +90,7 @@ class Backoff:
         if time.monotonic() + self._delay > self._deadline:
             return False
         self.attempt += 1
-        why = next((str(link).strip().splitlines()[0] for link in _chain(err) if isinstance(link, DBAPIError) and str(link).strip()), "")
+        why = next((str(link).strip().splitlines()[0] for link in error_chain(err) if isinstance(link, DBAPIError) and str(link).strip()), "")
         happened = "met another worker creating the schema" if is_creation_collision(err) else "lost its database connection"
         _logger.warning("%s %s (%s); retry %d in %.1f s", self.what, happened, why[:200], self.attempt, self._delay)
         time.sleep(self._delay * (0.5 + random.random()))  # jitter: workers do not reconnect in lockstep
@@ -233,7 +160,7 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
                         return recovered(row_id) if recovered else row_id  # type: ignore[return-value]
                     return call()
             except Exception as err:
-                if token is not None and _committed_row_conflict(err):
+                if token is not None and committed_row_conflict(err):
                     try:
                         row_id = self._tokens.find(token)
                     except Exception as lookup_err:
@@ -260,13 +187,13 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
         """
         if isinstance(err, StorageFailedError):
             return err
-        cause = _sqlite_error(err)
+        cause = sqlite_error_in(err)
         if cause is not None and not isinstance(cause, sqlite3.IntegrityError):
             return StorageFailedError(
                 f"storage call {name} failed on SQLite database {self._sqlite_file.path}: {cause} "
                 "(not a lost connection, so not retried); make the file writable or restore it, then rerun to resume"
             )
-        refused = next((link for link in _chain(err) if isinstance(link, (OperationalError, InternalError))), None)
+        refused = next((link for link in error_chain(err) if isinstance(link, (OperationalError, InternalError))), None)
         if refused is None:
             return err
         first = str(refused.orig).strip().splitlines()[0] if str(refused.orig).strip() else type(refused.orig).__name__

@@ -24,7 +24,8 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from hpo._errors import UserError
 from hpo.storage._bulk_reads import BulkReadingRDBStorage
-from hpo.storage._retrying_storage import RetryingStorage, is_creation_collision, is_lost_connection, retry_lost_connection
+from hpo.storage._db_errors import is_creation_collision, is_lost_connection
+from hpo.storage._retrying_storage import RetryingStorage, retry_lost_connection
 
 DEFAULT_SQLITE_FILE = "hpo-studies.db"
 STORAGE_ENV = "HPO_STORAGE"

@@ -122,7 +122,7 @@ def _raised_like_optuna_get_trials_after_a_restart() -> optuna.exceptions.Storag
 
 
 def test_a_lost_connection_is_recognised_anywhere_in_the_chain_and_data_errors_are_not() -> None:
-    from hpo.storage._retrying_storage import is_lost_connection
+    from hpo.storage._db_errors import is_lost_connection
 
     assert is_lost_connection(_raised_like_optuna_get_trials_after_a_restart())
     try:

@@ -14,7 +14,8 @@ import sqlalchemy
 
 from hpo import create_storage
 from hpo.cli._parsing import run_guarded
-from hpo.storage._retrying_storage import StorageFailedError, is_lost_connection
+from hpo.storage._db_errors import is_lost_connection
+from hpo.storage._retrying_storage import StorageFailedError
 from hpo.storage._storage import Heartbeat
 
 
