@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("Hardware")
     for key, value in hardware_metadata(device).items():
         print(f"  {key}: {value}")
-    print(f"  cpu_threads: {os.cpu_count()} (torch uses {torch.get_num_threads()})")
+    print(f"  logical_cpus: {os.cpu_count()}")  # cpu_threads above: how many of them torch trains on
     flags = cpu_instructions()
     if device.type == "cpu" and flags:
         native = sorted({f for row in BY_NAME.values() for f in row.cpu_instructions if f in flags})

@@ -22,6 +22,8 @@ def test_check_on_cpu_times_every_supported_precision(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "device_type: cpu" in out and "torch_version: " in out and "bf16_supported: " in out
+    # torch's threads and the machine's CPUs, each once under its own name (the run shares out the cores).
+    assert out.count("cpu_threads: ") == 1 and f"  logical_cpus: {os.cpu_count()}\n" in out
     assert "  fp32: supported" in out and "  tf32: unsupported: TF32" in out
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in out.splitlines() if line.startswith("| ")}
     assert rows["fp32"][2] == "1.00x"
