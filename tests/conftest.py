@@ -137,7 +137,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Tests marked ``xdist_group`` share one process on purpose: one Ray cluster for tests/e2e/test_ray.py,
     one inductor cache for the compiled-step tests. pytest-xdist groups them by appending "@group" to
     each node id, which pytest 9.2 no longer takes (pytest-dev/pytest-xdist#1386): the groups are then
-    spread over both processes, every test still passes, and the suite runs minutes longer.
+    spread over both processes, every test still passes, and the suite runs over a minute longer.
     """
     if not getattr(config.option, "loadgroup", False):  # set in xdist's test processes under --dist loadgroup
         return
