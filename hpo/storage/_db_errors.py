@@ -32,14 +32,20 @@ def error_chain(err: BaseException) -> Iterator[BaseException]:
 _PG_REFUSED = ("does not exist", "password authentication failed", "no pg_hba.conf entry")
 
 
+def _sqlstate(err: DBAPIError) -> str | None:
+    """The PostgreSQL SQLSTATE of ``err`` (psycopg2's ``pgcode``, psycopg's ``sqlstate``), if any."""
+    code = getattr(err.orig, "pgcode", None) or getattr(err.orig, "sqlstate", None)
+    return str(code) if code else None
+
+
 def _dbapi_error_is_transient(err: DBAPIError) -> bool:
     if err.connection_invalidated:
         return True
     if isinstance(err.orig, sqlite3.Error):
         return any(text in str(err.orig) for text in _SQLITE_TRANSIENT)
-    sqlstate = getattr(err.orig, "pgcode", None) or getattr(err.orig, "sqlstate", None)
+    sqlstate = _sqlstate(err)
     if sqlstate:
-        return str(sqlstate).startswith(_PG_TRANSIENT)
+        return sqlstate.startswith(_PG_TRANSIENT)
     if any(text in str(err.orig) for text in _PG_REFUSED):
         return False  # the server answered and refused (no such database or role, bad password): no retry outlasts it
     return isinstance(err, (OperationalError, InterfaceError))  # no SQLSTATE: the client lost the server
@@ -75,7 +81,7 @@ def is_creation_collision(err: BaseException) -> bool:
     """
     for link in error_chain(err):
         if isinstance(link, DBAPIError):
-            return str(getattr(link.orig, "pgcode", None) or getattr(link.orig, "sqlstate", None)) in _PG_CREATION_COLLISION
+            return _sqlstate(link) in _PG_CREATION_COLLISION
     return False
 
 

@@ -297,7 +297,7 @@ def create_storage(
 
     Opening (the table-creation lock, Optuna's CREATE TABLEs and its first reads) waits out a
     lost connection, or a collision with another worker's table creation
-    (:func:`~hpo.storage._retrying_storage.is_creation_collision`), with the same bounded backoff as
+    (:func:`~hpo.storage._db_errors.is_creation_collision`), with the same bounded backoff as
     every call (:func:`~hpo.storage._retrying_storage.retry_lost_connection`); a database still down
     after the bound is one :class:`StorageError`. ``wait_for_server``: see :func:`check_storage_url`.
     """
