@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from trial_executor.model._forward import PaddingMaskForward, select_forward, uses_token_types
+from trial_executor.model._forward import PaddingMaskForward, enable_activation_checkpointing, select_forward, uses_token_types
 from trial_executor.model._loading import load_model, preload_model, train_wordpiece_tokenizer
 from trial_executor.model._lora import (
     INSTALL_HINT,
@@ -40,6 +40,7 @@ __all__ = [
     "check_max_length",
     "check_model_name",
     "checkpoint_dtype",
+    "enable_activation_checkpointing",
     "load_model",
     "load_trainable_state_dict",
     "parameter_counts",

@@ -50,6 +50,17 @@ class PaddingMaskForward:
         return self.model(attention_mask=attention_mask.bool()[:, None, None, :], **inputs)
 
 
+def enable_activation_checkpointing(model: PreTrainedModel) -> None:
+    """Recompute each layer's activations in the backward (non-reentrant ``torch.utils.checkpoint``).
+
+    transformers 5.x renamed ``gradient_checkpointing_enable`` (5.17, the GPU image's version, has
+    only that name) to ``activation_checkpointing_enable`` (5.24 warns on the old name): the one
+    it has is called, with the same positional kwargs dict.
+    """
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable({"use_reentrant": False})
+
+
 def select_forward(
     model: PreTrainedModel, *, packed: bool, varlen: bool, static_shapes: bool, gradient_checkpointing: bool
 ) -> Callable[..., Any]:
@@ -58,5 +69,5 @@ def select_forward(
     if packed:
         return PackedBertClassifier(model, gradient_checkpointing=gradient_checkpointing, varlen=varlen, static_shapes=static_shapes)
     if gradient_checkpointing:
-        model.activation_checkpointing_enable({"use_reentrant": False})
+        enable_activation_checkpointing(model)
     return PaddingMaskForward(model) if PaddingMaskForward.applies(model) else model

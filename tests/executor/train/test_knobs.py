@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from trial_executor import STOPPED_EARLY_STOPPING, STOPPED_PRUNED, TextClassificationData, TrainConfig, demo_dataset, run_trial
 from trial_executor.batches._batching import Collation, collate
 from trial_executor.batches._tokenization import auto_max_length, tokenize, tokenize_data
+from trial_executor.model._forward import enable_activation_checkpointing
 from trial_executor.model._loading import load_model, train_wordpiece_tokenizer
 from trial_executor.model._packed import PackedBertClassifier
 from trial_executor.precision._policy import PrecisionPolicy
@@ -137,15 +138,16 @@ def test_gradient_checkpointing_saves_less_for_the_same_gradients(data: TextClas
         ckpt_bytes, ckpt_grads = _saved_bytes_and_grads(recomputed, model, batch)
     else:
         base_bytes, base_grads = _saved_bytes_and_grads(model, model, batch)
-        model.activation_checkpointing_enable({"use_reentrant": False})
+        enable_activation_checkpointing(model)
         ckpt_bytes, ckpt_grads = _saved_bytes_and_grads(model, model, batch)
     assert ckpt_bytes < 0.75 * base_bytes, (ckpt_bytes, base_bytes)
     for a, b in zip(base_grads, ckpt_grads, strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
-def test_gradient_checkpointing_trial_matches_the_plain_one(data: TextClassificationData) -> None:
-    config = TrainConfig(max_steps=6, eval_every=3, device="cpu")
+@pytest.mark.parametrize("packed", [True, False])
+def test_gradient_checkpointing_trial_matches_the_plain_one(data: TextClassificationData, packed: bool) -> None:
+    config = TrainConfig(max_steps=6, eval_every=3, device="cpu", packed_forward=packed)
     plain = run_trial(config, data)
     recomputed = run_trial(TrainConfig(**{**config.to_dict(), "gradient_checkpointing": True}), data)
     # Dropout masks are replayed in the recomputation: the same run, up to summation order.
