@@ -6,7 +6,8 @@ samples and seconds over the whole training loop and, separately, in steady stat
 first host read (a sync point on a GPU, so the time is the device's too) after at least
 ``WARMUP_STEPS`` steps and ``WARMUP_SECONDS``. On CUDA, and on the CPU when compiling, the
 first ``SETUP_OCCURRENCES`` steps of each new batch shape are timed apart (synced before and
-after) as ``compile_seconds`` and left out of the steady figures.
+after) as ``compile_seconds`` and left out of the throughput: the steady figures, and a run's
+whole-loop figure when it is too short to reach steady state.
 
 :class:`DeviceLag` (CUDA only) tells whether the host or the device set the pace. Right after a
 sync the device is idle, so an event recorded then is an anchor between the two clocks; an
@@ -43,7 +44,7 @@ class TrainClock:
         self.device = device
         self.track_setup = track_setup
         self.steady_seconds = self.setup_seconds = 0.0
-        self.steady_samples = self.steps = 0
+        self.steady_samples = self.setup_samples = self.steps = 0
         self._seen: dict[Hashable, int] = {}
         self._first_tick: float | None = None
         self._tick = self._steady_tick = 0.0
@@ -95,7 +96,9 @@ class TrainClock:
 
     def stepped(self, samples: int, setup: bool) -> None:
         self.steps += 1
-        if self._steady and not setup:
+        if setup:
+            self.setup_samples += samples
+        elif self._steady:
             self.steady_samples += samples
 
     def synced(self) -> None:
@@ -110,6 +113,15 @@ class TrainClock:
         if self.steady_seconds > 0 and self.steady_samples:
             return self.steady_samples / self.steady_seconds
         return None
+
+    def samples_per_s_after_setup(self, samples: int, seconds: float) -> float | None:
+        """A whole run's ``samples`` over its training ``seconds``, less the start-up steps timed apart.
+
+        For a run too short to reach steady state: its compile and capture seconds are still not
+        speed. ``None`` when only start-up steps ran (nothing else was timed).
+        """
+        rest, left = samples - self.setup_samples, seconds - self.setup_seconds
+        return rest / left if rest > 0 and left > 0 else None
 
 
 class DeviceLag:

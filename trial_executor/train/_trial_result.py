@@ -12,10 +12,12 @@ def trial_result(
     parts: TrialParts, run: RunProgress, timing: LoopTiming, stopped: str | None, *, pruned: bool,
     resumed_at: int | None, peak_memory_mb: float, checkpoint_dtype: str | None, eval_sample_rows: int,
 ) -> TrialResult:
-    """Steady-state throughput where the run reached it, else over the whole loop (see :class:`~trial_executor.device.TrainClock`)."""
+    """Steady-state throughput where the run reached it, else over the whole loop less its start-up steps
+    (see :class:`~trial_executor.device.TrainClock`)."""
     overall = run.samples / run.train_seconds if run.train_seconds else 0.0
     steady = timing.clock.steady_samples_per_s()
-    samples_per_s = steady if steady is not None else overall
+    after_setup = timing.clock.samples_per_s_after_setup(run.samples, run.train_seconds)
+    samples_per_s = steady if steady is not None else after_setup if after_setup is not None else overall
     busy = timing.lag.busy_fraction()
     knobs, policy, final = parts.knobs, parts.policy, run.history[-1][1]
     return TrialResult(

@@ -44,6 +44,23 @@ def test_the_clock_leaves_warm_up_and_setup_steps_out() -> None:
     assert DeviceLag(torch.device("cpu")).busy_fraction() is None
 
 
+def test_a_run_too_short_for_steady_state_still_leaves_its_setup_steps_out() -> None:
+    clock = TrainClock(torch.device("cpu"), track_setup=True)
+    clock.start()
+    began = clock.setup_begin()
+    time.sleep(0.3)  # a compile
+    clock.setup_end(began)
+    clock.stepped(32, setup=True)
+    assert clock.samples_per_s_after_setup(32, clock.stop()) is None  # only start-up ran: nothing else to time
+    clock.start()
+    time.sleep(0.02)
+    clock.stepped(16, setup=False)
+    seconds = clock.setup_seconds + clock.stop()
+    assert not clock.steady and clock.steady_samples_per_s() is None
+    assert clock.samples_per_s_after_setup(48, seconds) == 16 / (seconds - clock.setup_seconds)
+    assert clock.samples_per_s_after_setup(48, seconds) > 48 / seconds  # the compile is not speed
+
+
 def test_varlen_attention_is_inert_on_the_cpu() -> None:
     torch.manual_seed(0)
     model, _ = load_model("tiny-bert", ["a", "b"], ["words for a vocabulary"] * 3)

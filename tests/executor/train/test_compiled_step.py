@@ -18,6 +18,7 @@ from _host_ops import host_ops
 from torch._dynamo.utils import counters
 
 from trial_executor import TextClassificationData, TrainConfig, demo_dataset, run_trial
+from trial_executor.device._throughput import SETUP_OCCURRENCES
 from trial_executor.precision._policy import PrecisionPolicy
 from trial_executor.train._build import TrialParts, build_trial
 from trial_executor.train._checkpoint import restore_trial, trial_state
@@ -158,10 +159,14 @@ def test_a_compiled_step_dispatches_a_fifth_of_the_eager_ops_and_bf16_adds_none(
 @pytest.mark.xdist_group("inductor")
 def test_trials_record_the_compiled_step_or_why_not_and_release_its_graphs() -> None:
     data = demo_dataset(**INDUCTOR_DATA)  # the batch of the test above: its fp32 graph, cached
-    config = TrainConfig(**{**BASE, **INDUCTOR_CONFIG, "epochs": 2, "eval_every": 0, "compile_step": True})
+    config = TrainConfig(**{**BASE, **INDUCTOR_CONFIG, "epochs": 5, "eval_every": 0, "compile_step": True})
     result = run_trial(config, data)
     assert result.compiled_step and result.compile_refused is None and result.compile_seconds > 0
-    assert result.steps == 2 and result.metrics["eval_rows"] == 16
+    assert result.steps == 5 and result.metrics["eval_rows"] == 16
+    # Too short for steady state, yet the compile is no part of the speed: 2 of the 5 steps were timed.
+    assert not result.steady_state and result.throughput_samples_per_s > result.throughput_all_samples_per_s
+    timed = result.train_seconds - result.compile_seconds
+    assert result.throughput_samples_per_s == pytest.approx((5 - SETUP_OCCURRENCES) * 64 / timed)
     gc.collect()
     assert not [o for o in gc.get_objects() if isinstance(o, CompiledStep)]  # nothing of the trial kept alive
     assert torch._C._dynamo.eval_frame._debug_get_cache_entry_list(CompiledStep._loss.__code__) == []
