@@ -236,7 +236,10 @@ class PackedBertClassifier:
     def _grid(self, x: torch.Tensor, ctx: _Context, parts: int, heads: int, head_dim: int) -> torch.Tensor:
         # (tokens, parts*hidden) -> (parts, batch, heads, width, head_dim), zeros at padding.
         cells = ctx.batch * ctx.width
-        full = x.new_zeros(cells + self.static_shapes, x.shape[1]).index_copy(0, ctx.keep, x)[:cells]
+        # Static shapes: one spare row takes the padding segment's tokens, cut off by [:cells]. An int,
+        # not the bool: dynamo on torch 2.11 fails on a symbolic size plus a bool (sympy's BooleanFalse).
+        spare = 1 if self.static_shapes else 0
+        full = x.new_zeros(cells + spare, x.shape[1]).index_copy(0, ctx.keep, x)[:cells]
         return full.view(ctx.batch, ctx.width, parts, heads, head_dim).permute(2, 0, 3, 1, 4)
 
     def _layer(self, h: torch.Tensor, layer: torch.nn.Module, last: bool, ctx: _Context) -> torch.Tensor:

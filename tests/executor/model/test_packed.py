@@ -59,6 +59,22 @@ def test_bf16_autocast_stays_close() -> None:
     torch.testing.assert_close(packed.logits.float(), reference.logits.float(), rtol=0.05, atol=0.05)
 
 
+def test_torch_compile_traces_the_packed_forward_with_dynamic_shapes() -> None:
+    """``torch_compile`` on the packed path compiles it with ``dynamic=True`` (the token count changes every
+    batch): dynamo must trace it whole, for every shape, to the eager forward's results. The "eager"
+    backend runs the traced graph as it is (the tracing is the part under test; no code generation)."""
+    torch.manual_seed(0)
+    model, tokenizer = load_model("tiny-bert", ["a", "b", "c"], ["some text to build a vocabulary from"] * 3)
+    model.eval()
+    forward = PackedBertClassifier(model)
+    compiled = torch.compile(forward, dynamic=True, fullgraph=True, backend="eager")
+    for seed, rows in ((1, 12), (2, 7), (3, 12)):
+        batch = _batch(len(tokenizer), rows=rows, seed=seed)
+        expected, got = forward(**batch), compiled(**batch)
+        torch.testing.assert_close(got.logits, expected.logits)
+        torch.testing.assert_close(got.loss, expected.loss)
+
+
 def test_word_embedding_gradient_is_autograds_across_steps_and_accumulation() -> None:
     torch.manual_seed(0)
     model, tokenizer = load_model("tiny-bert", ["a", "b", "c"], ["some text to build a vocabulary from"] * 3)
