@@ -52,12 +52,19 @@ class TokenizedSplit:
 
 
 class Batch(NamedTuple):
-    """One collated batch: the forward's keyword tensors, and counts read on the host."""
+    """One collated batch: the forward's keyword tensors, and counts read on the host.
+
+    ``shape``: the sizes one-time work is specialised on, so that a new one is start-up cost (a
+    compile, a CUDA-graph capture, an attention kernel's plan): the padded grid, and under static
+    shapes the token bucket too. Not the dynamic packed token count: it changes nearly every batch
+    and eager kernels build nothing per row count.
+    """
 
     inputs: dict[str, torch.Tensor]
     rows: int
     real_tokens: int
     padded_tokens: int
+    shape: tuple[tuple[int, ...], ...]
 
 
 def width_buckets(max_length: int, *, ratio: float = _BUCKET_RATIO, smallest: int = _MIN_BUCKET) -> tuple[int, ...]:
@@ -143,7 +150,7 @@ class Collation:
                 inputs.update(packing(inputs["attention_mask"]))
             if self.pin:
                 inputs = {k: v.pin_memory() for k, v in inputs.items()}
-            return Batch(inputs, len(indices), sum(lengths), inputs["attention_mask"].numel())
+            return Batch(inputs, len(indices), sum(lengths), inputs["attention_mask"].numel(), (tuple(inputs["input_ids"].shape),))
 
 
 def epoch_batches(split: TokenizedSplit, batch_size: int, generator: torch.Generator, *, length_grouping: bool) -> list[list[int]]:
@@ -287,9 +294,9 @@ def eval_batches(split: TokenizedSplit, batch_size: int, collation: Collation) -
         yield indices, collation(split, indices)
 
 
-def window_shape(window: Sequence[Sequence[Batch]]) -> tuple[tuple[int, ...], ...]:
-    """Every input's shape in an accumulation window (packed: its token bucket too): a new one is start-up cost."""
-    return tuple(tuple(t.shape) for chunks in window for chunk in chunks for t in chunk.inputs.values())
+def window_shape(window: Sequence[Sequence[Batch]]) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Every batch's :attr:`Batch.shape` in an accumulation window: a new one is start-up cost."""
+    return tuple(chunk.shape for chunks in window for chunk in chunks)
 
 
 def window_rows(window: Sequence[Sequence[Batch]]) -> int:

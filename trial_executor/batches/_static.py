@@ -110,7 +110,7 @@ class StaticCollation(Collation):
                 inputs.update(_pad_packing(packing(inputs["attention_mask"]), self.token_buckets, inputs["input_ids"].numel()))
             if self.pin:
                 inputs = {k: v.pin_memory() for k, v in inputs.items()}
-            return Batch(inputs, len(indices), sum(lengths), real_cells)
+            return Batch(inputs, len(indices), sum(lengths), real_cells, tuple(tuple(t.shape) for t in inputs.values()))
 
 
 def _add_dummy_rows(inputs: dict[str, torch.Tensor], missing: int, pad_id: int) -> dict[str, torch.Tensor]:

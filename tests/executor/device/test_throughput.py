@@ -7,10 +7,13 @@ import time
 import torch
 
 from trial_executor import TrainConfig, demo_dataset, run_trial
-from trial_executor.batches._batching import Collation, TokenizedSplit
+from trial_executor.batches import window_shape
+from trial_executor.batches._batching import Collation, TokenizedSplit, width_buckets
 from trial_executor.device._throughput import SETUP_OCCURRENCES, WARMUP_STEPS, DeviceLag, TrainClock
 from trial_executor.model._loading import load_model
 from trial_executor.model._packed import PackedBertClassifier
+from trial_executor.precision._policy import PrecisionPolicy
+from trial_executor.train._build import build_trial
 
 
 def test_a_long_enough_trial_reports_steady_state_throughput() -> None:
@@ -59,6 +62,27 @@ def test_a_run_too_short_for_steady_state_still_leaves_its_setup_steps_out() -> 
     assert not clock.steady and clock.steady_samples_per_s() is None
     assert clock.samples_per_s_after_setup(48, seconds) == 16 / (seconds - clock.setup_seconds)
     assert clock.samples_per_s_after_setup(48, seconds) > 48 / seconds  # the compile is not speed
+
+
+def _epoch_shapes(**knobs: bool) -> tuple[int, int, int]:
+    """Steps, distinct start-up shapes and start-up steps of one epoch of a trial's batches (as on CUDA: tracked)."""
+    data = demo_dataset(n_train=640, n_valid=32, seed=5)
+    config = TrainConfig(batch_size=16, max_length=64, device="cpu", packed_forward=True, **knobs)
+    parts = build_trial(config, data, torch.device("cpu"), PrecisionPolicy.resolve("fp32", torch.device("cpu")))
+    clock = TrainClock(torch.device("cpu"), track_setup=True)
+    windows = [[batch] for batch in parts.batches.epoch(torch.Generator().manual_seed(0))]
+    setup = sum(clock.is_setup(window_shape(window)) for window in windows)
+    return len(windows), len({window_shape(w) for w in windows}), setup
+
+
+def test_start_up_steps_are_those_of_a_new_grid_or_bucket_not_of_every_token_count() -> None:
+    # CUDA's default path: packed, widths padded to buckets. The packed token count differs nearly
+    # every batch; nothing is built per token count, so it is no new shape: only the few grids are.
+    steps, shapes, setup = _epoch_shapes(buckets=True)
+    assert shapes <= len(width_buckets(64)) + 1 and setup <= SETUP_OCCURRENCES * shapes < steps // 2
+    # The compiled step: fixed rows, widths and token counts padded to buckets, every one compiled.
+    steps, shapes, setup = _epoch_shapes(compile_step=True)
+    assert 1 < shapes <= 8 and setup == SETUP_OCCURRENCES * shapes < steps // 2
 
 
 def test_varlen_attention_is_inert_on_the_cpu() -> None:
