@@ -50,10 +50,11 @@ def note_skipped(study: optuna.Study, trial: FrozenTrial) -> None:
     heading = SKIP_HEADINGS.get(skip_reason_of(trial))
     if heading is None:
         return
-    from optuna_dashboard import save_note
-
     detail = str(trial.user_attrs.get(SKIP_DETAIL_ATTR) or "")
-    with contextlib.suppress(Exception):  # a note is a courtesy: it must never fail the study
+    # A note is a courtesy: it must never fail the study, nor must optuna-dashboard's absence.
+    with contextlib.suppress(Exception):
+        from optuna_dashboard import save_note
+
         save_note(optuna.Trial(study, trial._trial_id), f"## {heading}\n\n{detail}\n")
 
 

@@ -209,9 +209,11 @@ def verdict_markdown(verdict: Verdict, plot_name: str | None = None) -> str:
 def store_verdict(study: optuna.Study, verdict: Verdict) -> None:
     """The verdict on the study (one user attr) and as the study's note in optuna-dashboard."""
     study.set_user_attr(VERDICT_ATTR, verdict.to_dict())
-    from optuna_dashboard import save_note
+    # A note is a courtesy: it must never fail the verdict, nor must optuna-dashboard's absence
+    # (an environment with only some of our dependencies, such as the GPU kit's).
+    with contextlib.suppress(Exception):
+        from optuna_dashboard import save_note
 
-    with contextlib.suppress(Exception):  # a note is a courtesy: it must never fail the verdict
         save_note(study, verdict_markdown(verdict))
 
 

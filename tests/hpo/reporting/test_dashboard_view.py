@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import optuna
 import optuna_dashboard
+import pytest
 from _tiny_study import TINY
 from optuna.trial import TrialState
 from optuna_dashboard._serializer import serialize_attrs
 
 import hpo
-from hpo.reporting._dashboard_view import SKIP_HEADINGS, ReadableStorage
+from hpo._attrs import SKIP_REASON_ATTR, stored_verdict
+from hpo.reporting._dashboard_view import SKIP_HEADINGS, ReadableStorage, note_skipped
+from hpo.reporting._verdict import Verdict, store_verdict
 from trial_executor import demo_dataset
 
 SPACE = {**TINY, "params": {**TINY["params"], "fp_precision": {"type": "categorical", "choices": ["fp32", "tf32"]}}}
@@ -48,3 +52,17 @@ def test_metric_names_note_on_a_skipped_precision_and_readable_attrs(tmp_path: P
     # Everything else goes straight through, writes included.
     assert view.get_study_id_from_name("d") == study._study_id
     assert [t.number for t in view.get_all_trials(study._study_id)] == [t.number for t in study.get_trials()]
+
+
+def test_the_notes_are_left_out_where_optuna_dashboard_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An environment with only some of our dependencies (the GPU kit carries optuna, not optuna-dashboard).
+    monkeypatch.setitem(sys.modules, "optuna_dashboard", None)  # `import optuna_dashboard` now raises ImportError
+    study = optuna.create_study(study_name="n", storage="sqlite:///:memory:")
+    trial = study.ask()
+    trial.set_user_attr(SKIP_REASON_ATTR, "unsupported_precision")
+    study.tell(trial, state=TrialState.PRUNED)
+    note_skipped(study, study.trials[0])  # the skip stays on the trial; only its dashboard note is missing
+    verdict = Verdict(study="n", source_trial=0, metric="accuracy", unit="points", seeds=[0], rows=[], unsupported={"tf32": "CPU"},
+                      devices=["cpu"])
+    store_verdict(study, verdict)
+    assert stored_verdict(study) == verdict.to_dict()
