@@ -51,11 +51,17 @@ def note_skipped(study: optuna.Study, trial: FrozenTrial) -> None:
     if heading is None:
         return
     detail = str(trial.user_attrs.get(SKIP_DETAIL_ATTR) or "")
-    # A note is a courtesy: it must never fail the study, nor must optuna-dashboard's absence.
+    save_note_quietly(optuna.Trial(study, trial._trial_id), f"## {heading}\n\n{detail}\n")
+
+
+def save_note_quietly(target: optuna.Study | optuna.Trial, markdown: str) -> None:
+    """``target``'s note in optuna-dashboard, or nothing: a note is a courtesy, so neither a failed
+    write nor optuna-dashboard's absence (an environment with only some of our dependencies, such
+    as the GPU kit's) may fail the study or the verdict that writes it."""
     with contextlib.suppress(Exception):
         from optuna_dashboard import save_note
 
-        save_note(optuna.Trial(study, trial._trial_id), f"## {heading}\n\n{detail}\n")
+        save_note(target, markdown)
 
 
 def _readable(attrs: dict[str, Any]) -> dict[str, Any]:

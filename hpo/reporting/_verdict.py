@@ -9,7 +9,6 @@ verdict is stored on the study (:data:`hpo._attrs.VERDICT_ATTR`), so that ``repo
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -31,6 +30,7 @@ from hpo._attrs import (
     verdict_trial_of,
 )
 from hpo._errors import UserError
+from hpo.reporting._dashboard_view import save_note_quietly
 from hpo.reporting._export import flatten
 from hpo.reporting._report import _COLOURS, _fmt, _objectives, _table, _value, outcome
 from hpo.reporting._student_t import paired_interval
@@ -209,12 +209,7 @@ def verdict_markdown(verdict: Verdict, plot_name: str | None = None) -> str:
 def store_verdict(study: optuna.Study, verdict: Verdict) -> None:
     """The verdict on the study (one user attr) and as the study's note in optuna-dashboard."""
     study.set_user_attr(VERDICT_ATTR, verdict.to_dict())
-    # A note is a courtesy: it must never fail the verdict, nor must optuna-dashboard's absence
-    # (an environment with only some of our dependencies, such as the GPU kit's).
-    with contextlib.suppress(Exception):
-        from optuna_dashboard import save_note
-
-        save_note(study, verdict_markdown(verdict))
+    save_note_quietly(study, verdict_markdown(verdict))
 
 
 def verdict_rows(study: optuna.Study) -> list[dict[str, Any]]:

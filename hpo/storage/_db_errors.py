@@ -16,6 +16,8 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, Operation
 # connections, and a transaction rolled back by a serialization failure or a deadlock.
 _PG_TRANSIENT = ("08", "57P", "53300", "40001", "40P01")
 _SQLITE_TRANSIENT = ("database is locked", "database table is locked")
+# What a PostgreSQL server says when it refuses a connection for good (the client gets no SQLSTATE then).
+_PG_REFUSED = ("does not exist", "password authentication failed", "no pg_hba.conf entry")
 
 
 def error_chain(err: BaseException) -> Iterator[BaseException]:
@@ -26,10 +28,6 @@ def error_chain(err: BaseException) -> Iterator[BaseException]:
         seen.add(id(link))
         yield link
         link = link.__cause__ or link.__context__
-
-
-# What a PostgreSQL server says when it refuses a connection for good (the client gets no SQLSTATE then).
-_PG_REFUSED = ("does not exist", "password authentication failed", "no pg_hba.conf entry")
 
 
 def _sqlstate(err: DBAPIError) -> str | None:

@@ -13,9 +13,9 @@ a wrapper below it would have to provide them. Above it, repeating a whole call 
 cache updates itself only after its backend call has returned, so a call that failed left the
 cache as it was.
 
-Which errors are retried (:mod:`hpo.storage._db_errors`): a lost connection only (the connection invalidated, a network-level
-OperationalError, PostgreSQL's connection and shutdown SQLSTATEs, a deadlock, a locked SQLite
-file). A SQLite file that is missing, was deleted or replaced, or is read-only is not a lost
+Which errors are retried (:mod:`hpo.storage._db_errors`): a lost connection only (the connection
+invalidated, a network-level OperationalError, PostgreSQL's connection and shutdown SQLSTATEs, a
+deadlock, a locked SQLite file). A SQLite file that is missing, was deleted or replaced, or is read-only is not a lost
 connection: it fails at once with one line (:class:`StorageFailedError`).
 
 Why a retried write is safe:

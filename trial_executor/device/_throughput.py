@@ -184,7 +184,7 @@ class LoopTiming:
     @contextlib.contextmanager
     def step(self, window: Sequence[Sequence[Batch]]) -> Iterator[None]:
         clock, lag = self.clock, self.lag
-        setup = clock.track_setup and clock.is_setup(window_shape(window))  # the shape only when tracked: it costs
+        setup = clock.track_setup and clock.is_setup(window_shape(window))  # shapes counted only when tracked
         began = clock.setup_begin() if setup else time.perf_counter()
         yield
         if setup:  # synced: re-anchor the device clock
