@@ -185,7 +185,6 @@ def run_hand(spec: dict[str, Any], data: TextClassificationData) -> dict[str, An
     """
     import torch
 
-    from trial_executor.batches import Collation, eval_batches
     from trial_executor.model import PackedBertClassifier, load_model
 
     precision, grouping = SETTINGS[spec["setting"]]
@@ -203,7 +202,7 @@ def run_hand(spec: dict[str, Any], data: TextClassificationData) -> dict[str, An
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1.0 - step / total_steps))
     generator = torch.Generator().manual_seed(seed)
 
-    samples = real_tokens = padded_tokens = steps = 0
+    samples = steps = 0
     tick = time.perf_counter()
     for chunks in our_train_batches(train_split, pad_id, generator, grouping):
         rows = sum(chunk.rows for chunk in chunks)
@@ -218,28 +217,45 @@ def run_hand(spec: dict[str, Any], data: TextClassificationData) -> dict[str, An
         samples += rows
         steps += 1
     train_seconds = time.perf_counter() - tick
+    model.eval()
+    return {
+        "samples_per_s": samples / train_seconds,
+        "accuracy": _hand_accuracy(forward, valid_split, pad_id, autocast),
+        "train_seconds": train_seconds,
+        "steps": steps,
+        # Outside the timed loop: the same batches, replayed with the same seed.
+        "padding_efficiency": _padding_efficiency(train_split, pad_id, seed, grouping),
+    }
 
-    # Outside the timed loop: padding efficiency of the same batches, replayed with the same seed.
-    for chunks in our_train_batches(train_split, pad_id, torch.Generator().manual_seed(seed), grouping):
+
+def _padding_efficiency(split: TokenizedSplit, pad_id: int, seed: int, grouping: bool) -> float:
+    """Real over padded tokens in one epoch of our training batches drawn with ``seed``."""
+    import torch
+
+    real_tokens = padded_tokens = 0
+    for chunks in our_train_batches(split, pad_id, torch.Generator().manual_seed(seed), grouping):
         for chunk in chunks:
             real_tokens += chunk.real_tokens
             padded_tokens += chunk.padded_tokens
+    return real_tokens / padded_tokens
 
-    model.eval()
+
+def _hand_accuracy(
+    forward: Any, split: TokenizedSplit, pad_id: int, autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+) -> float:
+    """Accuracy of the hand-written loop's ``forward`` (its model in eval mode) on ``split``, under ``autocast``."""
+    import torch
+
+    from trial_executor.batches import Collation, eval_batches
+
     correct = 0
     with torch.inference_mode():
-        for _indices, batch in eval_batches(valid_split, EVAL_BATCH_SIZE, Collation(pad_id, packed=True)):
+        for _indices, batch in eval_batches(split, EVAL_BATCH_SIZE, Collation(pad_id, packed=True)):
             inputs = batch.inputs
             with autocast():
                 logits = forward(**{k: v for k, v in inputs.items() if k != "labels"}).logits
             correct += int((logits.argmax(dim=-1) == inputs["labels"]).sum())
-    return {
-        "samples_per_s": samples / train_seconds,
-        "accuracy": correct / len(valid_split),
-        "train_seconds": train_seconds,
-        "steps": steps,
-        "padding_efficiency": real_tokens / padded_tokens,
-    }
+    return correct / len(split)
 
 
 def run_hf(spec: dict[str, Any], data: TextClassificationData) -> dict[str, Any]:
@@ -252,20 +268,49 @@ def run_hf(spec: dict[str, Any], data: TextClassificationData) -> dict[str, Any]
     ``throughput_samples_per_s``. A callback timing ``on_train_begin`` .. ``on_train_end`` and the
     wall time of the whole ``train()`` call are recorded next to it as a cross-check.
     """
-    import dataclasses
-
     import numpy as np
-    from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments, set_seed
+    from transformers import DataCollatorWithPadding, Trainer, set_seed
 
     from trial_executor.model import load_model
 
     precision, grouping = SETTINGS[spec["setting"]]
-    seed = spec["seed"]
     # Seeded exactly like run_trial before loading, so the new classifier head starts identical;
     # the model comes from our loader (plain from_pretrained, SDPA attention) so both tools train
     # the very same module and the comparison is about the training loop alone.
-    set_seed(seed)
+    set_seed(spec["seed"])
     model, tokenizer = load_model(MODEL, data.label_names, data.train_texts)
+    train_set, valid_set = _hf_sets(tokenizer, data, spec.get("hf_dataset", "datasets"))
+    collate = _PaddingTally(DataCollatorWithPadding(tokenizer))
+    clock = _train_clock()
+    with tempfile.TemporaryDirectory(prefix="hf-bench-") as output_dir:
+        trainer = Trainer(
+            model=model, args=_hf_arguments(precision, grouping, spec["seed"], output_dir), train_dataset=train_set,
+            data_collator=collate, processing_class=tokenizer, callbacks=[clock],
+        )
+        tick = time.perf_counter()
+        output = trainer.train()
+        train_call_seconds = time.perf_counter() - tick
+        collate.counting = False
+        prediction = trainer.predict(valid_set)
+    logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+    samples = len(data.train_texts)
+    return {
+        "samples_per_s": output.metrics["train_samples_per_second"],
+        "accuracy": float((np.argmax(logits, axis=-1) == np.asarray(data.valid_labels)).mean()),
+        "train_seconds": output.metrics["train_runtime"],
+        "steps": output.global_step,
+        "padding_efficiency": collate.real / collate.padded if collate.padded else None,
+        "callback_samples_per_s": samples / (clock.end - clock.begin) if clock.end > clock.begin else None,
+        "train_call_seconds": train_call_seconds,
+        "train_call_samples_per_s": samples / train_call_seconds,
+        "mixed_precision": trainer.accelerator.mixed_precision,  # "bf16" with native_amp: autocast on the CPU
+        "native_amp": trainer.accelerator.native_amp,
+        "sampler": type(trainer._get_train_sampler()).__name__,
+    }
+
+
+def _hf_sets(tokenizer: Any, data: TextClassificationData, kind: str) -> tuple[Any, Any]:
+    """The Trainer's training and validation sets: ``datasets.Dataset`` (``kind`` "datasets") or lists of dicts."""
 
     def encode(texts: list[str], labels: list[int]) -> dict[str, list[Any]]:
         # Same call as our tokenization; token_type_ids are dropped because our batches have none
@@ -273,90 +318,81 @@ def run_hf(spec: dict[str, Any], data: TextClassificationData) -> dict[str, Any]
         encoded = tokenizer(texts, truncation=True, max_length=MAX_LENGTH)
         return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"], "labels": labels}
 
-    train_columns = encode(data.train_texts, data.train_labels)
-    valid_columns = encode(data.valid_texts, data.valid_labels)
-    if spec.get("hf_dataset", "datasets") == "datasets":
+    columns = (encode(data.train_texts, data.train_labels), encode(data.valid_texts, data.valid_labels))
+    if kind == "datasets":
         import datasets
 
-        train_set: Any = datasets.Dataset.from_dict(train_columns)
-        valid_set: Any = datasets.Dataset.from_dict(valid_columns)
-    else:
-        train_set = [dict(zip(train_columns, row, strict=True)) for row in zip(*train_columns.values(), strict=True)]
-        valid_set = [dict(zip(valid_columns, row, strict=True)) for row in zip(*valid_columns.values(), strict=True)]
+        return datasets.Dataset.from_dict(columns[0]), datasets.Dataset.from_dict(columns[1])
+    train, valid = ([dict(zip(c, row, strict=True)) for row in zip(*c.values(), strict=True)] for c in columns)
+    return train, valid
 
-    padding = DataCollatorWithPadding(tokenizer)
-    tally = {"real": 0, "padded": 0, "counting": True}
 
-    def collate(features: list[dict[str, Any]]) -> Any:
-        batch = padding(features)
-        if tally["counting"]:
+class _PaddingTally:
+    """A collator that pads with ``padding`` and, while ``counting``, tallies real and padded tokens."""
+
+    def __init__(self, padding: Callable[[list[dict[str, Any]]], Any]) -> None:
+        self.padding = padding
+        self.counting = True
+        self.real = self.padded = 0
+
+    def __call__(self, features: list[dict[str, Any]]) -> Any:
+        batch = self.padding(features)
+        if self.counting:
             mask = batch["attention_mask"]
-            tally["real"] += int(mask.sum())
-            tally["padded"] += mask.numel()
+            self.real += int(mask.sum())
+            self.padded += mask.numel()
         return batch
+
+
+def _train_clock() -> Any:
+    """A ``TrainerCallback`` whose ``begin`` and ``end`` are the perf-counter times of ``on_train_begin`` and ``on_train_end``."""
+    from transformers import TrainerCallback
 
     class Clock(TrainerCallback):
         begin = end = 0.0
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            Clock.begin = time.perf_counter()
+            self.begin = time.perf_counter()
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            Clock.end = time.perf_counter()
+            self.end = time.perf_counter()
+
+    return Clock()
+
+
+def _hf_arguments(precision: str, grouping: bool, seed: int, output_dir: str) -> Any:
+    """``TrainingArguments`` equivalent to ``train_config(precision, grouping, seed)``, on the CPU, logging nothing."""
+    import dataclasses
+
+    from transformers import TrainingArguments
 
     fields = {f.name for f in dataclasses.fields(TrainingArguments)}
     if "train_sampling_strategy" in fields:  # transformers 5
         sampling: dict[str, Any] = {"train_sampling_strategy": "group_by_length" if grouping else "random"}
     else:  # transformers 4.x
         sampling = {"group_by_length": grouping}
-    with tempfile.TemporaryDirectory(prefix="hf-bench-") as output_dir:
-        args = TrainingArguments(
-            output_dir=output_dir,
-            use_cpu=True,
-            bf16=precision == "bf16",
-            per_device_train_batch_size=BATCH_SIZE,
-            per_device_eval_batch_size=EVAL_BATCH_SIZE,
-            learning_rate=LEARNING_RATE,
-            num_train_epochs=1,
-            warmup_steps=0,
-            weight_decay=0.0,
-            max_grad_norm=MAX_GRAD_NORM,
-            lr_scheduler_type="linear",
-            optim="adamw_torch_fused",  # the default on torch >= 2.8; ours is fused AdamW too
-            eval_strategy="no",
-            save_strategy="no",
-            logging_strategy="no",
-            report_to="none",
-            disable_tqdm=True,
-            dataloader_num_workers=0,
-            seed=seed,
-            **sampling,
-        )
-        trainer = Trainer(
-            model=model, args=args, train_dataset=train_set, data_collator=collate,
-            processing_class=tokenizer, callbacks=[Clock()],
-        )
-        tick = time.perf_counter()
-        output = trainer.train()
-        train_call_seconds = time.perf_counter() - tick
-        tally["counting"] = False
-        prediction = trainer.predict(valid_set)
-    logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
-    accuracy = float((np.argmax(logits, axis=-1) == np.asarray(data.valid_labels)).mean())
-    samples = len(data.train_texts)
-    return {
-        "samples_per_s": output.metrics["train_samples_per_second"],
-        "accuracy": accuracy,
-        "train_seconds": output.metrics["train_runtime"],
-        "steps": output.global_step,
-        "padding_efficiency": tally["real"] / tally["padded"] if tally["padded"] else None,
-        "callback_samples_per_s": samples / (Clock.end - Clock.begin) if Clock.end > Clock.begin else None,
-        "train_call_seconds": train_call_seconds,
-        "train_call_samples_per_s": samples / train_call_seconds,
-        "mixed_precision": trainer.accelerator.mixed_precision,  # "bf16" with native_amp: autocast on the CPU
-        "native_amp": trainer.accelerator.native_amp,
-        "sampler": type(trainer._get_train_sampler()).__name__,
-    }
+    return TrainingArguments(
+        output_dir=output_dir,
+        use_cpu=True,
+        bf16=precision == "bf16",
+        per_device_train_batch_size=BATCH_SIZE,
+        per_device_eval_batch_size=EVAL_BATCH_SIZE,
+        learning_rate=LEARNING_RATE,
+        num_train_epochs=1,
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=MAX_GRAD_NORM,
+        lr_scheduler_type="linear",
+        optim="adamw_torch_fused",  # the default on torch >= 2.8; ours is fused AdamW too
+        eval_strategy="no",
+        save_strategy="no",
+        logging_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=seed,
+        **sampling,
+    )
 
 
 def run_rss(spec: dict[str, Any], data: TextClassificationData) -> dict[str, Any]:

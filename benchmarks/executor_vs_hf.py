@@ -37,11 +37,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-
-    pass
+from typing import Any
 
 from benchmarks._runs import (
     BATCH_SIZE,
@@ -131,75 +127,90 @@ def summarize(runs: list[Run], settings: list[str], tools: list[str]) -> dict[st
     return {"rows": rows}
 
 
+RunsBySettingAndTool = dict[tuple[str, str], list[Run]]
+
+
 def render(summary: dict[str, Any], runs: list[Run], tools: list[str], rss: dict[str, Any] | None, reps: int) -> str:
-    lines: list[str] = []
+    """The report's markdown tables: ours against HF, ours against the hand-written loop, one tool alone, the RSS check."""
     if not runs:  # --reps 0: the RSS check alone
         tools = []
     by = {(r.setting, r.tool): [x for x in runs if x.setting == r.setting and x.tool == r.tool] for r in runs}
+    lines: list[str] = []
     if "ours" in tools and "hf" in tools:
-        lines += [
-            f"Our executor vs HF Trainer (training samples/s, median of {reps}; accuracy on SST-2 dev)",
-            "",
-            "| setting | ours samples/s | HF samples/s | ours/HF | ours acc | HF acc | ours pad eff | HF pad eff |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        for row in summary["rows"]:
+        lines += _hf_table(summary, by, reps)
+    if "ours" in tools and "hand" in tools:
+        lines += _hand_table(summary, by)
+    if tools and (len(tools) == 1 or "ours" not in tools):
+        lines += _tools_table(summary, by, tools)
+    if rss is not None:
+        lines += _rss_lines(rss)
+    return "\n".join(lines)
+
+
+def _hf_table(summary: dict[str, Any], by: RunsBySettingAndTool, reps: int) -> list[str]:
+    lines = [
+        f"Our executor vs HF Trainer (training samples/s, median of {reps}; accuracy on SST-2 dev)",
+        "",
+        "| setting | ours samples/s | HF samples/s | ours/HF | ours acc | HF acc | ours pad eff | HF pad eff |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in summary["rows"]:
+        s = row["setting"]
+        lines.append(
+            f"| {s} | {_fmt(row['ours']['samples_per_s_median'], '.1f')} | {_fmt(row['hf']['samples_per_s_median'], '.1f')}"
+            f" | {_fmt(row['ratio_ours_hf'], '.3f')} | {_acc(by.get((s, 'ours'), []))} | {_acc(by.get((s, 'hf'), []))}"
+            f" | {_fmt(row['ours']['padding_efficiency'], '.3f')} | {_fmt(row['hf']['padding_efficiency'], '.3f')} |"
+        )
+    return [*lines, ""]
+
+
+def _hand_table(summary: dict[str, Any], by: RunsBySettingAndTool) -> list[str]:
+    lines = [
+        f"Overhead against a hand-written loop on the same batches (target ours/hand-written >= {HAND_TARGET})",
+        "",
+        "| setting | ours samples/s | hand-written samples/s | ours/hand-written | ours acc | hand-written acc | target |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for row in summary["rows"]:
+        s, ratio = row["setting"], row["ratio_ours_hand"]
+        verdict = "n/a" if ratio is None else ("PASS" if ratio >= HAND_TARGET else "FAIL")
+        lines.append(
+            f"| {s} | {_fmt(row['ours']['samples_per_s_median'], '.1f')} | {_fmt(row['hand']['samples_per_s_median'], '.1f')}"
+            f" | {_fmt(ratio, '.3f')} | {_acc(by.get((s, 'ours'), []))} | {_acc(by.get((s, 'hand'), []))} | {verdict} |"
+        )
+    return [*lines, ""]
+
+
+def _tools_table(summary: dict[str, Any], by: RunsBySettingAndTool, tools: list[str]) -> list[str]:
+    lines = ["| setting | tool | samples/s (median) | acc | pad eff |", "|---|---|---:|---:|---:|"]
+    for row in summary["rows"]:
+        for tool in tools:
             s = row["setting"]
             lines.append(
-                f"| {s} | {_fmt(row['ours']['samples_per_s_median'], '.1f')} | {_fmt(row['hf']['samples_per_s_median'], '.1f')}"
-                f" | {_fmt(row['ratio_ours_hf'], '.3f')} | {_acc(by.get((s, 'ours'), []))} | {_acc(by.get((s, 'hf'), []))}"
-                f" | {_fmt(row['ours']['padding_efficiency'], '.3f')} | {_fmt(row['hf']['padding_efficiency'], '.3f')} |"
+                f"| {s} | {TOOL_TITLES[tool]} | {_fmt(row[tool]['samples_per_s_median'], '.1f')}"
+                f" | {_acc(by.get((s, tool), []))} | {_fmt(row[tool]['padding_efficiency'], '.3f')} |"
             )
-        lines.append("")
-    if "ours" in tools and "hand" in tools:
-        lines += [
-            f"Overhead against a hand-written loop on the same batches (target ours/hand-written >= {HAND_TARGET})",
-            "",
-            "| setting | ours samples/s | hand-written samples/s | ours/hand-written | ours acc | hand-written acc | target |",
-            "|---|---:|---:|---:|---:|---:|---|",
-        ]
-        for row in summary["rows"]:
-            s, ratio = row["setting"], row["ratio_ours_hand"]
-            verdict = "n/a" if ratio is None else ("PASS" if ratio >= HAND_TARGET else "FAIL")
-            lines.append(
-                f"| {s} | {_fmt(row['ours']['samples_per_s_median'], '.1f')} | {_fmt(row['hand']['samples_per_s_median'], '.1f')}"
-                f" | {_fmt(ratio, '.3f')} | {_acc(by.get((s, 'ours'), []))} | {_acc(by.get((s, 'hand'), []))} | {verdict} |"
-            )
-        lines.append("")
-    if tools and (len(tools) == 1 or "ours" not in tools):
-        lines += ["| setting | tool | samples/s (median) | acc | pad eff |", "|---|---|---:|---:|---:|"]
-        for row in summary["rows"]:
-            for tool in tools:
-                s = row["setting"]
-                lines.append(
-                    f"| {s} | {TOOL_TITLES[tool]} | {_fmt(row[tool]['samples_per_s_median'], '.1f')}"
-                    f" | {_acc(by.get((s, tool), []))} | {_fmt(row[tool]['padding_efficiency'], '.3f')} |"
-                )
-        lines.append("")
-    if rss is not None:
-        if rss.get("error"):
-            lines.append(f"RSS check ({rss['setting']}): failed to run: {rss['error']}")
-        else:
-            first, last = rss["trials"][0], rss["trials"][-1]
-            ratio = rss["hwm_ratio"]
-            verdict = "PASS" if ratio <= 1 + RSS_TOLERANCE else "FAIL"
-            lines += [
-                f"RSS over {len(rss['trials'])} run_trial calls in one process ({rss['setting']}):",
-                "",
-                "| trial | VmHWM (peak RSS) MB | VmRSS after MB | samples/s | acc |",
-                "|---:|---:|---:|---:|---:|",
-            ]
-            lines += [
-                f"| {t['trial']} | {_fmt(t['vm_hwm_mb'], '.0f')} | {_fmt(t['vm_rss_mb'], '.0f')} | {t['samples_per_s']:.1f} | {t['accuracy']:.4f} |"
-                for t in rss["trials"]
-            ]
-            lines += [
-                "",
-                f"peak RSS after trial 1: {first['vm_hwm_mb']:.0f} MB, after trial {last['trial']}: {last['vm_hwm_mb']:.0f} MB,"
-                f" ratio {ratio:.3f} (target <= {1 + RSS_TOLERANCE:.2f}: {verdict});"
-                f" RSS after: {first['vm_rss_mb']:.0f} -> {last['vm_rss_mb']:.0f} MB (ratio {rss['rss_ratio']:.3f})",
-            ]
-    return "\n".join(lines)
+    return [*lines, ""]
+
+
+def _rss_lines(rss: dict[str, Any]) -> list[str]:
+    if rss.get("error"):
+        return [f"RSS check ({rss['setting']}): failed to run: {rss['error']}"]
+    first, last = rss["trials"][0], rss["trials"][-1]
+    ratio = rss["hwm_ratio"]
+    verdict = "PASS" if ratio <= 1 + RSS_TOLERANCE else "FAIL"
+    return [
+        f"RSS over {len(rss['trials'])} run_trial calls in one process ({rss['setting']}):",
+        "",
+        "| trial | VmHWM (peak RSS) MB | VmRSS after MB | samples/s | acc |",
+        "|---:|---:|---:|---:|---:|",
+        *(f"| {t['trial']} | {_fmt(t['vm_hwm_mb'], '.0f')} | {_fmt(t['vm_rss_mb'], '.0f')} | {t['samples_per_s']:.1f} | {t['accuracy']:.4f} |"
+          for t in rss["trials"]),
+        "",
+        f"peak RSS after trial 1: {first['vm_hwm_mb']:.0f} MB, after trial {last['trial']}: {last['vm_hwm_mb']:.0f} MB,"
+        f" ratio {ratio:.3f} (target <= {1 + RSS_TOLERANCE:.2f}: {verdict});"
+        f" RSS after: {first['vm_rss_mb']:.0f} -> {last['vm_rss_mb']:.0f} MB (ratio {rss['rss_ratio']:.3f})",
+    ]
 
 
 def parse_list(value: str, allowed: Sequence[str], what: str) -> list[str]:
@@ -210,7 +221,7 @@ def parse_list(value: str, allowed: Sequence[str], what: str) -> list[str]:
     return items
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.executor_vs_hf", description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3, help="repetitions per tool and setting (default 3)")
     parser.add_argument("--rows", type=int, default=2000, help="training rows sampled from train.tsv (default 2000)")
@@ -229,8 +240,67 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write all results as JSON to this path")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
 
+
+def _measure(args: argparse.Namespace, base: dict[str, Any]) -> list[Run]:
+    """Every tool on every setting, ``args.reps`` times, each run in a fresh process; a line per run as it ends."""
+    total = args.reps * len(args.settings) * len(args.tools)
+    print(f"{total} runs ({args.reps} reps x {len(args.settings)} settings x {len(args.tools)} tools), each in a fresh process,"
+          f" {args.rows} training rows, seed {args.seed}", flush=True)
+    runs: list[Run] = []
+    for rep in range(args.reps):
+        for s_index, setting in enumerate(args.settings):
+            # Rotate the order so no tool always runs first (or right after a given other tool).
+            shift = (rep + s_index) % len(args.tools)
+            for tool in args.tools[shift:] + args.tools[:shift]:
+                tick = time.perf_counter()
+                result, error = run_child({**base, "tool": tool, "setting": setting}, args.timeout)
+                runs.append(Run(tool, setting, rep, result, error))
+                wall, head = time.perf_counter() - tick, f"[{len(runs)}/{total}] rep {rep + 1} {setting:12s} {TOOL_TITLES[tool]:12s}"
+                if result is None:
+                    print(f"{head} FAILED ({wall:.0f} s): {error}", flush=True)
+                    continue
+                detail = f"  [{result['sampler']}, mixed_precision={result['mixed_precision']}]" if tool == "hf" else ""
+                print(f"{head} {result['samples_per_s']:7.1f} samples/s  acc {result['accuracy']:.4f}"
+                      f"  train {result['train_seconds']:.1f} s  ({wall:.0f} s in all){detail}", flush=True)
+    return runs
+
+
+def _rss_check(args: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]:
+    """``args.rss_trials`` run_trial calls in one fresh process: peak and current RSS after each, and the verdict."""
+    print(f"RSS check: {args.rss_trials} run_trial calls in one process ({args.rss_setting}) ...", flush=True)
+    result, error = run_child({**base, "tool": "rss", "setting": args.rss_setting, "trials": args.rss_trials}, args.timeout)
+    if result is None:
+        return {"setting": args.rss_setting, "error": error}
+    trials = result["trials"]
+    return {
+        "setting": args.rss_setting,
+        "before": result["before"],
+        "trials": trials,
+        "hwm_ratio": trials[-1]["vm_hwm_mb"] / trials[0]["vm_hwm_mb"],
+        "rss_ratio": trials[-1]["vm_rss_mb"] / trials[0]["vm_rss_mb"],
+        "pass": trials[-1]["vm_hwm_mb"] <= (1 + RSS_TOLERANCE) * trials[0]["vm_hwm_mb"],
+        "environment": result.get("environment"),
+    }
+
+
+def _write_json(args: argparse.Namespace, base: dict[str, Any], report: dict[str, Any]) -> None:
+    payload = {
+        "config": {**base, "reps": args.reps, "settings": args.settings, "tools": args.tools, "model": MODEL,
+                   "batch_size": BATCH_SIZE, "max_length": MAX_LENGTH, "learning_rate": LEARNING_RATE,
+                   "max_grad_norm": MAX_GRAD_NORM},
+        **report,
+        "runs": [{"tool": r.tool, "setting": r.setting, "rep": r.rep, "result": r.result, "error": r.error} for r in report["runs"]],
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(payload, indent=2))
+    print(f"\nwrote {args.json}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.one:
         child_main(json.loads(args.one), args.out)
         return 0
@@ -240,51 +310,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("train.tsv", "dev.tsv"):
         if not (args.data_dir / name).is_file():
             parser.error(f"{args.data_dir / name} not found; pass --data-dir")
-    total = args.reps * len(args.settings) * len(args.tools)
-    print(f"{total} runs ({args.reps} reps x {len(args.settings)} settings x {len(args.tools)} tools), each in a fresh process,"
-          f" {args.rows} training rows, seed {args.seed}", flush=True)
-    runs: list[Run] = []
-    env_info: dict[str, Any] | None = None
-    done = 0
-    for rep in range(args.reps):
-        for s_index, setting in enumerate(args.settings):
-            # Rotate the order so no tool always runs first (or right after a given other tool).
-            shift = (rep + s_index) % len(args.tools)
-            for tool in args.tools[shift:] + args.tools[:shift]:
-                done += 1
-                tick = time.perf_counter()
-                result, error = run_child({**base, "tool": tool, "setting": setting}, args.timeout)
-                runs.append(Run(tool, setting, rep, result, error))
-                wall = time.perf_counter() - tick
-                if result is None:
-                    print(f"[{done}/{total}] rep {rep + 1} {setting:12s} {TOOL_TITLES[tool]:12s} FAILED ({wall:.0f} s): {error}", flush=True)
-                    continue
-                env_info = env_info or result.get("environment")
-                detail = f"  [{result['sampler']}, mixed_precision={result['mixed_precision']}]" if tool == "hf" else ""
-                print(
-                    f"[{done}/{total}] rep {rep + 1} {setting:12s} {TOOL_TITLES[tool]:12s} {result['samples_per_s']:7.1f} samples/s"
-                    f"  acc {result['accuracy']:.4f}  train {result['train_seconds']:.1f} s  ({wall:.0f} s in all){detail}",
-                    flush=True,
-                )
-
-    rss: dict[str, Any] | None = None
-    if args.rss_trials > 0:
-        print(f"RSS check: {args.rss_trials} run_trial calls in one process ({args.rss_setting}) ...", flush=True)
-        result, error = run_child({**base, "tool": "rss", "setting": args.rss_setting, "trials": args.rss_trials}, args.timeout)
-        if result is None:
-            rss = {"setting": args.rss_setting, "error": error}
-        else:
-            trials = result["trials"]
-            rss = {
-                "setting": args.rss_setting,
-                "before": result["before"],
-                "trials": trials,
-                "hwm_ratio": trials[-1]["vm_hwm_mb"] / trials[0]["vm_hwm_mb"],
-                "rss_ratio": trials[-1]["vm_rss_mb"] / trials[0]["vm_rss_mb"],
-                "pass": trials[-1]["vm_hwm_mb"] <= (1 + RSS_TOLERANCE) * trials[0]["vm_hwm_mb"],
-            }
-            env_info = env_info or result.get("environment")
-
+    runs = _measure(args, base)
+    rss = _rss_check(args, base) if args.rss_trials > 0 else None
+    rss_environment = rss.pop("environment", None) if rss else None
+    env_info = next((r.result.get("environment") for r in runs if r.result is not None), None) or rss_environment
     summary = summarize(runs, args.settings, args.tools)
     print()
     if env_info:
@@ -294,18 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
     print(render(summary, runs, args.tools, rss, args.reps))
     if args.json:
-        payload = {
-            "config": {**base, "reps": args.reps, "settings": args.settings, "tools": args.tools, "model": MODEL,
-                       "batch_size": BATCH_SIZE, "max_length": MAX_LENGTH, "learning_rate": LEARNING_RATE,
-                       "max_grad_norm": MAX_GRAD_NORM},
-            "environment": env_info,
-            "summary": summary,
-            "rss": rss,
-            "runs": [{"tool": r.tool, "setting": r.setting, "rep": r.rep, "result": r.result, "error": r.error} for r in runs],
-        }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(payload, indent=2))
-        print(f"\nwrote {args.json}")
+        _write_json(args, base, {"environment": env_info, "summary": summary, "rss": rss, "runs": runs})
     failed = [r for r in runs if r.error] + ([rss] if rss and rss.get("error") else [])
     return 1 if failed else 0
 

@@ -69,6 +69,27 @@ def _running_verdict_trial_with_checkpoint(url: str, name: str, timeout: float =
     raise AssertionError("no verdict trial ran long enough to checkpoint")
 
 
+def _two_verdict_workers_one_sigkilled(url: str, verdict: list[str], tmp_path: Path) -> tuple[FrozenTrial, int]:
+    """Two ``hpo verdict`` workers on study "v"; the one running a checkpointed trial is SIGKILLed.
+
+    The victim trial as seen before the kill, and the survivor's index (its log ``worker{index}.log``,
+    its output directory ``out{index}``), once the survivor has finished the verdict.
+    """
+    verdict = [*verdict, "--artifact-store", str(tmp_path / "artifacts"), *FAST_HEARTBEAT]
+    workers = [_start_verdict([*verdict, "--out", str(tmp_path / f"out{i}")], tmp_path, tmp_path / f"worker{i}.log") for i in range(2)]
+    try:
+        victim = _running_verdict_trial_with_checkpoint(url, "v")
+        killed = next(w for w in workers if w.pid == victim.user_attrs["worker"]["pid"])
+        killed.send_signal(signal.SIGKILL)
+        survivor = next(w for w in workers if w is not killed)
+        index = workers.index(survivor)
+        assert survivor.wait(timeout=300) == 0, (tmp_path / f"worker{index}.log").read_text()[-3000:]
+    finally:
+        for worker in workers:
+            worker.kill()
+    return victim, index
+
+
 def _interval_by_hand(differences: list[float]) -> list[float]:
     half = KNOWN_T95[len(differences) - 1] * statistics.stdev(differences) / math.sqrt(len(differences))
     mean = statistics.fmean(differences)
@@ -85,18 +106,7 @@ def test_verdict_pairs_seeds_across_two_workers_survives_a_sigkill_and_its_inter
     hpo.optimize(space, small_data, storage=pg_database, study_name="v", n_trials=1, device="cpu", text_column="sentence",
                  label_column="label", artifact_store=None)
     flags = [a for a in cli_args(pg_database, space, small_data, "--study-name", "v") if a not in ("--space", str(space))]
-    verdict = [*flags, "--seeds", "2", "--artifact-store", str(tmp_path / "artifacts"), *FAST_HEARTBEAT]
-    workers = [_start_verdict([*verdict, "--out", str(tmp_path / f"out{i}")], tmp_path, tmp_path / f"worker{i}.log") for i in range(2)]
-    try:
-        victim = _running_verdict_trial_with_checkpoint(pg_database, "v")
-        killed = next(w for w in workers if w.pid == victim.user_attrs["worker"]["pid"])
-        killed.send_signal(signal.SIGKILL)
-        survivor = next(w for w in workers if w is not killed)
-        index = workers.index(survivor)
-        assert survivor.wait(timeout=300) == 0, (tmp_path / f"worker{index}.log").read_text()[-3000:]
-    finally:
-        for worker in workers:
-            worker.kill()
+    victim, index = _two_verdict_workers_one_sigkilled(pg_database, [*flags, "--seeds", "2"], tmp_path)
     log = (tmp_path / f"worker{index}.log").read_text()
     # The cost comes before any trial: 2 seeds x 3 precisions x trial 0's time; tf32 listed, not run.
     assert log.startswith("Verdict of trial 0: 2 seeds x 3 precisions (fp32, fp16, bf16) = 6 trials x fp32 ")
