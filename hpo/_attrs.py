@@ -50,6 +50,9 @@ FEASIBLE_ATTR = "feasible"
 BUDGET_SLOT_ATTR = "budget_slot"
 # Trial attrs: resuming from a checkpoint, and tracking runs.
 CHECKPOINT_ATTR = "checkpoint"
+# The checkpoint being uploaded, named before its first byte is written, so that no file a killed
+# worker leaves in the artifact store goes unnamed: its retry removes it (hpo.storage._checkpoints).
+CHECKPOINT_UPLOADING_ATTR = "checkpoint_uploading"
 RESUMED_FROM_TRIAL_ATTR = "resumed_from_trial"
 RESUMED_AT_STEP_ATTR = "resumed_at_step"
 MLFLOW_RUN_ID_ATTR = "mlflow_run_id"

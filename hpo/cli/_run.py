@@ -30,12 +30,12 @@ from hpo._errors import UserError
 from hpo.cli._parsing import Parser, at_least, between, command_prog, run_guarded
 from hpo.cli._run_ray import add_ray_arguments, check_ray_flags, run_with_ray
 from hpo.reporting._progress import StudyProgress, best_so_far
-from hpo.reporting._run_lines import run_summary, trial_line
+from hpo.reporting._run_lines import run_summary, stopped_line, trial_line
 from hpo.reporting._verdict import verdict_table
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
 from hpo.study._options import CACHE_ENV, DEFAULT_CACHE_DIR, DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions
-from hpo.study._outcomes import quiet_trial_failures
+from hpo.study._outcomes import quiet_trial_failures, was_interrupted
 from hpo.study._ray_workers import WorkerLostError
 from hpo.study._run_checks import check_gpus
 from hpo.study._study import TooManyFailuresError, finished_count
@@ -219,15 +219,18 @@ def _run_here(run: Run, quiet: bool, stop: StopSignal) -> int:
     bars = StudyProgress.wants_bars(sys.stdout, quiet) and WORKER_INDEX_ENV not in os.environ
     progress = StudyProgress(options.n_trials, finished_count(study), bars=bars, quiet=quiet)
 
+    interrupted: list[int] = []
+
     def finished(trial: FrozenTrial, finished: int) -> None:
         progress.trial_finished(trial_line(trial, names), finished, best_so_far(study, names))
+        if was_interrupted(trial):
+            interrupted.append(trial.number)
 
     with progress.showing():
         hooks = RunHooks(on_trial_finished=finished, progress=progress.trial_step, stop_requested=stop.requested)
         run_study(prepared, options, hooks=hooks, trackers=run.trackers)
     if stop.requested():
-        print(f"{PROG}: stopped by a signal; the interrupted trial was checkpointed and re-queued: "
-              "rerun the same command to resume the study", file=sys.stderr, flush=True)
+        print(stopped_line(PROG, interrupted), file=sys.stderr, flush=True)
         return stop.exit_code
     print(run_summary(study, url, options.n_trials, names), flush=True)
     if options.verdict or prepared.space.verdict:

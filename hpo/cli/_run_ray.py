@@ -12,6 +12,8 @@ from optuna.trial import FrozenTrial
 from hpo._api import Run, run_on_ray
 from hpo._errors import UserError
 from hpo.reporting._progress import StudyProgress, best_so_far
+from hpo.reporting._run_lines import stopped_line
+from hpo.study._outcomes import was_interrupted
 from hpo.study._ray_workers import check_gpus_per_trial, require_ray
 from hpo.study._study import finished_count
 from hpo.study._workers import StopSignal
@@ -65,8 +67,12 @@ def run_with_ray(
           f"({cluster.address}: {cluster.nodes} nodes, {cluster.cpus:g} CPUs, {cluster.gpus:g} GPUs)", flush=True)
     progress = StudyProgress(run.options.n_trials, finished_count(study), bars=StudyProgress.wants_bars(sys.stdout, quiet), quiet=quiet)
 
+    interrupted: list[int] = []
+
     def finished(trial: FrozenTrial, count: int) -> None:
         progress.trial_finished(line(trial), count, best_so_far(study, names))
+        if was_interrupted(trial):
+            interrupted.append(trial.number)
 
     def tick() -> None:
         with contextlib.suppress(Exception):  # a display refresh never stops the workers: the database may be restarting
@@ -75,8 +81,7 @@ def run_with_ray(
     with progress.showing():
         run_on_ray(run, stop_requested=stop.requested, on_trial_finished=finished, tick=tick)
     if stop.requested():
-        print(f"{prog}: stopped by a signal; every Ray worker checkpointed its trial and re-queued it: "
-              "rerun the same command to resume the study", file=sys.stderr, flush=True)
+        print(stopped_line(prog, interrupted), file=sys.stderr, flush=True)
         return stop.exit_code
     print(summary(), flush=True)
     return 0

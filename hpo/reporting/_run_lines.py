@@ -87,3 +87,14 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
     if shown != url:
         lines.append(f"  (the password is masked: run `optuna-dashboard \"${STORAGE_ENV}\"` with ${STORAGE_ENV} set to the full URL)")
     return "\n".join(lines)
+
+
+def stopped_line(prog: str, interrupted: Sequence[int]) -> str:
+    """A run's last line after SIGINT/SIGTERM: the ``interrupted`` trials it checkpointed and re-queued, or that none was."""
+    if not interrupted:
+        what = "stopped by a signal between trials, none interrupted"
+    elif len(interrupted) == 1:
+        what = f"stopped by a signal; trial {interrupted[0]} was checkpointed and re-queued"
+    else:
+        what = f"stopped by a signal; trials {', '.join(map(str, sorted(interrupted)))} were checkpointed and re-queued"
+    return f"{prog}: {what}: rerun the same command to resume the study"

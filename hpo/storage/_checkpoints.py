@@ -6,6 +6,12 @@ trial with its user attrs, so the retry starts with its predecessor's ``checkpoi
 resumes from it. Only the latest checkpoint of a retry chain is kept, and none once a trial
 finishes unless ``keep`` is set.
 
+A worker can die at any point of an upload, so every file is named in the trial's attrs before
+it is written and until it is removed: ``checkpoint_uploading`` names the upload in progress, and
+the ``checkpoint`` pointer names the one it ``superseded`` until the next upload. A retry removes
+both (the committed checkpoint, which it resumes from, aside), so a killed worker's leftovers
+(a checkpoint half-written or never committed, or a superseded one not yet removed) do not pile up.
+
 Checkpoints are written to the store directly, not registered as trial artifacts: they come
 and go while the trial runs, and a registered artifact that is gone would stay listed in
 optuna-dashboard (Optuna can't remove a trial's system attr).
@@ -24,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, download_artifact
 
-from hpo._attrs import CHECKPOINT_ATTR, RESUMED_AT_STEP_ATTR, RESUMED_FROM_TRIAL_ATTR
+from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, RESUMED_AT_STEP_ATTR, RESUMED_FROM_TRIAL_ATTR
 from hpo.storage._best_model import final_model_dir
 
 if TYPE_CHECKING:
@@ -63,6 +69,14 @@ class TrialCheckpoints:
         self.inherited: dict[str, Any] | None = trial.user_attrs.get(CHECKPOINT_ATTR)
         self.latest = self.inherited
         self.upload_failed = False
+        self._remove_leftovers(trial.user_attrs.get(CHECKPOINT_UPLOADING_ATTR))
+
+    def _remove_leftovers(self, uploading: str | None) -> None:
+        """Remove what a predecessor killed mid-upload left: its upload in progress, and the checkpoint its last one superseded."""
+        committed = self.inherited["artifact_id"] if self.inherited else None
+        for artifact_id in (uploading, (self.inherited or {}).get("superseded")):
+            if artifact_id and artifact_id != committed:
+                self._remove({"artifact_id": artifact_id})
 
     def checkpointing(self) -> Checkpointing:
         # Imported here: the dashboard reads this module's store and must not pay for torch.
@@ -85,6 +99,7 @@ class TrialCheckpoints:
 
     def _saved(self, path: Path, step: int) -> None:
         artifact_id = str(uuid.uuid4())
+        self.trial.set_user_attr(CHECKPOINT_UPLOADING_ATTR, artifact_id)  # named before a byte of it is written
         try:
             with path.open("rb") as checkpoint:
                 self.store.write(artifact_id, checkpoint)
@@ -99,6 +114,8 @@ class TrialCheckpoints:
             self.upload_failed = True
             return
         previous, self.latest = self.latest, {"artifact_id": artifact_id, "step": step, "trial": self.trial.number}
+        if previous is not None:
+            self.latest["superseded"] = previous["artifact_id"]  # named until removed: see the module's docstring
         self.trial.set_user_attr(CHECKPOINT_ATTR, self.latest)
         if previous is not None:
             self._remove(previous)
@@ -113,3 +130,5 @@ class TrialCheckpoints:
         if finished and not self.keep and self.latest is not None:
             self._remove(self.latest)
             self.trial.set_user_attr(CHECKPOINT_ATTR, None)
+        if finished and self.trial.user_attrs.get(CHECKPOINT_UPLOADING_ATTR) is not None:
+            self.trial.set_user_attr(CHECKPOINT_UPLOADING_ATTR, None)  # the upload it named is committed or removed

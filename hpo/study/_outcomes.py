@@ -23,12 +23,21 @@ How a trial ends:
 import logging
 import re
 
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._attrs import fail_reason_of
+
 SKIP_UNSUPPORTED = "unsupported_precision"
 SKIP_NON_FINITE = "non_finite_loss"
 SKIP_OOM = "oom"
 SKIP_OVER_BUDGET = "over_budget"
 SKIP_REASONS: tuple[str, ...] = (SKIP_UNSUPPORTED, SKIP_NON_FINITE, SKIP_OOM)
 INTERRUPTED = "interrupted"
+
+
+def was_interrupted(trial: FrozenTrial) -> bool:
+    """Whether ``trial`` ended FAIL because its worker got SIGINT/SIGTERM (checkpointed, and re-queued by the run)."""
+    return trial.state == TrialState.FAIL and fail_reason_of(trial) == INTERRUPTED
 
 
 class TrialFailedError(RuntimeError):

@@ -34,7 +34,7 @@ from hpo.space._trial_values import InvalidTrialError
 from hpo.storage._retrying_storage import retry_lost_connection
 from hpo.storage._storage import sqlite_file_lock
 from hpo.study._liveness import fail_dead_local_trials
-from hpo.study._outcomes import INTERRUPTED, SKIP_OVER_BUDGET, SKIP_UNSUPPORTED
+from hpo.study._outcomes import SKIP_OVER_BUDGET, SKIP_UNSUPPORTED, was_interrupted
 from trial_executor import TextClassificationData
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -258,7 +258,7 @@ def run_to_budget(
         finished, held = _budget_used(study)  # held: by other workers' running trials, this one has ended
         if on_trial_finished is not None:
             on_trial_finished(trial, finished)
-        interrupted = trial.state == TrialState.FAIL and fail_reason_of(trial) == INTERRUPTED
+        interrupted = was_interrupted(trial)
         if interrupted:
             optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, trial)
         # Bad enqueued values say nothing about the environment: they do not count as failures in a row.

@@ -20,8 +20,8 @@ from optuna.trial import FrozenTrial, TrialState
 from test_workers import LONG_TRIALS, _assert_resumed, _running_with_checkpoint, _space, _trials, _wait_for
 
 ONE_TRIAL = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 1}}  # checkpoints at steps 10, 20, 30, 40
-# The read-only test freezes the store once a checkpoint is seen (polled every 0.2 s): on a loaded
-# machine a one-epoch trial could pass its last checkpoint first, so its trials run two epochs.
+# The tests that strike once a checkpoint is seen (polled every 0.2 s; a kill, a Ctrl-C, a read-only
+# store): on a loaded machine a one-epoch trial could pass its last checkpoint, or end, first.
 TWO_EPOCHS = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 2}}  # checkpoints at steps 10, 20, ..., 80
 
 
@@ -48,7 +48,7 @@ def test_a_sigkilled_worker_rerun_at_once_with_default_settings_recovers_its_tri
     pg_database: str, small_data: Path, tmp_path: Path
 ) -> None:
     # Default heartbeat settings: a beat every 30 s, stale after 120 s; the rerun takes far less.
-    args = cli_args(pg_database, _space(tmp_path, ONE_TRIAL), small_data, "--study-name", "killed", "--n-trials", "2",
+    args = cli_args(pg_database, _space(tmp_path, TWO_EPOCHS), small_data, "--study-name", "killed", "--n-trials", "2",
                     "--artifact-store", str(tmp_path / "artifacts"))
     worker = _start(args, tmp_path)
     try:
@@ -72,7 +72,9 @@ def test_a_sigkilled_worker_rerun_at_once_with_default_settings_recovers_its_tri
 
 def test_ctrl_c_ends_the_run_with_one_line_and_requeues_the_trial(small_data: Path, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'studies.db'}"
-    args = cli_args(url, _space(tmp_path, ONE_TRIAL), small_data, "--study-name", "ctrl-c", "--n-trials", "2",
+    # Two epochs: on a loaded machine a one-epoch trial can pass its last 35 steps before the signal lands,
+    # and end COMPLETE (interrupted, it never trains the second epoch).
+    args = cli_args(url, _space(tmp_path, TWO_EPOCHS), small_data, "--study-name", "ctrl-c", "--n-trials", "2",
                     "--artifact-store", str(tmp_path / "artifacts"))
     worker = _start(args, tmp_path, start_new_session=True)
     try:
@@ -83,13 +85,14 @@ def test_ctrl_c_ends_the_run_with_one_line_and_requeues_the_trial(small_data: Pa
         worker.kill()
     assert worker.returncode == 130, err
     assert "Traceback" not in out + err
-    assert err.strip().splitlines() == [
-        "python -m hpo.run: stopped by a signal; the interrupted trial was checkpointed and re-queued: rerun the same command to resume the study"
-    ]
     trials = _trials(url, "ctrl-c")
     _not_running(trials)
     interrupted = next(t for t in trials if t.state == TrialState.FAIL)
     assert interrupted.user_attrs["fail_reason"] == "interrupted"
+    assert err.strip().splitlines() == [
+        f"python -m hpo.run: stopped by a signal; trial {interrupted.number} was checkpointed and re-queued: "
+        "rerun the same command to resume the study"
+    ]
     assert [t.state for t in trials if t.system_attrs.get("failed_trial") == interrupted.number] == [TrialState.WAITING]
 
 

@@ -1,0 +1,128 @@
+"""Trial checkpoints in the artifact store: a worker killed at any point of an upload leaves nothing unnamed behind.
+
+The worker's death is a ``BaseException`` raised inside the real store's write or remove (what
+``except Exception`` in the checkpoint code does not catch, as it cannot catch a SIGKILL); its
+retry is Optuna's own ``RetryHeartbeatStaleTrialCallback``, as a stale heartbeat's trial gets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import BinaryIO
+
+import optuna
+import pytest
+from optuna.artifacts import FileSystemArtifactStore
+from optuna.trial import TrialState
+
+from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, RESUMED_AT_STEP_ATTR
+from hpo.storage._checkpoints import TrialCheckpoints
+
+
+class WorkerKilled(BaseException):
+    """The worker's death, at the point of the upload where the store raises it."""
+
+
+class DyingStore(FileSystemArtifactStore):
+    """A real directory store whose worker dies during its ``die_on_write``-th write (half written) or its first remove."""
+
+    def __init__(self, base_path: Path, *, die_on_write: int = 0, die_on_remove: bool = False) -> None:
+        base_path.mkdir(parents=True, exist_ok=True)  # as hpo.storage.artifact_store makes it
+        super().__init__(base_path)
+        self.writes, self.die_on_write, self.die_on_remove = 0, die_on_write, die_on_remove
+
+    def write(self, artifact_id: str, content_body: BinaryIO) -> None:
+        self.writes += 1
+        if self.writes == self.die_on_write:
+            (Path(self._base_path) / artifact_id).write_bytes(content_body.read()[:100])
+            raise WorkerKilled
+        super().write(artifact_id, content_body)
+
+    def remove(self, artifact_id: str) -> None:
+        if self.die_on_remove:
+            raise WorkerKilled
+        super().remove(artifact_id)
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> optuna.Study:
+    return optuna.create_study(storage=f"sqlite:///{tmp_path / 'studies.db'}")
+
+
+@pytest.fixture
+def checkpoint_file(tmp_path: Path) -> Path:
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(bytes(range(256)) * 40)
+    return path
+
+
+def _files(directory: Path) -> set[str]:
+    return {p.name for p in directory.iterdir()}
+
+
+def _killed_then_retried(study: optuna.Study, store: DyingStore, checkpoint_file: Path, saves: int) -> optuna.Trial:
+    """A trial that saves at steps 10, 20, ... until its worker dies in save number ``saves``; its retry, started."""
+    trial = study.ask()
+    on_saved = TrialCheckpoints(trial, store).checkpointing().on_saved
+    assert on_saved is not None
+    with pytest.raises(WorkerKilled):
+        for save in range(1, saves + 1):
+            on_saved(checkpoint_file, 10 * save)
+    study.tell(trial, state=TrialState.FAIL)
+    optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study.trials[trial.number])
+    return study.ask()  # the re-queued trial, with its predecessor's user attrs
+
+
+def test_a_worker_killed_mid_upload_leaves_a_half_written_file_its_retry_removes(
+    study: optuna.Study, checkpoint_file: Path, tmp_path: Path,
+) -> None:
+    store = DyingStore(tmp_path / "artifacts", die_on_write=2)
+    (tmp_path / "artifacts" / "another-trials-checkpoint").write_bytes(b"kept")
+    retry = _killed_then_retried(study, store, checkpoint_file, saves=2)
+    committed = retry.user_attrs[CHECKPOINT_ATTR]
+    uploading = retry.user_attrs[CHECKPOINT_UPLOADING_ATTR]
+    assert committed["step"] == 10 and uploading != committed["artifact_id"]
+    assert _files(tmp_path / "artifacts") == {"another-trials-checkpoint", committed["artifact_id"], uploading}
+
+    checkpoints = TrialCheckpoints(retry, store)
+    assert _files(tmp_path / "artifacts") == {"another-trials-checkpoint", committed["artifact_id"]}
+    checkpointing = checkpoints.checkpointing()
+    assert checkpointing.resume_from is not None and checkpointing.resume_from.read_bytes() == checkpoint_file.read_bytes()
+    assert retry.user_attrs[RESUMED_AT_STEP_ATTR] == 10
+
+
+def test_a_worker_killed_before_its_first_upload_was_committed_leaves_nothing(
+    study: optuna.Study, checkpoint_file: Path, tmp_path: Path,
+) -> None:
+    store = DyingStore(tmp_path / "artifacts", die_on_write=1)
+    retry = _killed_then_retried(study, store, checkpoint_file, saves=1)
+    assert CHECKPOINT_ATTR not in retry.user_attrs and len(_files(tmp_path / "artifacts")) == 1
+    assert TrialCheckpoints(retry, store).checkpointing().resume_from is None
+    assert _files(tmp_path / "artifacts") == set()
+
+
+def test_a_worker_killed_before_removing_the_superseded_checkpoint_leaves_it_to_its_retry(
+    study: optuna.Study, checkpoint_file: Path, tmp_path: Path,
+) -> None:
+    store = DyingStore(tmp_path / "artifacts", die_on_remove=True)
+    retry = _killed_then_retried(study, store, checkpoint_file, saves=2)
+    committed = retry.user_attrs[CHECKPOINT_ATTR]
+    assert committed["step"] == 20 and _files(tmp_path / "artifacts") == {committed["artifact_id"], committed["superseded"]}
+
+    store.die_on_remove = False
+    TrialCheckpoints(retry, store)
+    assert _files(tmp_path / "artifacts") == {committed["artifact_id"]}
+
+
+def test_a_finished_trial_leaves_no_checkpoint_and_names_none(study: optuna.Study, checkpoint_file: Path, tmp_path: Path) -> None:
+    store = DyingStore(tmp_path / "artifacts")
+    trial = study.ask()
+    checkpoints = TrialCheckpoints(trial, store)
+    on_saved = checkpoints.checkpointing().on_saved
+    assert on_saved is not None
+    for step in (10, 20, 30):
+        on_saved(checkpoint_file, step)
+        assert len(_files(tmp_path / "artifacts")) == 1  # the latest only, while the trial runs
+    checkpoints.close(finished=True)
+    assert _files(tmp_path / "artifacts") == set()
+    assert trial.user_attrs[CHECKPOINT_ATTR] is None and trial.user_attrs[CHECKPOINT_UPLOADING_ATTR] is None
