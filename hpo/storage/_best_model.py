@@ -8,7 +8,9 @@ user attr, and the previous best's file is removed: the store holds one model pe
 ``python -m hpo best --save-model DIR`` writes it out (:func:`export_best_model`).
 
 Two workers finishing new bests at the same moment may both upload; the attr then names one
-of them and the other file stays behind (bounded: one per such race).
+of them and the other file stays behind. So does the file of a worker killed between its upload
+and the attr. Bounded: one file per such race or kill (checkpoints, which a killed worker leaves
+far more often, are named before they are written: :mod:`hpo.storage._checkpoints`).
 """
 
 from __future__ import annotations
