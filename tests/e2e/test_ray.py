@@ -31,8 +31,9 @@ pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("ray")]
 TINY = {**SMALL_SPACE, "params": {k: v for k, v in SMALL_SPACE["params"].items() if k in ("fp_precision", "learning_rate")},
         "fixed": {**SMALL_SPACE["fixed"], "model": "tiny-bert", "batch_size": 16, "max_steps": 3, "eval_every": 0}}
 
-# Trials of 24 steps that checkpoint every 6: long enough to be caught mid-run, short for the suite.
-SHORT_CHECKPOINTED = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 1, "max_steps": 24, "eval_every": 6}}
+# Trials of 48 steps that checkpoint every 6: short for the suite, long enough to be caught mid-run (with
+# 24, the 18 steps after the first checkpoint can end before a loaded machine's poll and kill land).
+SHORT_CHECKPOINTED = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 1, "max_steps": 48, "eval_every": 6}}
 # Long enough that the trials still run when Ctrl-C reaches the workers (the 18 steps left of a short
 # trial take under a second on a quiet machine, and it completed first).
 LONGER_CHECKPOINTED = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 4, "max_steps": 400, "eval_every": 6}}
