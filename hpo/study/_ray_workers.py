@@ -30,6 +30,9 @@ RAY_EXTRA = "pip install 'precision-hpo[ray]'"
 MAX_RESTARTS = 3
 # How long a stopped worker may take to checkpoint its trial before it is killed.
 STOP_GRACE_S = 120.0
+# How often the driver looks for Ctrl-C while it waits: a signal's handler runs only between Ray's waits,
+# and a stop that reaches the workers a tick late lets a trial it should have interrupted run on.
+STOP_POLL_S = 0.1
 
 Work = Callable[[Callable[[], bool]], None]  # runs the worker's share of the study until the budget or stop_requested()
 
@@ -186,7 +189,8 @@ def wait_for_workers(
 ) -> None:
     """Run ``work`` in every actor until the budget; on ``stop_requested()`` or a worker's error, stop them all.
 
-    Stopped workers checkpoint their trials and leave them WAITING (``STOP_GRACE_S`` at most).
+    ``stop_requested`` is polled every ``STOP_POLL_S``, ``tick`` (the caller's progress display) every
+    ``tick_every`` seconds. Stopped workers checkpoint their trials and leave them WAITING (``STOP_GRACE_S`` at most).
     A worker's exception (a storage it cannot reach, say) is raised here, in the driver, once
     the others have stopped; a worker that died past its restarts raises :class:`WorkerLostError`.
     """
@@ -195,9 +199,10 @@ def wait_for_workers(
     pending = {actor.run.remote(shared): index for index, actor in enumerate(actors)}
     error: BaseException | None = None
     deadline: float | None = None
+    next_tick = time.monotonic() + tick_every
     try:
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=tick_every)
+            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=STOP_POLL_S)
             for ref in done:
                 index = pending.pop(ref)
                 try:
@@ -214,8 +219,9 @@ def wait_for_workers(
                     actor.stop.remote()
             if deadline is not None and time.monotonic() > deadline:
                 break  # killed below: their trials are failed by the heartbeat or the next run's sweep
-            if tick is not None:
-                tick()
+            if tick is not None and time.monotonic() >= next_tick:
+                tick()  # the caller's database reads, at their own pace
+                next_tick = time.monotonic() + tick_every
     finally:
         for actor in actors:
             ray.kill(actor, no_restart=True)
