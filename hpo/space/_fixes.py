@@ -27,7 +27,11 @@ def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:
             raise SearchSpaceError(f"--fix {item!r}: expected NAME=VALUE, e.g. --fix batch_size=16")
         if name not in space.params:
             if name in space.fixed:
-                raise SearchSpaceError(f"--fix {name}: it is already fixed in the space (fixed.{name}); edit the space to change it")
+                # A fixed value is part of what the study's trials mean: another one is another study.
+                raise SearchSpaceError(
+                    f"--fix {name}: it is already fixed in the space (fixed.{name}: {space.fixed[name]!r}); to change it, "
+                    f"copy the space's YAML, edit fixed.{name} and pass the copy with --space and a new --study-name"
+                )
             raise SearchSpaceError(f"--fix {name}: not a searched parameter of the space{suggest_key(name, list(space.params))}")
         value = _parse_value(name, space.params[name], text)
         try:

@@ -30,7 +30,7 @@ def test_values_take_the_params_type_and_bounds() -> None:
     [
         ("batch_size=17", "--fix batch_size=17: not one of the choices [16, 32]"),
         ("batchsize=16", "--fix batchsize: not a searched parameter of the space (did you mean 'batch_size'?)"),
-        ("epochs=2", "--fix epochs: it is already fixed in the space (fixed.epochs)"),
+        ("epochs=2", "--fix epochs: it is already fixed in the space (fixed.epochs: 1); to change it, copy the space's YAML"),
         ("learning_rate=0.1", "--fix learning_rate=0.1: outside the searched range [0.0005, 0.002]"),
         ("learning_rate=fast", "--fix learning_rate=fast: expected a number"),
         ("batch_size", "--fix 'batch_size': expected NAME=VALUE"),
