@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,7 +20,6 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from hpo._attrs import stored_space
-from hpo._errors import UserError
 from hpo.reporting._dashboard_view import name_objectives, note_skipped
 from hpo.reporting._tracking import Tracker, Tracking, make_trackers
 from hpo.reporting._verdict import Verdict, build_verdict, store_verdict
@@ -32,42 +30,14 @@ from hpo.storage._best_model import keep_if_best, keeping_best_model
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
 from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import GRPC_SCHEME, Heartbeat, check_storage_url, create_storage, resolve_storage_url
+from hpo.study._data import DataLike, resolve_data
 from hpo.study._options import DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions, Track
 from hpo.study._ray_workers import RayCluster, RayRun, TrialWatcher, connect, plan, start_workers, wait_for_workers
 from hpo.study._study import finished_count, open_study, run_to_budget
-from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, enqueue_verdict, plan_verdict, run_verdict_trials
+from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, enqueue_verdict, plan_verdict, run_verdict_trials, verdict_after_budget
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS, load_warm_start_source, warm_start_configurations
-from hpo.study._workers import WORKER_INDEX_ENV
-from trial_executor import PRECISIONS, StepProgress, TextClassificationData, demo_dataset, load_text_classification
-
-DataLike = str | Path | TextClassificationData | None
-
-
-def resolve_data(
-    data: DataLike = None, *, seed: int = 0, text_column: str = "text", label_column: str = "label",
-    text_pair_column: str | None = None, valid_data: str | Path | None = None, valid_fraction: float = 0.1,
-    empty_text: str = "drop", task: str = "auto",
-) -> TextClassificationData:
-    """Loaded data: a CSV/TSV/JSONL file or save_to_disk directory, a :class:`TextClassificationData`, or the demo set.
-
-    ``task`` (the space's ``task:``) is what the labels are for; ``auto`` reads it from them.
-    """
-    if data is None and valid_data is not None:
-        raise UserError("--valid-data needs --data; pass the training file too")
-    if data is None or isinstance(data, TextClassificationData):
-        given = demo_dataset(seed=seed) if data is None else data
-        if task not in ("auto", given.task):
-            what = "the demo reviews are" if data is None else "the data given is"
-            raise UserError(f"the space says task: {task} but {what} {given.task} data; pass --data with {task} labels")
-        return given
-    loaded = load_text_classification(
-        str(data), text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
-        valid_path=None if valid_data is None else str(valid_data), valid_fraction=valid_fraction, seed=seed,
-        empty_text=empty_text, task=task,
-    )
-    if loaded.dropped_empty:
-        print(f"warning: dropped {loaded.dropped_empty} rows with empty text (pass --empty-text fail to refuse them)", file=sys.stderr)
-    return loaded
+from hpo.study._workers import worker_index
+from trial_executor import StepProgress, TextClassificationData
 
 
 @dataclass(frozen=True)
@@ -93,7 +63,7 @@ def prepare_study(space: SearchSpace, data: TextClassificationData, options: Run
     heartbeat = None if url.lower().startswith(GRPC_SCHEME) else options.heartbeat
     # create_storage checks the URL and the connection before creating tables.
     # A worker of --workers N: its parent reached the database, so a refused connection is a restart to wait out.
-    opened = create_storage(url, heartbeat=heartbeat, wait_for_server=WORKER_INDEX_ENV in os.environ)
+    opened = create_storage(url, heartbeat=heartbeat, wait_for_server=worker_index() is not None)
     known_good = [] if source is None else warm_start_configurations(space, source, options.warm_start_trials)
     study = open_study(opened, options.study_name, space, data, options.seed, known_good)
     name_objectives(study, space.objective_names)
@@ -125,7 +95,8 @@ def open_run(space: SpaceLike | None, data: DataLike, options: RunOptions, *, an
     """
     resolved = resolve_space(space, fix=options.fix, model=options.model, announce=announce)
     loaded = resolve_data(data, task=resolved.task, **options.data_options())
-    worker = WORKER_INDEX_ENV in os.environ  # a worker of --workers N: its parent checked the same flags
+    verdict_after_budget(resolved, options)  # an impossible verdict is refused before the study trains, not after
+    worker = worker_index() is not None  # a worker of --workers N: its parent checked the same flags
     check_storage_url(options.url, wait_for_server=worker)
     if not worker:
         check_models(resolved)
@@ -222,10 +193,24 @@ def job_of(run: Run) -> WorkerJob:
 
 
 def run_job(job: WorkerJob, stop_requested: Callable[[], bool]) -> None:
-    """One worker's path, as a ``--workers`` process runs it: open the study, run trials until the budget or a stop."""
+    """One worker's path, as a ``--workers`` process runs it: open the study, run trials until the budget or a stop,
+    then its share of the verdict trials (when the run makes a verdict; worker 0 announces their cost)."""
     prepared = prepare_study(job.space, job.data, job.options)
     hooks = RunHooks(stop_requested=stop_requested)
-    run_study(prepared, job.options, hooks=hooks, trackers=make_trackers(job.options.track, job.options.study_name))
+    trackers = make_trackers(job.options.track, job.options.study_name)
+    run_study_then_verdict(prepared, job.options, hooks, trackers, announce=print if worker_index() == 0 else lambda _: None)
+
+
+def run_study_then_verdict(
+    prepared: PreparedStudy, options: RunOptions, hooks: RunHooks, trackers: Sequence[Tracker], *, announce: Callable[[str], None],
+) -> Verdict | None:
+    """:func:`run_study`, then, unless stopped, the verdict the run asks for (:func:`verdict_after_budget`): it, or ``None``."""
+    run_study(prepared, options, hooks=hooks, trackers=trackers)
+    wanted = verdict_after_budget(prepared.space, options)
+    if wanted is None or (hooks.stop_requested is not None and hooks.stop_requested()):
+        return None
+    seeds, precisions = wanted
+    return run_verdict(prepared, options, seeds=seeds, precisions=precisions, hooks=hooks, announce=announce)
 
 
 def run_on_ray(
@@ -257,11 +242,11 @@ def run_on_ray(
 
 
 def run_prepared(run: Run, hooks: RunHooks | None = None) -> None:
-    """Run an opened ``run`` to its budget: in this process, or in Ray actors when it has a cluster."""
-    if run.cluster is None:
-        run_study(run.prepared, run.options, hooks=hooks, trackers=run.trackers)
-        return
+    """Run an opened ``run`` to its budget, then its verdict (if it makes one): in this process, or in Ray actors."""
     hooks = hooks or RunHooks()
+    if run.cluster is None:
+        run_study_then_verdict(run.prepared, run.options, hooks, run.trackers, announce=print)
+        return
     run_on_ray(run, stop_requested=hooks.stop_requested or (lambda: False), on_trial_finished=hooks.on_trial_finished)
 
 
@@ -294,6 +279,7 @@ def optimize(
     ray: bool | str = False,
     workers: int | None = None,
     gpus_per_trial: float | None = None,
+    verdict: int | None = None,
 ) -> optuna.Study:
     """Run (or resume, or extend) a precision-search study to ``n_trials`` finished trials; return it.
 
@@ -309,7 +295,8 @@ def optimize(
     the same storage; its ``warm_start_trials`` best trials' params that fit the space run first (once).
     ``artifact_store=None``: no checkpoints and no kept best model. ``ray`` (the ``ray`` extra): ``workers``
     Ray actors run the trials, each reserving ``gpus_per_trial`` GPUs; ``True`` starts a local cluster, else
-    its address (``"auto"``, ``"host:port"``, ``"ray://..."``). Bad input raises :class:`hpo.UserError` (or
+    its address (``"auto"``, ``"host:port"``, ``"ray://..."``). ``verdict``: seeds of the :func:`verdict` made once the
+    budget is reached (as the space's ``verdict:``; its cost printed first, the verdict stored on the study). Bad input raises :class:`hpo.UserError` (or
     :class:`trial_executor.DataError`) before anything is written. Rerunning the same call resumes the study.
     """
     options = RunOptions(
@@ -318,7 +305,7 @@ def optimize(
         valid_data=valid_data, valid_fraction=valid_fraction, empty_text=empty_text, cache_dir=cache_dir,
         artifact_store=artifact_store, keep_checkpoints=keep_checkpoints, max_retry=max_retry,
         track=tuple(t if isinstance(t, str) else tuple(t) for t in track), warm_start=warm_start,
-        warm_start_trials=warm_start_trials, ray=ray, workers=workers, gpus_per_trial=gpus_per_trial,
+        warm_start_trials=warm_start_trials, ray=ray, workers=workers, gpus_per_trial=gpus_per_trial, verdict=verdict,
     )
     run = open_run(space, data, options)
     run_prepared(run, RunHooks(on_trial_finished=on_trial_finished))
@@ -332,7 +319,7 @@ def load(study_name: str = DEFAULT_STUDY_NAME, storage: str | None = None) -> op
 
 
 def run_verdict(
-    prepared: PreparedStudy, options: RunOptions, *, seeds: int = DEFAULT_VERDICT_SEEDS, precisions: Sequence[str] = PRECISIONS,
+    prepared: PreparedStudy, options: RunOptions, *, seeds: int = DEFAULT_VERDICT_SEEDS, precisions: Sequence[str] | None = None,
     trial: int | None = None, hooks: RunHooks | None = None, announce: Callable[[str], None] = print,
 ) -> Verdict:
     """Re-train the best (or ``trial``'s) configuration per supported precision and paired seed; store and return the verdict.
@@ -377,7 +364,7 @@ def open_existing(space: SpaceLike | None, data: DataLike, options: RunOptions) 
 
 def verdict(
     study_name: str = DEFAULT_STUDY_NAME, data: DataLike = None, *, storage: str | None = None,
-    seeds: int = DEFAULT_VERDICT_SEEDS, precisions: Sequence[str] = PRECISIONS, trial: int | None = None,
+    seeds: int = DEFAULT_VERDICT_SEEDS, precisions: Sequence[str] | None = None, trial: int | None = None,
     space: SpaceLike | None = None, seed: int = 0, device: str = "auto", cache_dir: str | None = None,
     artifact_store: str | None = DEFAULT_ARTIFACT_DIR, max_retry: int = Heartbeat.max_retry, **data_options: Any,
 ) -> Verdict:

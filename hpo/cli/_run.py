@@ -26,12 +26,13 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from hpo._api import Run, RunHooks, open_run, run_study, run_verdict
+from hpo._attrs import stored_verdict
 from hpo._errors import UserError
 from hpo.cli._parsing import Parser, at_least, between, command_prog, run_guarded
 from hpo.cli._run_ray import add_ray_arguments, check_ray_flags, run_with_ray
 from hpo.reporting._progress import StudyProgress, best_so_far
 from hpo.reporting._run_lines import run_summary, stopped_line, trial_line
-from hpo.reporting._verdict import verdict_table
+from hpo.reporting._verdict import Verdict, verdict_table
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
 from hpo.study._options import CACHE_ENV, DEFAULT_CACHE_DIR, DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions
@@ -39,9 +40,10 @@ from hpo.study._outcomes import quiet_trial_failures, was_interrupted
 from hpo.study._ray_workers import WorkerLostError
 from hpo.study._run_checks import check_gpus
 from hpo.study._study import TooManyFailuresError, finished_count
+from hpo.study._verdict import verdict_after_budget
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
-from hpo.study._workers import WORKER_INDEX_ENV, StopSignal, run_workers
-from trial_executor import DEVICES, MIXED_PRECISION, PRECISIONS, DataError
+from hpo.study._workers import StopSignal, run_workers, worker_index
+from trial_executor import DEVICES, MIXED_PRECISION, DataError
 
 PROG = command_prog("run")
 
@@ -186,8 +188,19 @@ def _without_workers_flag(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def _run_workers(study: optuna.Study, names: Sequence[str], argv: Sequence[str], args: argparse.Namespace) -> int:
-    """``--workers N``: the workers run the trials; this process shows the study bar and their lines."""
+def _start_line(run: Run) -> str:
+    prepared, options = run.prepared, run.options
+    return (f"Study {options.study_name!r} in {mask_url(prepared.url)}: {finished_count(prepared.study)} of {options.n_trials} "
+            f"budgeted trials already finished; training on {len(prepared.data.train_texts)} rows, "
+            f"validating on {len(prepared.data.valid_texts)}.")
+
+
+def _run_workers(run: Run, argv: Sequence[str], args: argparse.Namespace) -> int:
+    """``--workers N``: the workers run the trials and print their lines; this process shows the study bar,
+    and says once what the run starts from and, when every worker is done, the summary and the verdict."""
+    study, names = run.prepared.study, run.prepared.space.objective_names
+    print(f"Starting {args.workers} workers on study {args.study_name!r}", flush=True)
+    print(_start_line(run), flush=True)
     progress = StudyProgress(args.n_trials, finished_count(study), bars=StudyProgress.wants_bars(sys.stdout, args.quiet), quiet=args.quiet)
 
     def tick() -> None:
@@ -201,22 +214,33 @@ def _run_workers(study: optuna.Study, names: Sequence[str], argv: Sequence[str],
             output=lambda index, line: progress.line(f"[worker {index}] {line}"), tick=tick,
         )
         tick()
+    if code == 0:
+        print(run_summary(study, run.prepared.url, run.options.n_trials, names), flush=True)
+        _print_stored_verdict(run)
     return code
 
 
+def _print_stored_verdict(run: Run) -> None:
+    """The verdict table, read back from the study, when the run made one in its workers (processes or Ray actors)."""
+    stored = stored_verdict(run.prepared.study) if verdict_after_budget(run.prepared.space, run.options) else None
+    if stored:
+        print("\n".join(["", *verdict_table(Verdict.from_dict(stored))]), flush=True)
+
+
 def _run_here(run: Run, quiet: bool, stop: StopSignal) -> int:
-    """Run trials in this process until the budget, a timeout or a signal; print the summary."""
+    """Run trials in this process until the budget, a timeout or a signal; print the summary.
+
+    A worker of ``--workers N`` prints its trials' lines and its stop line only: the command that
+    started it says the rest once."""
     prepared, options = run.prepared, run.options
-    study, names, data, url = prepared.study, prepared.space.objective_names, prepared.data, prepared.url
+    study, names, url = prepared.study, prepared.space.objective_names, prepared.url
+    worker = worker_index()
     if stop.requested():
         return stop.exit_code
-    print(
-        f"Study {options.study_name!r} in {mask_url(url)}: {finished_count(study)} of {options.n_trials} "
-        f"budgeted trials already finished; training on {len(data.train_texts)} rows, validating on {len(data.valid_texts)}.",
-        flush=True,
-    )
+    if worker is None:
+        print(_start_line(run), flush=True)
     # Workers of --workers N share one terminal: bars from several processes would tear each other.
-    bars = StudyProgress.wants_bars(sys.stdout, quiet) and WORKER_INDEX_ENV not in os.environ
+    bars = StudyProgress.wants_bars(sys.stdout, quiet) and worker is None
     progress = StudyProgress(options.n_trials, finished_count(study), bars=bars, quiet=quiet)
 
     interrupted: list[int] = []
@@ -232,22 +256,27 @@ def _run_here(run: Run, quiet: bool, stop: StopSignal) -> int:
     if stop.requested():
         print(stopped_line(PROG, interrupted), file=sys.stderr, flush=True)
         return stop.exit_code
-    print(run_summary(study, url, options.n_trials, names), flush=True)
-    if options.verdict or prepared.space.verdict:
-        _verdict_after_budget(run, stop)
+    if worker is None:
+        print(run_summary(study, url, options.n_trials, names), flush=True)
+    wanted = verdict_after_budget(prepared.space, options)
+    if wanted is not None:
+        _verdict_after_budget(run, stop, worker, *wanted)
     return 0
 
 
-def _verdict_after_budget(run: Run, stop: StopSignal) -> None:
-    """``--verdict SEEDS`` or the space's ``verdict:``: the verdict trials, after (and not counted against) the budget."""
+def _verdict_after_budget(run: Run, stop: StopSignal, worker: int | None, seeds: int, precisions: list[str]) -> None:
+    """The verdict trials, after (and not counted against) the budget.
+
+    The workers of ``--workers N`` share the verdict trials; the first announces their cost, and
+    the command that started them prints the table."""
     prepared, options = run.prepared, run.options
-    spec, names = prepared.space.verdict, prepared.space.objective_names
+    names = prepared.space.objective_names
     verdict = run_verdict(
-        prepared, options, seeds=options.verdict or spec.seeds, precisions=(spec and spec.precisions) or PRECISIONS,
+        prepared, options, seeds=seeds, precisions=precisions,
         hooks=RunHooks(on_trial_finished=lambda trial, _: print(trial_line(trial, names), flush=True), stop_requested=stop.requested),
-        announce=lambda line: print(line, flush=True),
+        announce=lambda line: print(line, flush=True) if worker in (None, 0) else None,
     )
-    if not stop.requested():
+    if worker is None and not stop.requested():
         print("\n".join(["", *verdict_table(verdict)]), flush=True)
 
 
@@ -279,20 +308,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_ray_flags(args)
         options = options_of(args)
         gpu_warning = check_gpus(args.gpus, args.device)
-        if gpu_warning and WORKER_INDEX_ENV not in os.environ:  # the parent says it once, not each worker
+        if gpu_warning and worker_index() is None:  # the parent says it once, not each worker
             print(f"{PROG}: warning: {gpu_warning}", file=sys.stderr, flush=True)
         # Workers of --workers N re-read the same flags: the parent alone says which space it took.
-        announce = None if WORKER_INDEX_ENV in os.environ else print
+        announce = None if worker_index() is not None else print
         run = open_run(args.space and Path(args.space), args.data, options, announce=announce)
         study, names = run.prepared.study, run.prepared.space.objective_names
         if run.cluster is not None:
-            return run_with_ray(
+            code = run_with_ray(
                 run, quiet=args.quiet, stop=stop, prog=PROG,
                 line=lambda trial: trial_line(trial, names), summary=lambda: run_summary(study, url, options.n_trials, names),
             )
+            if code == 0:
+                _print_stored_verdict(run)
+            return code
         if (args.workers or 1) > 1:
-            print(f"Starting {args.workers} workers on study {args.study_name!r}", flush=True)
-            return _run_workers(study, names, argv, args)
+            return _run_workers(run, argv, args)
         return _run_here(run, args.quiet, stop)
 
     try:

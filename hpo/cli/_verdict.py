@@ -31,7 +31,7 @@ from hpo.storage._storage import Heartbeat
 from hpo.study._options import DEFAULT_STUDY_NAME, RunOptions
 from hpo.study._study import TooManyFailuresError
 from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, MAX_VERDICT_SEEDS
-from trial_executor import DEVICES, PRECISIONS, DataError
+from trial_executor import DEVICES, DataError
 
 PROG = command_prog("verdict")
 
@@ -42,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_storage_argument(parser, "database URL the study lives in")
     parser.add_argument("--seeds", type=at_least(2), default=DEFAULT_VERDICT_SEEDS,
                         help=f"paired seeds per precision, 2 to {MAX_VERDICT_SEEDS} (default: %(default)s)")
-    parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), metavar="P",
-                        help="precisions to compare, fp32 among them (default: all; unsupported ones are listed, not run)")
+    parser.add_argument("--precisions", nargs="+", default=None, metavar="P",
+                        help="precisions to compare, fp32 among them (default: those the study's space searches, else all; "
+                             "unsupported ones are listed, not run)")
     parser.add_argument("--trial", type=at_least(0), default=None, help="re-train this trial (default: the best)")
     parser.add_argument("--space", default=None, help="search-space YAML (default: the one the study was made with)")
     parser.add_argument("--seed", type=int, default=0, help="the --seed the study was run with (it seeds the validation split)")

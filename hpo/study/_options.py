@@ -18,6 +18,7 @@ from hpo._errors import UserError
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import Heartbeat, resolve_storage_url
 from hpo.study._run_checks import check_device, check_heartbeat, check_seed, check_study_name, check_writable_directory
+from hpo.study._verdict import MAX_VERDICT_SEEDS
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
 from trial_executor import DEVICES
 
@@ -94,6 +95,9 @@ class RunOptions(BaseModel):
         check_heartbeat(self.heartbeat_interval, self.grace_period)
         if self.warm_start_trials < 1:
             raise UserError(f"warm_start_trials must be at least 1, got {self.warm_start_trials}")
+        if self.verdict is not None and not 2 <= self.verdict <= MAX_VERDICT_SEEDS:
+            # Before the study trains, not after: the verdict comes once the budget is reached.
+            raise UserError(f"--verdict must be between 2 and {MAX_VERDICT_SEEDS} paired seeds, got {self.verdict}")
         if self.artifact_store is not None:
             check_writable_directory(self.artifact_store, "--artifact-store")
         check_writable_directory(self.cache_path, "--cache-dir")
@@ -115,6 +119,6 @@ class RunOptions(BaseModel):
         return Heartbeat(self.heartbeat_interval, self.grace_period, self.max_retry)
 
     def data_options(self) -> dict[str, Any]:
-        """:func:`hpo._api.resolve_data`'s keyword arguments: the data flags and the seed of the validation split."""
+        """:func:`hpo.study._data.resolve_data`'s keyword arguments: the data flags and the seed of the validation split."""
         names = ("seed", "text_column", "label_column", "text_pair_column", "valid_data", "valid_fraction", "empty_text")
         return {name: getattr(self, name) for name in names}

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.storages._heartbeat import BaseHeartbeat
@@ -26,15 +26,53 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import VERDICT_TRIAL_ATTR, config_of, stored_space, verdict_trial_of
 from hpo._errors import UserError
+from hpo.space._fixes import canonical_precision
 from hpo.study._liveness import fail_dead_local_trials
 from hpo.study._study import enqueue_once, run_to_budget
 from hpo.study._warm_start import best_trials
 from trial_executor import PRECISIONS
 
+if TYPE_CHECKING:
+    from hpo.space import SearchSpace
+    from hpo.study._options import RunOptions
+
 DEFAULT_VERDICT_SEEDS = 3
 MAX_VERDICT_SEEDS = 30  # the t-quantiles are exact for up to 29 degrees of freedom
 _POLL_SECONDS = 2.0
 _UNFINISHED = (TrialState.WAITING, TrialState.RUNNING)
+
+
+def verdict_after_budget(space: SearchSpace, options: RunOptions) -> tuple[int, list[str]] | None:
+    """The seeds and precisions of the verdict a run makes once it has its budget (``--verdict SEEDS`` or the
+    space's ``verdict:``), ``None`` when it makes none; checked against the space (:func:`verdict_precisions`),
+    so a run refuses an impossible verdict before it trains."""
+    spec = space.verdict
+    seeds = options.verdict or (spec.seeds if spec else None)
+    if not seeds:
+        return None
+    return seeds, verdict_precisions(space.stored_form()["params"], spec.precisions if spec else None)
+
+
+def verdict_precisions(params: dict[str, Any], precisions: Sequence[str] | None) -> list[str]:
+    """The precisions a verdict compares, in the registry's order: ``precisions`` as given, else those the space
+    (its stored ``params``) searches, every one when it searches none; fp32 must be among them."""
+    searched = params.get("fp_precision") or {}
+    choices = [canonical_precision(c) for c in searched.get("choices", [])] or list(PRECISIONS)
+    if precisions is None:
+        if "fp32" not in choices:
+            raise UserError(f"the space's fp_precision choices {searched['choices']} lack fp32, which a verdict compares "
+                            "every precision with; add fp32 to them")
+        return [p for p in PRECISIONS if p in choices]
+    unknown = [p for p in precisions if p not in PRECISIONS]
+    if unknown:
+        raise UserError(f"--precisions: unknown {', '.join(unknown)}; choose from {', '.join(PRECISIONS)}")
+    if "fp32" not in precisions:
+        raise UserError("--precisions must include fp32: every precision is compared with it")
+    outside = [p for p in precisions if p not in choices]
+    if outside:
+        raise UserError(f"--precisions {', '.join(outside)}: not among the space's fp_precision choices "
+                        f"{searched['choices']}; drop them with --precisions, or widen the space")
+    return [p for p in PRECISIONS if p in precisions]
 
 
 @dataclass(frozen=True)
@@ -74,30 +112,17 @@ def source_trial(study: optuna.Study, trial_number: int | None = None) -> Frozen
     return best[0]
 
 
-def _check_precisions(study: optuna.Study, precisions: Sequence[str]) -> None:
-    unknown = [p for p in precisions if p not in PRECISIONS]
-    if unknown:
-        raise UserError(f"--precisions: unknown {', '.join(unknown)}; choose from {', '.join(PRECISIONS)}")
-    if "fp32" not in precisions:
-        raise UserError("--precisions must include fp32: every precision is compared with it")
-    searched = (stored_space(study).get("params") or {}).get("fp_precision")
-    outside = [p for p in precisions if searched and p not in searched.get("choices", [])]
-    if outside:
-        raise UserError(f"--precisions {', '.join(outside)}: not among the space's fp_precision choices "
-                        f"{searched['choices']}; drop them with --precisions, or widen the space")
-
-
 def plan_verdict(
     study: optuna.Study, support: dict[str, str | None], *, seeds: int = DEFAULT_VERDICT_SEEDS,
-    precisions: Sequence[str] = PRECISIONS, trial_number: int | None = None,
+    precisions: Sequence[str] | None = None, trial_number: int | None = None,
 ) -> VerdictPlan:
-    """The verdict of ``study`` on a machine whose ``support`` (precision -> reason or ``None``) is given."""
+    """The verdict of ``study`` on a machine whose ``support`` (precision -> reason or ``None``) is given;
+    ``precisions``: see :func:`verdict_precisions`."""
     if not 2 <= seeds <= MAX_VERDICT_SEEDS:
         raise UserError(f"--seeds must be between 2 and {MAX_VERDICT_SEEDS} (an interval needs two paired seeds), got {seeds}")
-    _check_precisions(study, precisions)
+    wanted = verdict_precisions(stored_space(study).get("params") or {}, precisions)
     source = source_trial(study, trial_number)
     base = int(config_of(source).get("seed", 0))
-    wanted = [p for p in PRECISIONS if p in precisions]
     unsupported = {p: str(support.get(p, "unknown precision")) for p in wanted if support.get(p, "?") is not None}
     if "fp32" in unsupported:
         raise UserError(f"this machine cannot run fp32 ({unsupported['fp32']}): there is nothing to compare with")

@@ -17,6 +17,12 @@ from hpo.study._liveness import GPU_SHARED_ENV
 WORKER_INDEX_ENV = "HPO_WORKER_INDEX"
 
 
+def worker_index() -> int | None:
+    """This process's index among the workers of ``--workers N`` (or the Ray actors); ``None`` in the command itself."""
+    index = os.environ.get(WORKER_INDEX_ENV)
+    return None if index is None else int(index)
+
+
 class StopSignal:
     """Records SIGINT/SIGTERM instead of dying at once, so the running trial can checkpoint and end cleanly.
 

@@ -63,6 +63,14 @@ def _a_file(case: Path) -> str:
 CASES: dict[str, tuple[Any, str]] = {
     "seed above 2^32-1": (lambda c: ["--seed", str(2**32)], "--seed 4294967296 is outside 0..4294967295 (2^32 - 1); pass a seed in that range"),
     "negative seed": (lambda c: ["--seed", "-1"], "--seed -1 is outside 0..4294967295"),
+    "verdict of 31 seeds": (lambda c: ["--verdict", "31"], "--verdict must be between 2 and 30 paired seeds, got 31"),
+    "verdict on a space without fp32": (
+        lambda c: ["--verdict", "2", "--space", _space(c, params={"fp_precision": {"type": "categorical", "choices": ["bf16", "fp16"]}})],
+        "the space's fp_precision choices ['bf16', 'fp16'] lack fp32, which a verdict compares every precision with; add fp32"),
+    "verdict of a precision the space does not search": (
+        lambda c: ["--space", _space(c, params={"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}},
+                                     verdict={"precisions": ["fp32", "fp16"]})],
+        "--precisions fp16: not among the space's fp_precision choices ['fp32', 'bf16']; drop them with --precisions, or widen"),
     "artifact store is a file": (lambda c: ["--artifact-store", _a_file(c)], "a-file is a file, not a directory; pass a directory path"),
     "duplicate YAML key": (
         lambda c: ["--space", _duplicate_key(c)], "line 3: duplicate key 'learning_rate' (first on line 2); keep one of them"),

@@ -21,6 +21,7 @@ from test_workers import LONG_TRIALS, _assert_resumed, _running_with_checkpoint,
 
 import hpo
 from hpo._api import WorkerJob, resolve_data, resolve_space, run_job
+from hpo._attrs import is_verdict_trial, stored_verdict
 from hpo.reporting._report import build_report
 from hpo.storage._storage import StorageError
 from hpo.study import RunOptions, counts_toward_budget
@@ -131,21 +132,29 @@ def test_ctrl_c_on_the_driver_leaves_the_running_trials_waiting_and_a_rerun_fini
     _assert_resumed(next(t for t in trials if t.system_attrs.get("failed_trial") == interrupted[0].number), interrupted[0])
 
 
-def test_gpus_per_trial_reaches_ray_and_the_report_flags_shared_gpu_speeds(
+def test_gpus_per_trial_reaches_ray_and_the_report_flags_shared_gpu_speeds_then_the_actors_make_the_verdict(
     ray_address: str, pg_database: str, small_data: Path, tmp_path: Path,
 ) -> None:
     study = hpo.optimize(
         TINY, small_data, storage=pg_database, study_name="ray-gpus", n_trials=4, device="cpu", text_column="sentence",
-        artifact_store=str(tmp_path / "artifacts"), ray=ray_address, workers=2, gpus_per_trial=0.5,
+        artifact_store=str(tmp_path / "artifacts"), ray=ray_address, workers=2, gpus_per_trial=0.5, verdict=2,
     )
-    trials = study.get_trials()
+    everything = study.get_trials()
+    # The verdict, after the budget, in the same Ray actors: 2 paired seeds x the 3 precisions a CPU runs.
+    verdict = [t for t in everything if is_verdict_trial(t)]
+    assert sorted((t.user_attrs["verdict_trial"]["precision"], t.user_attrs["verdict_trial"]["seed_index"]) for t in verdict) == [
+        (p, i) for p in ("bf16", "fp16", "fp32") for i in (0, 1)]
+    assert all(t.state == TrialState.COMPLETE and _placed(t) for t in verdict)
+    stored = stored_verdict(study)
+    assert stored and [row["precision"] for row in stored["rows"]] == ["fp32", "fp16", "bf16"] and "tf32" in stored["unsupported"]
+    trials = [t for t in everything if not is_verdict_trial(t)]
     assert _counted(trials) == 4 and not [t for t in trials if t.state == TrialState.RUNNING]  # the budget, exactly
     workers = [t.user_attrs["worker"] for t in trials if "worker" in t.user_attrs]
     # Read inside each Ray actor from its assigned resources: half a GPU each, so two trials share one.
     assert {w["gpu_fraction"] for w in workers} == {0.5} and {w["trials_per_gpu"] for w in workers} == {2}
     assert all(_placed(t) for t in trials if "worker" in t.user_attrs) and len({w["ray_worker"] for w in workers}) == 2
     report = build_report(study, pg_database)
-    assert report.shared_gpu == sorted(t.number for t in trials if "worker" in t.user_attrs)
+    assert report.shared_gpu == sorted(t.number for t in everything if "worker" in t.user_attrs)  # the verdict's too
     assert all(row.speedup is None and row.median_samples_per_s is None for row in report.rows)
 
 

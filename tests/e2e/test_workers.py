@@ -143,14 +143,27 @@ def test_sigterm_checkpoints_fails_and_requeues_the_trial_then_a_rerun_resumes_i
     _assert_resumed(next(t for t in trials if t.system_attrs.get("failed_trial") == interrupted.number), interrupted)
 
 
-def test_four_workers_started_together_on_a_fresh_database_keep_the_budget(pg_database: str, small_data: Path, tmp_path: Path) -> None:
-    # Trials of three steps: the test is about starting together and the shared budget.
+def test_four_workers_started_together_on_a_fresh_database_keep_the_budget_then_share_the_verdict(
+    pg_database: str, small_data: Path, tmp_path: Path,
+) -> None:
+    # Trials of three steps: the test is about starting together, the shared budget and what is printed once.
     space = _space(tmp_path, {**SMALL_SPACE, "fixed": {**SMALL_SPACE["fixed"], "max_steps": 3, "eval_every": 0}})
-    args = cli_args(pg_database, space, small_data, "--study-name", "four", "--n-trials", "6", "--workers", "4", "--gpus", "0,1")
+    args = cli_args(pg_database, space, small_data, "--study-name", "four", "--n-trials", "6", "--workers", "4", "--gpus", "0,1",
+                    "--verdict", "2")
     result = run_cli(args, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     trials = _trials(pg_database, "four")
     assert _finished(trials) == 6  # exactly: a worker starts a trial only while the budget has room (hpo.study._study)
+    # 2 seeds x the 3 precisions a CPU runs, shared by the workers, each run once.
+    verdict = [t.user_attrs["verdict_trial"] for t in trials if "verdict_trial" in t.user_attrs and t.state == TrialState.COMPLETE]
+    assert sorted((v["precision"], v["seed_index"]) for v in verdict) == [(p, i) for p in ("bf16", "fp16", "fp32") for i in (0, 1)]
+    # Each worker prints its own trials; the command says once where the study starts, how it ended, and the
+    # verdict's cost (worker 0) and table, after every worker's last line.
+    out = result.stdout
+    assert out.count("0 of 6 budgeted trials already finished") == 1 and out.count("Verdict of trial") == 1
+    assert out.count("6 of 6 budgeted trials finished") == 1 and out.count("Best trial") == 1 and out.count("| precision |") == 1
+    assert out.rindex("[worker ") < out.index("6 of 6 budgeted trials finished") < out.index("| precision |")
+    assert "- tf32: not run: " in out
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert sum(bool(t.user_attrs.get("fp32_baseline")) for t in trials) == 1
     workers = [t.user_attrs["worker"] for t in trials if "worker" in t.user_attrs]

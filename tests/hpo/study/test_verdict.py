@@ -210,3 +210,19 @@ def test_the_space_verdict_section_is_checked_and_not_part_of_the_stored_space()
     for bad in ({"seeds": 1}, {"precisions": ["bf16", "fp16"]}, {"precisions": ["fp32", "fp64"]}, {"seed": 3}):
         with pytest.raises(SearchSpaceError, match="verdict"):
             parse_search_space({**SMALL_SPACE, "verdict": bad})
+
+
+def test_a_verdict_compares_the_precisions_the_space_searches_unless_told() -> None:
+    from hpo.space import parse_search_space
+    from hpo.study import RunOptions
+    from hpo.study._verdict import verdict_after_budget, verdict_precisions
+
+    narrow = {**SMALL_SPACE, "params": {**SMALL_SPACE["params"], "fp_precision": {"type": "categorical", "choices": ["bf16", "no"]}}}
+    options = RunOptions(verdict=2)
+    # "no" is fp32 in accelerate's spelling; the registry's order, not the space's.
+    assert verdict_after_budget(parse_search_space(narrow), options) == (2, ["fp32", "bf16"])
+    assert verdict_after_budget(parse_search_space(SMALL_SPACE), options) == (2, ["fp32", "tf32", "fp16", "bf16"])
+    assert verdict_after_budget(parse_search_space(narrow), RunOptions()) is None  # no --verdict, no verdict: section
+    fixed = {**SMALL_SPACE, "params": {k: v for k, v in SMALL_SPACE["params"].items() if k != "fp_precision"}}
+    assert verdict_precisions(parse_search_space(fixed).stored_form()["params"], None) == ["fp32", "tf32", "fp16", "bf16"]
+    assert verdict_precisions(parse_search_space(narrow).stored_form()["params"], ["bf16", "fp32"]) == ["fp32", "bf16"]
