@@ -34,7 +34,14 @@ from hpo.study._data import DataLike, resolve_data
 from hpo.study._options import DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions, Track
 from hpo.study._ray_workers import RayCluster, RayRun, TrialWatcher, connect, plan, start_workers, wait_for_workers
 from hpo.study._study import finished_count, open_study, run_to_budget
-from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, enqueue_verdict, plan_verdict, run_verdict_trials, verdict_after_budget
+from hpo.study._verdict import (
+    DEFAULT_VERDICT_SEEDS,
+    enqueue_verdict,
+    plan_verdict,
+    run_verdict_trials,
+    verdict_after_budget,
+    without_verdict_trials,
+)
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS, load_warm_start_source, warm_start_configurations
 from hpo.study._workers import worker_index
 from trial_executor import StepProgress, TextClassificationData
@@ -150,7 +157,7 @@ def run_study(prepared: PreparedStudy, options: RunOptions, *, hooks: RunHooks |
         prepared.space, prepared.data, options, checkpoints=store, stop_requested=hooks.stop_requested, progress=progress,
         on_evaluation=tracking.evaluation,
     )
-    study = prepared.study
+    study = without_verdict_trials(prepared.study)  # its waiting verdict trials are the verdict workers' to claim
 
     def tracked(trial: optuna.Trial) -> float | tuple[float, ...]:
         tracking.start(trial)

@@ -8,7 +8,7 @@ nothing twice and a killed worker's trial is retried like any other. Seeds are p
 seed, not the trial number's), so data order and the initial head match across precisions.
 
 A verdict worker claims its plan's waiting trials only: it never samples a new trial nor runs
-another waiting trial (see :class:`_ClaimOnlyStorage`). Verdict trials do not count toward ``--n-trials``.
+another waiting trial (see :class:`_ClaimingStorage`). Verdict trials do not count toward ``--n-trials``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._attrs import VERDICT_TRIAL_ATTR, config_of, stored_space, verdict_trial_of
+from hpo._attrs import VERDICT_TRIAL_ATTR, config_of, is_verdict_trial, stored_space, verdict_trial_of
 from hpo._errors import UserError
 from hpo.space._fixes import canonical_precision
 from hpo.study._liveness import fail_dead_local_trials
@@ -147,17 +147,19 @@ class NoWaitingTrialError(Exception):
     """A verdict worker found no waiting trial to claim: its share of the verdict is done."""
 
 
-class _ClaimOnlyStorage(BaseHeartbeat):
-    """``storage`` for a worker that may claim its own waiting trials but never create a sampled one.
+class _ClaimingStorage(BaseHeartbeat):
+    """``storage`` for a worker that may claim only the waiting trials that are ``claimable``.
 
-    ``Study.ask`` claims the oldest WAITING trial atomically, else creates a new trial; here the
-    creation raises :class:`NoWaitingTrialError` instead, so two workers racing for the last
-    verdict trial never add a sampled trial to the study. Re-queuing (a template trial) goes through.
-    Waiting trials that are not ``claimable`` (ordinary ones, another verdict's) are not seen.
+    ``Study.ask`` claims the oldest WAITING trial atomically, else creates a new trial. Waiting
+    trials that are not ``claimable`` are not seen: a verdict worker sees its verdict's trials only,
+    an ordinary worker every waiting trial but verdict trials (which it would otherwise train as
+    budget trials, or skip as over the budget when the budget is full, losing a seed of the verdict).
+    Without ``may_create`` the creation raises :class:`NoWaitingTrialError` instead, so two verdict
+    workers racing for the last verdict trial never add a sampled trial. Re-queuing (a template trial) goes through.
     """
 
-    def __init__(self, storage: optuna.storages.BaseStorage, claimable: Callable[[FrozenTrial], bool]) -> None:
-        self._inner, self._claimable = storage, claimable
+    def __init__(self, storage: optuna.storages.BaseStorage, claimable: Callable[[FrozenTrial], bool], *, may_create: bool) -> None:
+        self._inner, self._claimable, self._may_create = storage, claimable, may_create
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -167,7 +169,7 @@ class _ClaimOnlyStorage(BaseHeartbeat):
         return [t for t in found if t.state != TrialState.WAITING or self._claimable(t)]
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
-        if template_trial is None:
+        if template_trial is None and not self._may_create:
             raise NoWaitingTrialError
         return self._inner.create_new_trial(study_id, template_trial)
 
@@ -185,6 +187,16 @@ class _ClaimOnlyStorage(BaseHeartbeat):
         return self._inner.get_heartbeat_stale_trial_callback()  # type: ignore[attr-defined]
 
 
+def _claiming(study: optuna.Study, claimable: Callable[[FrozenTrial], bool], *, may_create: bool) -> optuna.Study:
+    storage = _ClaimingStorage(study._storage, claimable, may_create=may_create)
+    return optuna.Study(study.study_name, storage, sampler=study.sampler, pruner=study.pruner)
+
+
+def without_verdict_trials(study: optuna.Study) -> optuna.Study:
+    """``study`` for the workers of its budget: they never claim a waiting verdict trial (see :class:`_ClaimingStorage`)."""
+    return _claiming(study, lambda trial: not is_verdict_trial(trial), may_create=True)
+
+
 def run_verdict_trials(
     study: optuna.Study, objective: Callable[[optuna.Trial], Any], plan: VerdictPlan, *,
     max_retry: int | None = None, on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
@@ -197,7 +209,7 @@ def run_verdict_trials(
     then claimed here.
     """
     mine = plan.includes
-    claiming = optuna.Study(study.study_name, _ClaimOnlyStorage(study._storage, mine), sampler=study.sampler, pruner=study.pruner)
+    claiming = _claiming(study, mine, may_create=False)
     while not (stop_requested is not None and stop_requested()):
         with contextlib.suppress(NoWaitingTrialError):
             run_to_budget(claiming, objective, sys.maxsize, on_trial_finished=on_trial_finished,

@@ -22,6 +22,7 @@ import hpo
 from hpo.cli._export import main as export_main
 from hpo.cli._report import main as report_main
 from hpo.reporting._student_t import central_probability, t_quantile
+from trial_executor import TextClassificationData, demo_dataset
 
 # Trials of 12 optimizer steps of 8 rows that checkpoint every 3: killed mid-run after the first, a few seconds each.
 # Eval loss as the objective: it differs between seeds and precisions after a few steps (accuracy does not yet),
@@ -226,3 +227,30 @@ def test_a_verdict_compares_the_precisions_the_space_searches_unless_told() -> N
     fixed = {**SMALL_SPACE, "params": {k: v for k, v in SMALL_SPACE["params"].items() if k != "fp_precision"}}
     assert verdict_precisions(parse_search_space(fixed).stored_form()["params"], None) == ["fp32", "tf32", "fp16", "bf16"]
     assert verdict_precisions(parse_search_space(narrow).stored_form()["params"], ["bf16", "fp32"]) == ["fp32", "bf16"]
+
+
+def test_a_worker_of_the_budget_never_takes_a_waiting_verdict_trial(tmp_path: Path) -> None:
+    """Verdict trials wait in the same queue as the budget's: a worker extending the budget (or one still at it
+    while another worker enqueued the verdict) must leave them to the verdict's workers, not train them as budget
+    trials nor skip them as over the budget (which lost a seed of the verdict under --workers)."""
+    from hpo._api import RunOptions, open_run, run_study
+    from hpo.study._verdict import enqueue_verdict, plan_verdict
+
+    storage = f"sqlite:///{tmp_path / 'q.db'}"
+    tiny = {**SMALL_SPACE, "params": {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}},
+            "fixed": {**SMALL_SPACE["fixed"], "max_steps": 2, "eval_every": 0}}
+    common = {"storage": storage, "study_name": "q", "device": "cpu", "artifact_store": None}
+    study = hpo.optimize(tiny, demo_dataset_small(), n_trials=1, **common)
+    plan = plan_verdict(study, {"fp32": None, "bf16": None}, seeds=2)
+    assert enqueue_verdict(study, study._storage, plan) == 4
+    for n_trials in (1, 2):  # at its budget (the over-budget skip), then extended by one
+        run = open_run(tiny, demo_dataset_small(), RunOptions(n_trials=n_trials, **common))
+        run_study(run.prepared, run.options)
+    trials = hpo.load("q", storage=storage).get_trials()
+    verdict = [t for t in trials if "verdict_trial" in t.user_attrs]
+    assert [t.state for t in verdict] == [TrialState.WAITING] * 4
+    assert [t.state for t in trials if "verdict_trial" not in t.user_attrs] == [TrialState.COMPLETE] * 2
+
+
+def demo_dataset_small() -> TextClassificationData:
+    return demo_dataset(n_train=64, n_valid=16, seed=1)
