@@ -48,7 +48,8 @@ def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
         parts.append(f"{attrs[THROUGHPUT_ATTR]:.0f} samples/s")
         parts.append(f"{attrs[PEAK_MEMORY_ATTR]:.0f} MB peak")
     if is_majority_class(trial):
-        parts.append("(majority class: learned nothing; the learning rate may be too high)")
+        # Too high a rate collapses a model onto one class; too few steps at a low one never leave it.
+        parts.append("(majority class: learned nothing; the learning rate may be too high, or the training too short for it)")
     if attrs.get(FEASIBLE_ATTR) is False:
         parts.append(f"(violates {', '.join(k for k, c in attrs[CONSTRAINTS_ATTR].items() if not c['satisfied'])})")
     return "  ".join(parts)

@@ -28,3 +28,13 @@ def test_the_stopped_line_names_the_interrupted_trials_or_says_there_were_none()
     # Stopped after a trial ended and before the next began: nothing was checkpointed, and the line says so.
     none = stopped_line(PROG, [])
     assert none == f"{PROG}: stopped by a signal between trials, none interrupted{rerun}" and "checkpointed" not in none
+
+
+def test_a_majority_class_trial_line_names_both_causes() -> None:
+    from hpo._attrs import MAJORITY_CLASS_ATTR
+    from hpo.reporting._run_lines import trial_line
+
+    # Seen on TREC with MiniLM: one epoch at the bottom of the range (1.3e-5) never left the majority class.
+    trial = optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.11, user_attrs={MAJORITY_CLASS_ATTR: True})
+    line = trial_line(trial, ["accuracy"])
+    assert "(majority class: learned nothing; the learning rate may be too high, or the training too short for it)" in line
