@@ -205,19 +205,23 @@ def run_job(job: WorkerJob, stop_requested: Callable[[], bool]) -> None:
     prepared = prepare_study(job.space, job.data, job.options)
     hooks = RunHooks(stop_requested=stop_requested)
     trackers = make_trackers(job.options.track, job.options.study_name)
-    run_study_then_verdict(prepared, job.options, hooks, trackers, announce=print if worker_index() == 0 else lambda _: None)
+    run_study_then_verdict(prepared, job.options, hooks, trackers)
 
 
-def run_study_then_verdict(
-    prepared: PreparedStudy, options: RunOptions, hooks: RunHooks, trackers: Sequence[Tracker], *, announce: Callable[[str], None],
-) -> Verdict | None:
+def announce_once(line: str) -> None:
+    """Print ``line`` from the command itself or from worker 0, not once per worker of the run."""
+    if worker_index() in (None, 0):
+        print(line, flush=True)
+
+
+def run_study_then_verdict(prepared: PreparedStudy, options: RunOptions, hooks: RunHooks, trackers: Sequence[Tracker]) -> Verdict | None:
     """:func:`run_study`, then, unless stopped, the verdict the run asks for (:func:`verdict_after_budget`): it, or ``None``."""
     run_study(prepared, options, hooks=hooks, trackers=trackers)
     wanted = verdict_after_budget(prepared.space, options)
     if wanted is None or (hooks.stop_requested is not None and hooks.stop_requested()):
         return None
     seeds, precisions = wanted
-    return run_verdict(prepared, options, seeds=seeds, precisions=precisions, hooks=hooks, announce=announce)
+    return run_verdict(prepared, options, seeds=seeds, precisions=precisions, hooks=hooks, announce=announce_once)
 
 
 def run_on_ray(
@@ -252,7 +256,7 @@ def run_prepared(run: Run, hooks: RunHooks | None = None) -> None:
     """Run an opened ``run`` to its budget, then its verdict (if it makes one): in this process, or in Ray actors."""
     hooks = hooks or RunHooks()
     if run.cluster is None:
-        run_study_then_verdict(run.prepared, run.options, hooks, run.trackers, announce=print)
+        run_study_then_verdict(run.prepared, run.options, hooks, run.trackers)
         return
     run_on_ray(run, stop_requested=hooks.stop_requested or (lambda: False), on_trial_finished=hooks.on_trial_finished)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial
 
-from hpo._api import Run, RunHooks, open_run, run_study, run_verdict
+from hpo._api import Run, RunHooks, announce_once, open_run, run_study, run_verdict
 from hpo._attrs import stored_verdict
 from hpo._errors import UserError
 from hpo.cli._parsing import Parser, at_least, between, command_prog, run_guarded
@@ -274,7 +274,7 @@ def _verdict_after_budget(run: Run, stop: StopSignal, worker: int | None, seeds:
     verdict = run_verdict(
         prepared, options, seeds=seeds, precisions=precisions,
         hooks=RunHooks(on_trial_finished=lambda trial, _: print(trial_line(trial, names), flush=True), stop_requested=stop.requested),
-        announce=lambda line: print(line, flush=True) if worker in (None, 0) else None,
+        announce=announce_once,
     )
     if worker is None and not stop.requested():
         print("\n".join(["", *verdict_table(verdict)]), flush=True)
