@@ -15,6 +15,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from hpo._errors import UserError
+from hpo._ranking import best_trials
 from hpo.reporting import PrecisionRow, StudyReport, build_report
 from hpo.space import (
     CONSTRAINT_KEYS,
@@ -104,6 +105,7 @@ __all__ = [
     "StudyReport",
     "TrialFailedError",
     "UserError",
+    "best_trials",
     "build_report",
     "counts_toward_budget",
     "create_storage",

@@ -15,20 +15,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import config_of, config_or_params, stored_space
 from hpo._errors import UserError
+from hpo._ranking import best_trials
 from hpo.space._space import RESERVED_KEYS
 from hpo.storage._inspect import objective_names
 
 # Leading columns of an export, before params and user attributes.
 BASE_COLUMNS = ("number", "state", "datetime_start", "datetime_complete", "duration_s")
-
-
-def _best_trials(study: optuna.Study) -> list[FrozenTrial]:
-    if len(study.directions) > 1:
-        return study.best_trials
-    try:
-        return [study.best_trial]
-    except ValueError:  # nothing completed, or nothing feasible
-        return []
 
 
 def reusable_config(trial: FrozenTrial) -> dict[str, Any]:
@@ -102,7 +94,7 @@ def best_space_yaml(study: optuna.Study, space: dict[str, Any]) -> str:
 
 def best_document_trials(study: optuna.Study) -> list[FrozenTrial]:
     """The best trial, or the Pareto front; a :class:`UserError` when there is none."""
-    best = _best_trials(study)
+    best = best_trials(study)
     if not best:
         complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
         why = "none meets the space's constraints" if complete else "none has completed yet"

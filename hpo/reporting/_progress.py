@@ -22,6 +22,7 @@ import optuna
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from hpo._ranking import best_trials
 from trial_executor import StepProgress
 
 STEP_LINE_EVERY_S = 30.0
@@ -33,13 +34,10 @@ def _number(value: float) -> str:
 
 def best_so_far(study: optuna.Study, names: Sequence[str]) -> str:
     """``best accuracy=0.8125 (trial 3)``, or the Pareto front's size; ``""`` before any trial completes."""
-    with contextlib.suppress(ValueError):  # nothing completed, or nothing feasible
-        if len(names) > 1:
-            front = study.best_trials
-            return f"Pareto front: {len(front)} trials" if front else ""
-        best = study.best_trial
-        return f"best {names[0]}={_number(best.values[0])} (trial {best.number})"
-    return ""
+    front = best_trials(study)
+    if len(names) > 1:
+        return f"Pareto front: {len(front)} trials" if front else ""
+    return f"best {names[0]}={_number(front[0].values[0])} (trial {front[0].number})" if front else ""
 
 
 def _step_text(update: StepProgress) -> str:

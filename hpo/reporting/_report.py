@@ -28,12 +28,14 @@ from hpo._attrs import (
     is_baseline,
     is_host_limited,
     is_majority_class,
+    is_verdict_trial,
     ran_emulated,
     skip_reason_of,
     stored_space,
     throughput_of,
     trials_per_gpu_of,
 )
+from hpo._ranking import best_trials
 from hpo.space._measures import measured_value
 from trial_executor import METRICS, PRECISIONS
 
@@ -79,7 +81,8 @@ class StudyReport:
     rows: list[PrecisionRow]
     front: list[FrozenTrial]
     front_label: str
-    trials: list[FrozenTrial]
+    trials: list[FrozenTrial]  # the search's: every trial but the verdict's
+    verdict_trials: int = 0  # trials re-training the best configuration (the precision verdict), left out of the rest
     host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
     majority_class: list[int] = field(default_factory=list)  # trials that never left the majority class
     shared_gpu: list[int] = field(default_factory=list)  # trials that shared their GPU with other trials
@@ -171,19 +174,14 @@ def _baseline(trials: list[FrozenTrial]) -> tuple[float | None, str]:
     return None, f"none: no fp32 trial was measured ({why})"
 
 
-def _front(study: optuna.Study, objectives: list[tuple[str, str]]) -> tuple[list[FrozenTrial], str]:
-    if len(objectives) > 1:
-        front = sorted(study.best_trials, key=lambda t: t.number)
-        return front, "Pareto front (study.best_trials: no other feasible trial is at least as good in every objective)"
-    try:
-        return [study.best_trial], "Best trial"
-    except ValueError:  # nothing completed, or nothing meets the constraints
-        return [], "Best trial"
-
-
 def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
-    """Summarise ``study`` by precision; ``storage_shown`` is the (masked) URL to print."""
-    trials = [t for t in study.get_trials(deepcopy=False) if t.state in _DONE]
+    """Summarise ``study``'s search by precision; ``storage_shown`` is the (masked) URL to print.
+
+    Verdict trials (compared in the verdict's own table) are left out, except from the flags (host-limited...).
+    """
+    every = study.get_trials(deepcopy=False)
+    done = [t for t in every if t.state in _DONE]
+    trials = [t for t in done if not is_verdict_trial(t)]
     objectives, constraints = _objectives(study)
     quality = [(n, d) for n, d in objectives if n in METRICS] or [("accuracy", "maximize")]
     metric, maximize = quality[0][0], quality[0][1] == "maximize"
@@ -209,21 +207,28 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
             median_peak_memory_mb=_median([t.user_attrs.get(PEAK_MEMORY_ATTR) for t in measured]),
             outcomes=dict(Counter(outcome(t) for t in mine if t.state != TrialState.COMPLETE)),
         ))
-    front, front_label = _front(study, objectives)
-    hardware = [hardware_of(t) for t in trials]
+    front_label = "Pareto front (no other feasible trial is at least as good in every objective)" if len(objectives) > 1 else "Best trial"
+    hardware = [hardware_of(t) for t in done]
     devices = sorted({f"{h.get('device_name')} ({h.get('device_type')}, torch {h.get('torch_version')})" for h in hardware if h})
-    states = Counter(t.state.name for t in study.get_trials(deepcopy=False))
+    states = Counter(t.state.name for t in every if not is_verdict_trial(t))
     return StudyReport(
         study_name=study.study_name, storage=storage_shown, objectives=objectives, constraints=constraints,
         metric=metric, maximize_metric=maximize, states=dict(states), devices=devices, baseline=baseline,
-        rows=rows, front=front, front_label=front_label, trials=sorted(trials, key=lambda t: t.number),
-        host_limited=sorted(t.number for t in trials if is_host_limited(t)),
-        majority_class=sorted(t.number for t in trials if is_majority_class(t)),
-        shared_gpu=sorted(t.number for t in trials if trials_per_gpu_of(t) > 1),
-        emulated=sorted(t.number for t in trials if ran_emulated(t, precision_of(t))),
-        memory_kept={t.number: kept for t in sorted(trials, key=lambda t: t.number)
-                     if (kept := cuda_memory_kept_mb(t)) is not None and kept > MEMORY_KEPT_REPORTED_MB},
+        rows=rows, front=best_trials(study), front_label=front_label, trials=sorted(trials, key=lambda t: t.number),
+        verdict_trials=len(every) - sum(states.values()), **_flags(sorted(done, key=lambda t: t.number)),
     )
+
+
+def _flags(trials: list[FrozenTrial]) -> dict[str, Any]:
+    """The trials whose figures need a caveat, by :class:`StudyReport` field."""
+    return {
+        "host_limited": [t.number for t in trials if is_host_limited(t)],
+        "majority_class": [t.number for t in trials if is_majority_class(t)],
+        "shared_gpu": [t.number for t in trials if trials_per_gpu_of(t) > 1],
+        "emulated": [t.number for t in trials if ran_emulated(t, precision_of(t))],
+        "memory_kept": {t.number: kept for t in trials
+                        if (kept := cuda_memory_kept_mb(t)) is not None and kept > MEMORY_KEPT_REPORTED_MB},
+    }
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
@@ -280,7 +285,8 @@ def summary_lines(report: StudyReport) -> list[str]:
     lines = [
         f"Study {report.study_name!r} in {report.storage}",
         f"Objectives: {objectives}" + (f"; constraints: {report.constraints}" if report.constraints else ""),
-        "Trials: " + (", ".join(f"{n} {s.lower()}" for s, n in sorted(report.states.items())) or "none yet"),
+        "Trials: " + (", ".join(f"{n} {s.lower()}" for s, n in sorted(report.states.items())) or "none yet")
+        + (f"; {report.verdict_trials} verdict trials (the precision verdict's, left out here)" if report.verdict_trials else ""),
         f"Speedups are against {report.baseline}.",
     ]
     if report.devices:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
+from collections import Counter
 from collections.abc import Sequence
 
 import optuna
@@ -16,8 +16,10 @@ from hpo._attrs import (
     THROUGHPUT_ATTR,
     fail_reason_of,
     is_majority_class,
+    is_verdict_trial,
     skip_reason_of,
 )
+from hpo._ranking import best_trials
 from hpo.space._measures import measured_value
 from hpo.storage._storage import STORAGE_ENV, mask_url
 from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED
@@ -57,8 +59,11 @@ def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
 
 def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]) -> str:
     """What a run prints at its end: trials by outcome, the best trial (or Pareto front), how to browse the study."""
-    trials = study.get_trials(deepcopy=False)
+    everything = study.get_trials(deepcopy=False)
+    trials = [t for t in everything if not is_verdict_trial(t)]  # the search's; the verdict's are counted apart
     by_state = {s: sum(t.state == s for t in trials) for s in TrialState}
+    verdict = Counter(t.state.name.lower() for t in everything if is_verdict_trial(t))
+    verdict_note = f"; verdict trials: {', '.join(f'{s} {n}' for s, n in sorted(verdict.items()))}, not counted" if verdict else ""
     skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in trials)
     diverged = sum(skip_reason_of(t) == SKIP_NON_FINITE for t in trials)
     oom = sum(skip_reason_of(t) == SKIP_OOM for t in trials)
@@ -68,14 +73,11 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
         "",
         f"Study {study.study_name!r} in {shown}: {finished_count(study)} of {budget} budgeted trials finished "
         f"({by_state[TrialState.COMPLETE]} complete, {by_state[TrialState.PRUNED] - skipped} pruned{why}, "
-        f"{by_state[TrialState.FAIL]} failed; {skipped} skipped as unsupported on this machine, not counted)",
+        f"{by_state[TrialState.FAIL]} failed; {skipped} skipped as unsupported on this machine, not counted{verdict_note})",
     ]
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     # Among trials meeting the space's constraints: the best trial, or the Pareto front.
-    front = study.best_trials if len(names) > 1 else []
-    if len(names) == 1:
-        with contextlib.suppress(ValueError):  # nothing completed, or nothing feasible
-            front = [study.best_trial]
+    front = best_trials(study)
     for best in front:
         label = "Best trial" if len(names) == 1 else "Pareto-front trial"
         lines.append(f"{label} {best.number}: {_objective_values(best, names)}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 from collections import Counter
 from dataclasses import dataclass, field
@@ -12,6 +11,7 @@ import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import MAJORITY_CLASS_HINT, WORKER_ATTR, is_host_limited, is_majority_class, is_verdict_trial, skip_reason_of
+from hpo._ranking import best_trials
 from hpo.storage._inspect import objective_names
 from hpo.study._liveness import worker_is_gone
 from hpo.study._outcomes import SKIP_UNSUPPORTED
@@ -70,12 +70,7 @@ def _worker(trial: FrozenTrial) -> str:
 
 
 def _best(study: optuna.Study, names: list[str]) -> list[tuple[int, dict[str, float]]]:
-    if len(names) > 1:
-        return [(t.number, dict(zip(names, t.values, strict=True))) for t in study.best_trials]
-    with contextlib.suppress(ValueError):  # nothing completed, or nothing feasible
-        best = study.best_trial
-        return [(best.number, {names[0]: best.values[0]})]
-    return []
+    return [(t.number, dict(zip(names, t.values, strict=True))) for t in best_trials(study)]
 
 
 def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> StudyStatus:

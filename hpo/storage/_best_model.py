@@ -30,6 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import BEST_MODEL_ATTR, config_of
 from hpo._errors import UserError
+from hpo._ranking import best_trials
 
 if TYPE_CHECKING:
     from optuna.artifacts import FileSystemArtifactStore
@@ -65,10 +66,7 @@ def final_model_dir(trial: optuna.Trial) -> Path | None:
 def _is_best(study: optuna.Study, trial: FrozenTrial) -> bool:
     if trial.state != TrialState.COMPLETE or len(study.directions) > 1:
         return False
-    try:
-        return study.best_trial.number == trial.number
-    except ValueError:  # nothing feasible
-        return False
+    return [t.number for t in best_trials(study)] == [trial.number]
 
 
 def keep_if_best(study: optuna.Study, trial: FrozenTrial, store: FileSystemArtifactStore) -> bool:

@@ -26,10 +26,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import VERDICT_TRIAL_ATTR, config_of, is_verdict_trial, stored_space, verdict_trial_of
 from hpo._errors import UserError
+from hpo._ranking import best_trials
 from hpo.space._fixes import canonical_precision
 from hpo.study._liveness import fail_dead_local_trials
 from hpo.study._study import enqueue_once, run_to_budget
-from hpo.study._warm_start import best_trials
 from trial_executor import PRECISIONS
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def source_trial(study: optuna.Study, trial_number: int | None = None) -> Frozen
     if len(study.directions) > 1:
         raise UserError(f"study {study.study_name!r} has several objectives: pass --trial N, one of its Pareto front "
                         "(`python -m hpo best` lists it)")
-    best = best_trials(study, 1)
+    best = best_trials(study)
     if not best:
         raise UserError(f"study {study.study_name!r} has no complete trial to re-train; run more trials with `python -m hpo run`")
     return best[0]

@@ -6,10 +6,10 @@ import sys
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
-from hpo._attrs import FEASIBLE_ATTR, is_verdict_trial
 from hpo._errors import UserError, bounded_list
+from hpo._ranking import best_trials, ranked_trials
 from hpo.space._space import SearchSpace
 from hpo.storage._inspect import open_existing_storage
 from hpo.storage._storage import mask_url
@@ -28,19 +28,9 @@ def load_warm_start_source(url: str, source: str, study_name: str) -> optuna.Stu
     return optuna.load_study(study_name=source, storage=storage)
 
 
-def best_trials(source: optuna.Study, n: int) -> list[FrozenTrial]:
-    """Up to ``n`` best complete, feasible trials: by value, or the Pareto front's first for several objectives.
-
-    Verdict trials re-train a configuration already in the study: they are left out.
-    """
-    if len(source.directions) > 1:
-        return sorted((t for t in source.best_trials if not is_verdict_trial(t)), key=lambda t: t.number)[:n]
-    complete = [
-        t for t in source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.user_attrs.get(FEASIBLE_ATTR) is not False and not is_verdict_trial(t)
-    ]
-    maximize = source.direction == optuna.study.StudyDirection.MAXIMIZE
-    return sorted(complete, key=lambda t: (-t.value if maximize else t.value, t.number))[:n]
+def _best(source: optuna.Study, n: int) -> list[FrozenTrial]:
+    """Up to ``n`` best search trials: by value, or the Pareto front's first (by number) with several objectives."""
+    return (ranked_trials(source) if len(source.directions) == 1 else best_trials(source))[:n]
 
 
 def fitting_params(trial: FrozenTrial, space: SearchSpace, source_name: str) -> dict[str, Any] | None:
@@ -63,7 +53,7 @@ def fitting_params(trial: FrozenTrial, space: SearchSpace, source_name: str) -> 
 
 def warm_start_configurations(space: SearchSpace, source: optuna.Study, n: int) -> list[tuple[str, dict[str, Any]]]:
     """``(origin, params)`` of ``source``'s ``n`` best trials that fit ``space``, for :func:`open_study`'s ``known_good``."""
-    best = best_trials(source, n)
+    best = _best(source, n)
     if not best:
         _notice(f"{source.study_name!r} has no complete trial; nothing enqueued")
     picked = [(t, fitting_params(t, space, source.study_name)) for t in best]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -164,6 +165,10 @@ def test_four_workers_started_together_on_a_fresh_database_keep_the_budget_then_
     assert out.count("6 of 6 budgeted trials finished") == 1 and out.count("Best trial") == 1 and out.count("| precision |") == 1
     assert out.rindex("[worker ") < out.index("6 of 6 budgeted trials finished") < out.index("| precision |")
     assert "- tf32: not run: " in out
+    # The best is the search's, the trial the verdict re-trained (never a verdict trial that scored higher), and so is its kept model.
+    best = int(re.search(r"^Best trial (\d+):", out, re.MULTILINE).group(1))
+    assert f"Verdict of trial {best}:" in out and "verdict_trial" not in next(t for t in trials if t.number == best).user_attrs
+    assert optuna.load_study(study_name="four", storage=pg_database).user_attrs["best_model"]["trial"] == best
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert sum(bool(t.user_attrs.get("fp32_baseline")) for t in trials) == 1
     workers = [t.user_attrs["worker"] for t in trials if "worker" in t.user_attrs]

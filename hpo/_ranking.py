@@ -1,0 +1,54 @@
+"""The study's best trial (or Pareto front): the one rule every command, the run's summary and the best model follow.
+
+The best is taken among the search's own trials: complete, feasible (they meet the space's
+``constraints``) and not verdict trials. A verdict trial re-trains a configuration the study
+already holds, with other seeds and precisions; the best of those would be the luckiest seed
+(its spread is what the verdict's table reports), not a configuration the search found.
+Optuna's own ``study.best_trial`` (and optuna-dashboard's) counts every complete trial.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo._attrs import FEASIBLE_ATTR, is_verdict_trial
+
+
+def _candidates(study: optuna.Study) -> list[FrozenTrial]:
+    return [
+        t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.user_attrs.get(FEASIBLE_ATTR) is not False and not is_verdict_trial(t)
+    ]
+
+
+def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """A single-objective study's complete, feasible search trials, best first (ties: the earlier trial first)."""
+    if len(study.directions) > 1:
+        raise ValueError("ranked_trials needs a single-objective study: several objectives have a Pareto front")
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    return sorted(_candidates(study), key=lambda t: (-t.value if maximize else t.value, t.number))
+
+
+def _pareto_front(trials: list[FrozenTrial], directions: list[optuna.study.StudyDirection]) -> list[FrozenTrial]:
+    """The trials no other trial dominates (at least as good in every objective, better in one)."""
+    if not trials:
+        return []
+    signs = np.array([-1.0 if d == optuna.study.StudyDirection.MAXIMIZE else 1.0 for d in directions])
+    costs = np.array([t.values for t in trials], dtype=float) * signs  # every objective minimised
+    dominated = [
+        bool(np.any(np.all(costs <= cost, axis=1) & np.any(costs < cost, axis=1))) for cost in costs
+    ]
+    return [t for t, beaten in zip(trials, dominated, strict=True) if not beaten]
+
+
+def best_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The study's best trial as a one-item list, or its Pareto front (by trial number) with several objectives.
+
+    Empty while no search trial has completed, or none meets the constraints. See the module for
+    which trials count.
+    """
+    if len(study.directions) > 1:
+        return sorted(_pareto_front(_candidates(study), study.directions), key=lambda t: t.number)
+    return ranked_trials(study)[:1]
