@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from hpo._attrs import stored_space
+from hpo._attrs import stored_data_source, stored_space
 from hpo.reporting._dashboard_view import name_objectives, note_skipped
 from hpo.reporting._tracking import Tracker, Tracking, make_trackers
 from hpo.reporting._verdict import Verdict, build_verdict, store_verdict
@@ -30,7 +30,7 @@ from hpo.storage._best_model import keep_if_best, keeping_best_model
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
 from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import GRPC_SCHEME, Heartbeat, check_storage_url, create_storage, resolve_storage_url
-from hpo.study._data import DataLike, resolve_data
+from hpo.study._data import DataLike, data_source_of, resolve_data, stored_data
 from hpo.study._options import DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions, Track
 from hpo.study._ray_workers import RayCluster, RayRun, TrialWatcher, connect, plan, start_workers, wait_for_workers
 from hpo.study._study import finished_count, open_study, run_to_budget
@@ -57,22 +57,24 @@ class PreparedStudy:
     url: str
 
 
-def prepare_study(space: SearchSpace, data: TextClassificationData, options: RunOptions) -> PreparedStudy:
-    """Create or resume ``options.study_name`` in ``options.url`` on validated inputs.
+def prepare_study(
+    space: SearchSpace, data: TextClassificationData, options: RunOptions, data_source: dict[str, Any] | None = None,
+) -> PreparedStudy:
+    """Create or resume ``options.study_name`` in ``options.url`` on validated inputs (``data_source``: see :func:`open_study`).
 
     ``options.warm_start``: an earlier study in the same storage whose ``warm_start_trials`` best
     trials are enqueued (see :mod:`hpo.study._warm_start`); checked before anything is written.
     """
     space.check_task(data.task)
     url = options.url
-    source = None if options.warm_start is None else load_warm_start_source(url, options.warm_start, options.study_name)
+    earlier = None if options.warm_start is None else load_warm_start_source(url, options.warm_start, options.study_name)
     # Heartbeats live in the RDB storage: a worker on the database directly (or the proxy host) sweeps them.
     heartbeat = None if url.lower().startswith(GRPC_SCHEME) else options.heartbeat
     # create_storage checks the URL and the connection before creating tables.
     # A worker of --workers N: its parent reached the database, so a refused connection is a restart to wait out.
     opened = create_storage(url, heartbeat=heartbeat, wait_for_server=worker_index() is not None)
-    known_good = [] if source is None else warm_start_configurations(space, source, options.warm_start_trials)
-    study = open_study(opened, options.study_name, space, data, options.seed, known_good)
+    known_good = [] if earlier is None else warm_start_configurations(space, earlier, options.warm_start_trials)
+    study = open_study(opened, options.study_name, space, data, options.seed, known_good, data_source)
     name_objectives(study, space.objective_names)
     if space.fixes:
         # Pinned for this run only; still recorded as each trial's params.
@@ -111,7 +113,8 @@ def open_run(space: SpaceLike | None, data: DataLike, options: RunOptions, *, an
     cluster = connect(None if options.ray is True else options.ray, options.url) if options.ray is not False else None
     try:
         placement = plan(cluster, options.workers, options.gpus_per_trial) if cluster else None
-        return Run(prepare_study(resolved, loaded, options), options, trackers, cluster, placement)
+        prepared = prepare_study(resolved, loaded, options, data_source_of(data, options.data_options()))
+        return Run(prepared, options, trackers, cluster, placement)
     except BaseException:
         if cluster is not None:
             cluster.shutdown()
@@ -365,10 +368,14 @@ def run_verdict(
 
 
 def open_existing(space: SpaceLike | None, data: DataLike, options: RunOptions) -> PreparedStudy:
-    """An existing study opened on its own space (unless ``space`` is given) and ``data``, for its verdict."""
+    """An existing study opened on its own space and data (unless ``space`` or ``data`` is given), for its verdict.
+
+    Without ``data``, the data flags the study stored (a file's absolute path and its columns) are read again.
+    """
     existing = load(options.study_name, options.url)
     resolved = resolve_space(space if space is not None else stored_space(existing) or DEFAULT_SPACE)
-    loaded = resolve_data(data, task=resolved.task, **options.data_options())
+    data, data_options = (data, options.data_options()) if data is not None else stored_data(stored_data_source(existing), options.data_options())
+    loaded = resolve_data(data, task=resolved.task, **data_options)
     check_models(resolved)
     return prepare_study(resolved, loaded, options)
 
@@ -381,8 +388,9 @@ def verdict(
 ) -> Verdict:
     """The precision verdict of an existing study (``python -m hpo verdict``): see :func:`run_verdict`.
 
-    ``data``, ``seed`` and ``data_options`` (:func:`resolve_data`'s column and split arguments)
-    must give the study's own data; ``space`` defaults to the one the study was made with.
+    ``data`` and ``data_options`` (:func:`resolve_data`'s column and split arguments) default to the
+    file and flags the study last ran with (see :func:`open_existing`); ``seed`` is the study's
+    ``--seed``; ``space`` defaults to the one the study was made with.
     """
     options = RunOptions(
         storage=resolve_storage_url(storage), study_name=study_name, seed=seed, device=device, cache_dir=cache_dir,

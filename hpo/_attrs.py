@@ -114,6 +114,9 @@ RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
 # Study attrs.
 SEARCH_SPACE_ATTR = "search_space"  # the space's stored form: a resumed study must be run with the same
 DATASET_FINGERPRINT_ATTR = "dataset_fingerprint"
+# The data flags the study last ran with ({} for the demo reviews; absent for a dataset given in Python):
+# named when other data is given, and read by a verdict given no --data (hpo.study._data).
+DATA_SOURCE_ATTR = "data_source"
 LABEL_NAMES_ATTR = "label_names"
 MAX_LENGTH_AUTO_ATTR = "max_length_auto"  # model -> the length max_length: auto chose
 BEST_MODEL_ATTR = "best_model"
@@ -205,6 +208,11 @@ def is_verdict_trial(trial: FrozenTrial) -> bool:
 def stored_verdict(study: optuna.Study) -> dict[str, Any] | None:
     """The study's stored precision verdict (:data:`VERDICT_ATTR`), ``None`` before one was computed."""
     return study.user_attrs.get(VERDICT_ATTR)
+
+
+def stored_data_source(study: optuna.Study) -> dict[str, Any] | None:
+    """The data flags the study last ran with (:data:`DATA_SOURCE_ATTR`); ``None`` when it never stored them."""
+    return study.user_attrs.get(DATA_SOURCE_ATTR)
 
 
 def stored_space(study: optuna.Study) -> dict[str, Any]:

@@ -5,8 +5,9 @@ seed, the seeds paired across precisions, as verdict trials of the same study (n
 against ``--n-trials``). Several processes running this on one study share the trials; a rerun
 resumes them. Prints the table and one line of verdict per precision, stores the verdict on
 the study (``report``, ``export --verdict`` and the dashboard's study note show it) and writes
-``verdict.md`` and ``verdict.png`` into ``--out``. Give the data flags (and ``--seed``) the
-study was run with; the space defaults to the study's own.
+``verdict.md`` and ``verdict.png`` into ``--out``. The space and the data default to the
+study's own: without --data, the file (its absolute path) and data flags the study last ran
+with are read again; give --seed if the study had one.
 
 examples:
   %(prog)s --study-name precision-demo --seeds 3
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hpo._api import RunHooks, open_existing, run_verdict
+from hpo._attrs import stored_data_source
 from hpo._errors import UserError
 from hpo.cli._parsing import Parser, add_storage_argument, at_least, command_prog, run_guarded
 from hpo.cli._run import _add_data, start_training_command
@@ -28,6 +30,7 @@ from hpo.reporting._run_lines import trial_line
 from hpo.reporting._verdict import write_verdict
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import Heartbeat
+from hpo.study._data import data_flags
 from hpo.study._options import DEFAULT_STUDY_NAME, RunOptions
 from hpo.study._study import TooManyFailuresError
 from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, MAX_VERDICT_SEEDS
@@ -73,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
         options = _options(args, url)
         prepared = open_existing(args.space and Path(args.space), args.data, options)
+        if args.data is None and (source := stored_data_source(prepared.study)) is not None:
+            print(f"Data: {data_flags(source)} (the study's own; --data reads another copy)", flush=True)
         names = prepared.space.objective_names
         hooks = RunHooks(on_trial_finished=lambda t, _: print(trial_line(t, names), flush=True), stop_requested=stop.requested)
         verdict = run_verdict(

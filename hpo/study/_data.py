@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from hpo._errors import UserError
 from trial_executor import TextClassificationData, demo_dataset, load_text_classification
@@ -36,3 +38,46 @@ def resolve_data(
     if loaded.dropped_empty:
         print(f"warning: dropped {loaded.dropped_empty} rows with empty text (pass --empty-text fail to refuse them)", file=sys.stderr)
     return loaded
+
+
+# The data flags a study stores (DATA_SOURCE_ATTR) besides the file: resolve_data's keyword arguments.
+SOURCE_FLAGS = ("text_column", "label_column", "text_pair_column", "valid_data", "valid_fraction", "empty_text")
+
+
+def data_source_of(data: DataLike, options: dict[str, Any]) -> dict[str, Any] | None:
+    """What to store as the study's data: the file (absolute path) and ``options``' data flags, ``{}`` for the
+    demo reviews, ``None`` for a dataset given in Python (no flags can name it)."""
+    if isinstance(data, TextClassificationData):
+        return None
+    if data is None:
+        return {}
+    valid = options.get("valid_data")
+    return {"data": str(Path(data).resolve()), **{k: options.get(k) for k in SOURCE_FLAGS},
+            "valid_data": None if valid is None else str(Path(valid).resolve())}
+
+
+def data_flags(source: dict[str, Any]) -> str:
+    """``source`` (:func:`data_source_of`) as the command-line flags that read that data again."""
+    if not source:
+        return "no --data (the demo reviews)"
+    flags = [("--data", source["data"]), ("--text-column", source["text_column"]), ("--label-column", source["label_column"])]
+    if source.get("text_pair_column"):
+        flags.append(("--text-pair-column", source["text_pair_column"]))
+    if source.get("valid_data"):
+        flags.append(("--valid-data", source["valid_data"]))
+    elif source.get("valid_fraction") not in (None, 0.1):
+        flags.append(("--valid-fraction", str(source["valid_fraction"])))
+    if source.get("empty_text") not in (None, "drop"):
+        flags.append(("--empty-text", source["empty_text"]))
+    return " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in flags)
+
+
+def stored_data(source: dict[str, Any] | None, options: dict[str, Any]) -> tuple[DataLike, dict[str, Any]]:
+    """The data a study stored (:func:`data_source_of`) and ``options`` with its flags: ``(None, options)`` when it stored none."""
+    if not source:
+        return None, options
+    for path in (source["data"], source.get("valid_data")):
+        if path is not None and not Path(path).exists():
+            raise UserError(f"the study ran with {data_flags(source)}, but {path} is not on this machine; "
+                            "pass --data (and its flags) with a copy of that data")
+    return source["data"], {**options, **{k: source.get(k, options.get(k)) for k in SOURCE_FLAGS}}

@@ -18,6 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 from hpo._attrs import (
     BASELINE_ATTR,
     BUDGET_SLOT_ATTR,
+    DATA_SOURCE_ATTR,
     DATASET_FINGERPRINT_ATTR,
     ENQUEUED_FROM_ATTR,
     LABEL_NAMES_ATTR,
@@ -33,6 +34,7 @@ from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError
 from hpo.storage._retrying_storage import retry_lost_connection
 from hpo.storage._storage import sqlite_file_lock
+from hpo.study._data import data_flags
 from hpo.study._liveness import fail_dead_local_trials
 from hpo.study._outcomes import SKIP_OVER_BUDGET, SKIP_UNSUPPORTED, was_interrupted
 from trial_executor import TextClassificationData
@@ -47,24 +49,35 @@ class TooManyFailuresError(RuntimeError):
     """Trials keep failing; running more would only repeat the failure."""
 
 
-def _study_attrs(space: SearchSpace, data: TextClassificationData) -> dict[str, Any]:
-    return {
+def _study_attrs(space: SearchSpace, data: TextClassificationData, source: dict[str, Any] | None) -> dict[str, Any]:
+    attrs = {
         SEARCH_SPACE_ATTR: space.stored_form(),
         DATASET_FINGERPRINT_ATTR: data.fingerprint,
         LABEL_NAMES_ATTR: data.label_names,
     }
+    return attrs if source is None else {**attrs, DATA_SOURCE_ATTR: source}
+
+
+def _other_data(study_name: str, stored: dict[str, Any], fingerprint: str) -> UserError:
+    source = stored.get(DATA_SOURCE_ATTR)
+    ran_on = "" if source is None else f": it ran with {data_flags(source)}"
+    return UserError(
+        f"study {study_name!r} was created on different data (fingerprint {stored[DATASET_FINGERPRINT_ATTR]}, now {fingerprint})"
+        f"{ran_on}; rerun with its original data, or pick a new --study-name"
+    )
 
 
 def open_study(
     storage: optuna.storages.BaseStorage, study_name: str, space: SearchSpace, data: TextClassificationData, seed: int,
-    known_good: Sequence[tuple[str, dict[str, Any]]] = (),
+    known_good: Sequence[tuple[str, dict[str, Any]]] = (), data_source: dict[str, Any] | None = None,
 ) -> optuna.Study:
     """Create the study, or resume it when the search space and data are the ones it was made with.
 
     ``known_good``: more ``(origin, params)`` to enqueue once (a warm start's), after the space's
-    ``enqueue`` list and before the fp32 baseline.
+    ``enqueue`` list and before the fp32 baseline. ``data_source``: the data flags to store
+    (:func:`hpo.study._data.data_source_of`; ``None`` keeps what is stored).
     """
-    wanted = _study_attrs(space, data)
+    wanted = _study_attrs(space, data, data_source)
     try:
         existing = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
@@ -76,11 +89,8 @@ def open_study(
                 f"study {study_name!r} was created with a different search space; "
                 "rerun with its original --space, or pick a new --study-name"
             )
-        if "dataset_fingerprint" in stored and stored["dataset_fingerprint"] != wanted["dataset_fingerprint"]:
-            raise UserError(
-                f"study {study_name!r} was created on different data (fingerprint {stored['dataset_fingerprint']}, "
-                f"now {wanted['dataset_fingerprint']}); rerun with its original data, or pick a new --study-name"
-            )
+        if DATASET_FINGERPRINT_ATTR in stored and stored[DATASET_FINGERPRINT_ATTR] != wanted[DATASET_FINGERPRINT_ATTR]:
+            raise _other_data(study_name, stored, wanted[DATASET_FINGERPRINT_ATTR])
     study = optuna.create_study(
         storage=storage,
         study_name=study_name,

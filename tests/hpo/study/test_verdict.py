@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -254,3 +255,38 @@ def test_a_worker_of_the_budget_never_takes_a_waiting_verdict_trial(tmp_path: Pa
 
 def demo_dataset_small() -> TextClassificationData:
     return demo_dataset(n_train=64, n_valid=16, seed=1)
+
+
+def test_a_verdict_without_data_flags_reads_the_data_the_study_ran_on(
+    small_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from hpo.cli._verdict import main as verdict_main
+
+    data = tmp_path / "train.tsv"
+    data.write_bytes(small_data.read_bytes())
+    tiny = {**SMALL_SPACE, "params": {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}},
+            "fixed": {**SMALL_SPACE["fixed"], "max_steps": 2, "eval_every": 0}}
+    storage = f"sqlite:///{tmp_path / 'd.db'}"
+    common = {"storage": storage, "study_name": "d", "device": "cpu", "artifact_store": None}
+    monkeypatch.chdir(data.parent)  # a relative --data: stored as its absolute path
+    source = hpo.optimize(tiny, "train.tsv", n_trials=1, text_column="sentence", valid_fraction=0.25, **common).trials[0]
+    flags = f"--data {data} --text-column sentence --label-column label --valid-fraction 0.25"
+
+    # Elsewhere, no data flags: the verdict reads the file and flags the study stored, and says so.
+    monkeypatch.chdir((tmp_path / "elsewhere").mkdir() or tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert verdict_main(["--storage", storage, "--study-name", "d", "--device", "cpu", "--seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"Data: {flags} (the study's own; --data reads another copy)\n")
+    same_seed = [t for t in hpo.load("d", storage=storage).trials if t.user_attrs.get("verdict_trial", {}).get("seed_index") == 0]
+    fp32 = next(t for t in same_seed if t.params["fp_precision"] == "fp32")
+    assert fp32.value == source.value and fp32.user_attrs["metrics"]["eval_rows"] == source.user_attrs["metrics"]["eval_rows"]
+
+    # Other data names the data the study ran with; the study's file gone is one line too, nothing run.
+    with pytest.raises(hpo.UserError, match=f"different data .*: it ran with {re.escape(flags)}; rerun with its original data"):
+        hpo.optimize(tiny, small_data, n_trials=2, text_column="sentence", **common)
+    data.rename(tmp_path / "moved.tsv")
+    assert verdict_main(["--storage", storage, "--study-name", "d", "--device", "cpu", "--seeds", "3"]) == 2
+    assert capsys.readouterr().err.strip() == (f"python -m hpo.verdict: error: the study ran with {flags}, but {data} is not on this machine; "
+                                               "pass --data (and its flags) with a copy of that data")
+    assert len(hpo.load("d", storage=storage).trials) == 1 + 4

@@ -1,0 +1,43 @@
+"""The data flags a study stores (hpo.study._data): named when other data is given, read again by its verdict."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+import hpo
+from hpo.study._data import data_flags, data_source_of, stored_data
+from trial_executor import demo_dataset
+
+OPTIONS = {"text_column": "review text", "label_column": "label", "text_pair_column": None, "valid_data": None,
+           "valid_fraction": 0.1, "empty_text": "fail", "seed": 3}
+
+
+def test_flags_read_the_same_file_again_from_anywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "my data"
+    folder.mkdir()
+    (folder / "dev.tsv").write_text("x")
+    (folder / "train.tsv").write_text("x")
+    monkeypatch.chdir(folder)
+    source = data_source_of("train.tsv", {**OPTIONS, "valid_data": "dev.tsv"})
+    assert source is not None and source["data"] == str(folder / "train.tsv") and source["valid_data"] == str(folder / "dev.tsv")
+    # Quoted for a shell: the path with a space and the column name with one are one argument each.
+    assert shlex.split(data_flags(source)) == ["--data", str(folder / "train.tsv"), "--text-column", "review text",
+                                              "--label-column", "label", "--valid-data", str(folder / "dev.tsv"), "--empty-text", "fail"]
+    data, options = stored_data(source, {**OPTIONS, "text_column": "text", "empty_text": "drop"})
+    assert data == str(folder / "train.tsv") and options == {**OPTIONS, "valid_data": str(folder / "dev.tsv")}
+
+
+def test_the_demo_and_a_dataset_given_in_python() -> None:
+    assert data_source_of(None, OPTIONS) == {} and data_flags({}) == "no --data (the demo reviews)"
+    assert stored_data({}, OPTIONS) == (None, OPTIONS)  # the demo again
+    assert data_source_of(demo_dataset(n_train=8, n_valid=4), OPTIONS) is None  # nothing can name it: nothing stored
+    assert stored_data(None, OPTIONS) == (None, OPTIONS)
+
+
+def test_a_moved_file_is_one_line_naming_the_flags(tmp_path: Path) -> None:
+    source = {"data": str(tmp_path / "gone.tsv"), **{k: v for k, v in OPTIONS.items() if k != "seed"}}
+    with pytest.raises(hpo.UserError, match=r"the study ran with --data \S+gone.tsv .*, but \S+gone.tsv is not on this machine; pass --data"):
+        stored_data(source, OPTIONS)
