@@ -50,6 +50,10 @@ def verdict_after_budget(space: SearchSpace, options: RunOptions) -> tuple[int, 
     seeds = options.verdict or (spec.seeds if spec else None)
     if not seeds:
         return None
+    if len(space.directions) > 1:  # the verdict of a Pareto front's trial needs its number: known only afterwards
+        raise UserError("a run's verdict re-trains the best trial, and a space with several objectives has a Pareto front "
+                        "instead; run the study without --verdict (or the space's verdict:), then `python -m hpo verdict "
+                        "--trial N` with one of the trials `python -m hpo best` lists")
     return seeds, verdict_precisions(space.stored_form()["params"], spec.precisions if spec else None)
 
 

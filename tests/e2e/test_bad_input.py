@@ -22,7 +22,7 @@ import sqlalchemy
 import torch
 import yaml
 from _read_only import read_only_directory
-from conftest import SMALL_SPACE
+from conftest import ROOT, SMALL_SPACE
 from optuna.trial import TrialState
 from test_errors import _hpo, assert_one_clean_line
 
@@ -59,6 +59,9 @@ def _a_file(case: Path) -> str:
     return str(path)
 
 
+MULTI_OBJECTIVE_SPACE = ROOT / "search_spaces" / "multi_objective.yaml"
+
+
 # name -> (flags after `run --storage sqlite:///CASE/studies.db`, expected text of the one line)
 CASES: dict[str, tuple[Any, str]] = {
     "seed above 2^32-1": (lambda c: ["--seed", str(2**32)], "--seed 4294967296 is outside 0..4294967295 (2^32 - 1); pass a seed in that range"),
@@ -71,6 +74,9 @@ CASES: dict[str, tuple[Any, str]] = {
         lambda c: ["--space", _space(c, params={"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}},
                                      verdict={"precisions": ["fp32", "fp16"]})],
         "--precisions fp16: not among the space's fp_precision choices ['fp32', 'bf16']; drop them with --precisions, or widen"),
+    "verdict of a space with several objectives": (
+        lambda c: ["--verdict", "2", "--space", str(MULTI_OBJECTIVE_SPACE)],
+        "a space with several objectives has a Pareto front instead; run the study without --verdict"),
     "artifact store is a file": (lambda c: ["--artifact-store", _a_file(c)], "a-file is a file, not a directory; pass a directory path"),
     "duplicate YAML key": (
         lambda c: ["--space", _duplicate_key(c)], "line 3: duplicate key 'learning_rate' (first on line 2); keep one of them"),
