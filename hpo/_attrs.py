@@ -182,7 +182,7 @@ def is_majority_class(trial: FrozenTrial) -> bool:
 # Said wherever majority-class trials are listed (status, report, a trial's line).
 MAJORITY_CLASS_HINT = (
     "the learning rate range may be too high for this model (a pretrained model wants ~1e-5..3e-4: "
-    "search_spaces/finetune.yaml)"
+    "search_spaces/finetune.yaml), or the training too short for its rate"
 )
 
 

@@ -19,11 +19,13 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import (
+    MAJORITY_CLASS_HINT,
     PEAK_MEMORY_ATTR,
     SKIPPED_STEPS_ATTR,
     VERDICT_ATTR,
     hardware_of,
     is_host_limited,
+    is_majority_class,
     ran_emulated,
     stored_verdict,
     throughput_of,
@@ -59,6 +61,8 @@ class PrecisionVerdict:
     not_completed: dict[str, int] = field(default_factory=dict)
     line: str = ""
     emulated: bool = False  # the CPU had no matmul instructions for this precision: autocast emulated it
+    majority_class: list[int] = field(default_factory=list)  # its trials that predicted one class: they learned nothing
+    learned_nothing: bool = False  # in every paired seed both it and fp32 learned nothing: no accuracy to compare
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,11 @@ class Verdict:
     @classmethod
     def from_dict(cls, stored: dict[str, Any]) -> Verdict:
         return cls(**{**stored, "rows": [PrecisionVerdict(**row) for row in stored["rows"]]})
+
+
+# Metrics a model that predicts one class for every row scores the same whatever its precision: for them, a
+# seed where both precisions learned nothing compares nothing. The loss still differs, and is still compared.
+DECIDED_BY_THE_PREDICTED_CLASS = ("accuracy", "macro_f1")
 
 
 def _mean(values: list[float]) -> float | None:
@@ -108,6 +117,8 @@ def _row(precision: str, mine: dict[int, FrozenTrial], fp32: dict[int, FrozenTri
         skipped_steps=sum(skipped) if skipped else None,
         host_limited=sorted(t.number for t in done.values() if is_host_limited(t)),
         emulated=any(ran_emulated(t, precision) for t in done.values()),
+        majority_class=sorted(t.number for t in done.values() if is_majority_class(t)),
+        learned_nothing=metric in DECIDED_BY_THE_PREDICTED_CLASS and bool(paired) and all(is_majority_class(done[s]) and is_majority_class(fp32[s]) for s in paired),
         not_completed=dict(Counter(outcome(t) for t in mine.values() if t.state != TrialState.COMPLETE)),
     )
 
@@ -147,7 +158,7 @@ def _signed(value: float) -> str:
 def verdict_line(row: PrecisionVerdict, metric: str, unit: str, higher_is_better: bool) -> str:
     """One line: '<p>: 2.40x faster, 0.51x memory, accuracy -0.10 points (95% CI -0.60..+0.40): no measurable loss'."""
     if row.precision == "fp32":
-        return "fp32: the reference"
+        return "fp32: the reference" + _caveats(row)
     if row.paired_seeds == 0:
         ended = ", ".join(f"{n} {k}" for k, n in sorted(row.not_completed.items())) or "no trial finished"
         return f"{row.precision}: no seed completed alongside fp32 ({ended}): no verdict"
@@ -155,6 +166,9 @@ def verdict_line(row: PrecisionVerdict, metric: str, unit: str, higher_is_better
         f"{row.speed_ratio:.2f}x faster" if row.speed_ratio >= 1 else f"{1 / row.speed_ratio:.2f}x slower")
     memory = "" if row.memory_ratio is None else f", {row.memory_ratio:.2f}x memory"
     change = f"{metric} {_signed(row.difference)}{' ' + unit if unit else ''}"
+    if row.learned_nothing:  # equal scores of models that learned nothing say nothing of the precision
+        return (f"{row.precision}: {speed}{memory}; no verdict on {metric}: in every seed both {row.precision} and fp32 "
+                f"learned nothing (majority class); {MAJORITY_CLASS_HINT}")
     if not row.interval:
         return f"{row.precision}: {speed}{memory}, {change} (one paired seed: no interval)"
     low, high = row.interval
@@ -168,7 +182,13 @@ def verdict_line(row: PrecisionVerdict, metric: str, unit: str, higher_is_better
         text += f"; not completed: {', '.join(f'{n} {k}' for k, n in sorted(row.not_completed.items()))}"
     if row.emulated:
         text += f" [{row.precision} emulated on this CPU (no native instructions for it): its speed is the emulation's]"
-    return text + (f" [speed host-limited in trials {', '.join(map(str, row.host_limited))}]" if row.host_limited else "")
+    return text + (f" [speed host-limited in trials {', '.join(map(str, row.host_limited))}]" if row.host_limited else "") + _caveats(row)
+
+
+def _caveats(row: PrecisionVerdict) -> str:
+    if not row.majority_class:
+        return ""
+    return f" [majority class (learned nothing) in trials {', '.join(map(str, row.majority_class))}]"
 
 
 def verdict_table(verdict: Verdict) -> list[str]:

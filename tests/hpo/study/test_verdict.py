@@ -161,10 +161,10 @@ def test_verdict_pairs_seeds_across_two_workers_survives_a_sigkill_and_its_inter
 
 
 def _verdict_trial(precision: str, seed: int, accuracy: float, speed: float, *, state: TrialState = TrialState.COMPLETE,
-                   host_limited: bool = False) -> optuna.trial.FrozenTrial:
+                   host_limited: bool = False, majority_class: bool = False) -> optuna.trial.FrozenTrial:
     attrs = {"verdict_trial": {"of_trial": 0, "precision": precision, "seed": seed, "seed_index": seed},
              "throughput_samples_per_s": speed, "peak_memory_mb": 100.0 if precision == "fp32" else 60.0,
-             "host_limited": host_limited}
+             "host_limited": host_limited, "majority_class": majority_class}
     value = accuracy if state == TrialState.COMPLETE else None
     return optuna.trial.create_trial(state=state, value=value, user_attrs=attrs)
 
@@ -200,6 +200,27 @@ def test_verdict_table_from_stored_trials_by_hand() -> None:
     assert Verdict.from_dict(verdict.to_dict()) == verdict
     table = "\n".join(verdict_table(verdict))
     assert "| tf32 | not run |" in table and "- tf32: not run: TF32 is a mode of NVIDIA tensor cores" in table
+
+
+def test_trials_that_learned_nothing_give_no_accuracy_verdict() -> None:
+    from hpo.reporting._verdict import build_verdict
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("search_space", {"objective": {"metric": "accuracy", "direction": "maximize"}})
+    study.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.52))  # the source trial
+    for seed, bf16_learned in ((0, False), (1, True)):
+        study.add_trial(_verdict_trial("fp32", seed, 0.52, 100.0, majority_class=True))
+        study.add_trial(_verdict_trial("bf16", seed, 0.90 if bf16_learned else 0.52, 150.0, majority_class=not bf16_learned))
+        study.add_trial(_verdict_trial("fp16", seed, 0.52, 150.0, majority_class=True))
+    rows = {r.precision: r for r in build_verdict(study, 0, [0, 1], ["fp32", "fp16", "bf16"], {}).rows}
+    assert rows["fp32"].line == f"fp32: the reference [majority class (learned nothing) in trials {rows['fp32'].trials['0']}, {rows['fp32'].trials['1']}]"
+    # fp16 and fp32 both at the majority class in every seed: equal scores, and nothing said of accuracy.
+    assert rows["fp16"].learned_nothing and rows["fp16"].line.startswith(
+        "fp16: 1.50x faster, 0.60x memory; no verdict on accuracy: in every seed both fp16 and fp32 learned nothing (majority class); "
+        "the learning rate range may be too high")
+    # bf16 learned in seed 1 where fp32 did not: a real difference, with the seed that learned nothing named.
+    assert not rows["bf16"].learned_nothing and "accuracy +19.00 points (95% CI" in rows["bf16"].line
+    assert rows["bf16"].line.endswith(f"[majority class (learned nothing) in trials {rows['bf16'].trials['0']}]")
 
 
 def test_the_space_verdict_section_is_checked_and_not_part_of_the_stored_space() -> None:
