@@ -33,7 +33,7 @@ BEST_CONFIG_FILE = "hpo-best.yaml"
 
 def build_parser() -> Parser:
     parser = Parser(PROG, __doc__)
-    parser.add_argument("--study-name", required=True, help="the study to read")
+    parser.add_argument("--study-name", default=None, help="the study to read (default: the storage's only study)")
     add_storage_argument(parser)
     parser.add_argument(
         "--format", choices=("yaml", "json", "space"), default="yaml",

@@ -29,7 +29,7 @@ PROG = command_prog("export")
 
 def build_parser() -> Parser:
     parser = Parser(PROG, __doc__)
-    parser.add_argument("--study-name", required=True, help="the study to export")
+    parser.add_argument("--study-name", default=None, help="the study to export (default: the storage's only study)")
     parser.add_argument("--format", choices=("csv", "json"), required=True, help="csv or json")
     parser.add_argument("--out", default=None, help="file to write (default: standard output)")
     parser.add_argument("--verdict", action="store_true", help="export the study's precision verdict, one row per precision")

@@ -30,7 +30,7 @@ REPORT_NAME = "report.md"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(PROG, __doc__)
-    parser.add_argument("--study-name", required=True, help="the study to report on")
+    parser.add_argument("--study-name", default=None, help="the study to report on (default: the storage's only study)")
     add_storage_argument(parser, "database URL the study lives in")
     parser.add_argument("--out", default=None, help="directory for report.md and the plot (default: ./hpo-report-<study>)")
     return parser
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body(args: argparse.Namespace, url: str) -> int:
         study = load_existing_study(open_existing_storage(url), url, args.study_name)
-        out = Path(args.out or f"hpo-report-{args.study_name}")
+        out = Path(args.out or f"hpo-report-{study.study_name}")
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as err:

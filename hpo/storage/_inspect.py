@@ -31,9 +31,15 @@ def open_existing_storage(url: str) -> optuna.storages.BaseStorage:
     return create_storage(url)
 
 
-def load_existing_study(storage: optuna.storages.BaseStorage, url: str, study_name: str) -> optuna.Study:
-    """The study named ``study_name``; an unknown name is a :class:`UserError` listing the studies found."""
+def load_existing_study(storage: optuna.storages.BaseStorage, url: str, study_name: str | None) -> optuna.Study:
+    """The study named ``study_name`` (``None``: the storage's only study); an unknown name, or ``None`` where the
+    storage holds none or several, is a :class:`UserError` listing the studies found."""
     names = optuna.get_all_study_names(storage)
+    if study_name is None and not names:
+        raise UserError(f"no study in {mask_url(url)} yet; run one with python -m hpo run, or pass the --storage it ran with")
+    if study_name is None and len(names) > 1:
+        raise UserError(f"{mask_url(url)} holds {len(names)} studies: {bounded_list(sorted(names))}; pass one with --study-name")
+    study_name = names[0] if study_name is None else study_name
     if study_name not in names:
         raise UserError(f"no study {study_name!r} in {mask_url(url)}; studies found: {bounded_list(sorted(names))} (pass one with --study-name)")
     return optuna.load_study(study_name=study_name, storage=storage)

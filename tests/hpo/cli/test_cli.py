@@ -193,3 +193,23 @@ def test_reading_an_sqlite_study_leaves_nothing_beside_it(tmp_path: Path, capsys
     for argv in (["status"], ["best", "--study-name", "s"], ["export", "--study-name", "s", "--format", "json"]):
         assert hpo_main([*argv, "--storage", url]) == 0, capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == before == ["studies.db"]
+
+
+def test_without_study_name_the_commands_read_the_storages_only_study(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    optuna.delete_study(study_name="gone", storage=optuna.create_study(study_name="gone", storage=url)._storage)
+    assert hpo_main(["best", "--storage", url]) == 2  # a storage that holds no study: one line
+    assert capsys.readouterr().err.strip() == f"python -m hpo.best: error: no study in {url} yet; run one with python -m hpo run, or pass the --storage it ran with"
+    study = optuna.create_study(study_name="only", storage=url, direction="maximize")
+    study.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=0.5, user_attrs={"config": {}}))
+    monkeypatch.chdir(tmp_path)
+    for argv in (["best", "--format", "json"], ["export", "--format", "json"], ["report"]):
+        assert hpo_main([*argv, "--storage", url]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert '"study": "only"' in out and (tmp_path / "hpo-report-only" / "report.md").is_file()
+    optuna.create_study(study_name="other", storage=url)
+    for command in ("best", "export", "report"):
+        assert hpo_main([command, "--storage", url, *(["--format", "csv"] if command == "export" else [])]) == 2
+        assert capsys.readouterr().err.strip() == f"python -m hpo.{command}: error: {url} holds 2 studies: only, other; pass one with --study-name"
