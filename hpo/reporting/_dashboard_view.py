@@ -8,6 +8,9 @@
   pixels wide.
 - A trial pruned for a reason of ours (a precision the machine cannot run, a diverged loss,
   out of memory) gets a note on its dashboard page that says so, above everything else.
+- A single-objective study's best trial is the one every command names (:mod:`hpo._ranking`:
+  never a verdict trial, never an infeasible one), not the storage's highest value. (A Pareto
+  front the dashboard computes itself, over every trial.)
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
     from optuna.study._frozen import FrozenStudy
 
 from hpo._attrs import SKIP_DETAIL_ATTR, skip_reason_of
+from hpo._ranking import best_trials
 from hpo.reporting._export import flatten
 from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED
 
@@ -112,7 +116,9 @@ class ReadableStorage(BaseStorage):
         return [self._readable_trial(t) if not deepcopy else _trial(t) for t in trials]
 
     def get_best_trial(self, study_id: int) -> FrozenTrial:
-        return _trial(self._inner.get_best_trial(study_id))
+        study = optuna.load_study(study_name=self._inner.get_study_name_from_id(study_id), storage=self._inner)
+        best = best_trials(study)  # empty only where no search trial is complete and feasible: then the storage's
+        return _trial(best[0] if best else self._inner.get_best_trial(study_id))
 
     def get_trial_user_attrs(self, trial_id: int) -> dict[str, Any]:
         return _readable(self._inner.get_trial_user_attrs(trial_id))

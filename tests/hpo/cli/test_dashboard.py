@@ -30,6 +30,8 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+import hpo
+
 pytestmark = pytest.mark.postgres
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -136,8 +138,11 @@ def test_dashboard_shows_the_study_its_objective_name_trials_hardware_and_config
                    "--artifact-store", str(artifacts)], cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr[-3000:]
     study = optuna.load_study(study_name="dash-study", storage=pg_database)
+    first = study.get_trials()[0]
+    # A verdict trial that scored above every trial of the search: the dashboard's best stays the search's best.
+    study.add_trial(optuna.trial.create_trial(value=1.0, params=first.params, distributions=first.distributions, user_attrs={
+        "verdict_trial": {"of_trial": first.number, "precision": "bf16", "seed": 1, "seed_index": 1}}))
     trials = study.get_trials()
-    first = trials[0]
     device_name = first.user_attrs["hardware"]["device_name"]
 
     port = free_port()
@@ -150,6 +155,9 @@ def test_dashboard_shows_the_study_its_objective_name_trials_hardware_and_config
         listening = {c.laddr for c in connections if c.status == psutil.CONN_LISTEN}
         assert {(a.ip, a.port) for a in listening} == {("127.0.0.1", port)}  # loopback only by default
 
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{study._study_id}?after=0", timeout=30) as response:
+            shown = json.loads(response.read())
+        assert [t["number"] for t in shown["best_trials"]] == [t.number for t in hpo.best_trials(study)] != [trials[-1].number]
         # The study list, then the study's own page, as a user clicks through them.
         browser.get(f"http://127.0.0.1:{port}/dashboard")
         _wait_for_text(browser, "dash-study")

@@ -66,3 +66,14 @@ def test_the_notes_are_left_out_where_optuna_dashboard_is_not_installed(monkeypa
                       devices=["cpu"])
     store_verdict(study, verdict)
     assert stored_verdict(study) == verdict.to_dict()
+
+
+def test_the_dashboards_best_trial_is_the_one_the_commands_name(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    study = optuna.create_study(study_name="b", storage=url, direction="maximize")
+    verdict = {"of_trial": 0, "precision": "bf16", "seed": 1, "seed_index": 1}
+    for value, attrs in ((0.70, {}), (0.95, {"feasible": False}), (0.75, {"verdict_trial": verdict})):
+        study.add_trial(optuna.trial.create_trial(value=value, user_attrs=attrs))
+    view = ReadableStorage(study._storage)
+    assert study._storage.get_best_trial(study._study_id).number == 1  # the storage's highest value: infeasible
+    assert view.get_best_trial(study._study_id).number == 0 == hpo.best_trials(study)[0].number
