@@ -40,6 +40,7 @@ from hpo.study._verdict import (
     plan_verdict,
     run_verdict_trials,
     verdict_after_budget,
+    verdict_due,
     without_verdict_trials,
 )
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS, load_warm_start_source, warm_start_configurations
@@ -218,9 +219,9 @@ def announce_once(line: str) -> None:
 
 
 def run_study_then_verdict(prepared: PreparedStudy, options: RunOptions, hooks: RunHooks, trackers: Sequence[Tracker]) -> Verdict | None:
-    """:func:`run_study`, then, unless stopped, the verdict the run asks for (:func:`verdict_after_budget`): it, or ``None``."""
+    """:func:`run_study`, then, unless stopped, the verdict the run asks for (:func:`verdict_due`): it, or ``None``."""
     run_study(prepared, options, hooks=hooks, trackers=trackers)
-    wanted = verdict_after_budget(prepared.space, options)
+    wanted = verdict_due(prepared.study, prepared.space, options)
     if wanted is None or (hooks.stop_requested is not None and hooks.stop_requested()):
         return None
     seeds, precisions = wanted

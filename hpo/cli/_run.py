@@ -40,7 +40,7 @@ from hpo.study._outcomes import quiet_trial_failures, was_interrupted
 from hpo.study._ray_workers import WorkerLostError
 from hpo.study._run_checks import check_gpus
 from hpo.study._study import TooManyFailuresError, finished_count
-from hpo.study._verdict import verdict_after_budget
+from hpo.study._verdict import verdict_after_budget, verdict_due, verdict_not_started
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
 from hpo.study._workers import StopSignal, run_workers, worker_index
 from trial_executor import DEVICES, MIXED_PRECISION, DataError
@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--n-trials", type=_positive_int, default=DEFAULT_N_TRIALS,
         help="the study's total budget of finished (complete + pruned) trials, across all runs and workers (default: %(default)s)",
     )
-    parser.add_argument("--timeout", type=_positive_float, default=None, help="stop starting new trials after this many seconds")
+    parser.add_argument("--timeout", type=_positive_float, default=None, help="stop starting new trials after this many seconds (a --verdict then waits for a rerun that finishes the budget)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the sampler and each trial (trial seed = seed + trial number)")
     parser.add_argument("--device", choices=DEVICES, default="auto", help="where trials train (default: %(default)s)")
     parser.add_argument(
@@ -221,8 +221,13 @@ def _run_workers(run: Run, argv: Sequence[str], args: argparse.Namespace) -> int
 
 
 def _print_stored_verdict(run: Run) -> None:
-    """The verdict table, read back from the study, when the run made one in its workers (processes or Ray actors)."""
-    stored = stored_verdict(run.prepared.study) if verdict_after_budget(run.prepared.space, run.options) else None
+    """The verdict table, read back from the study, when the run made one in its workers (processes or Ray actors);
+    or why it made none (--timeout)."""
+    study, space = run.prepared.study, run.prepared.space
+    if (not_started := verdict_not_started(study, space, run.options)) is not None:
+        print(not_started, flush=True)
+        return
+    stored = stored_verdict(study) if verdict_after_budget(space, run.options) else None
     if stored:
         print("\n".join(["", *verdict_table(Verdict.from_dict(stored))]), flush=True)
 
@@ -258,7 +263,9 @@ def _run_here(run: Run, quiet: bool, stop: StopSignal) -> int:
         return stop.exit_code
     if worker is None:
         print(run_summary(study, url, options.n_trials, names), flush=True)
-    wanted = verdict_after_budget(prepared.space, options)
+        if (not_started := verdict_not_started(study, prepared.space, options)) is not None:
+            print(not_started, flush=True)
+    wanted = verdict_due(study, prepared.space, options)
     if wanted is not None:
         _verdict_after_budget(run, stop, worker, *wanted)
     return 0

@@ -29,7 +29,7 @@ from hpo._errors import UserError
 from hpo._ranking import best_trials
 from hpo.space._fixes import canonical_precision
 from hpo.study._liveness import fail_dead_local_trials
-from hpo.study._study import enqueue_once, run_to_budget
+from hpo.study._study import enqueue_once, finished_count, run_to_budget
 from trial_executor import PRECISIONS
 
 if TYPE_CHECKING:
@@ -55,6 +55,24 @@ def verdict_after_budget(space: SearchSpace, options: RunOptions) -> tuple[int, 
                         "instead; run the study without --verdict (or the space's verdict:), then `python -m hpo verdict "
                         "--trial N` with one of the trials `python -m hpo best` lists")
     return seeds, verdict_precisions(space.stored_form()["params"], spec.precisions if spec else None)
+
+
+def verdict_due(study: optuna.Study, space: SearchSpace, options: RunOptions) -> tuple[int, list[str]] | None:
+    """The verdict a run makes once its trials are done (:func:`verdict_after_budget`), or ``None``: none asked for,
+    or ``--timeout`` ended the run before the budget. A verdict re-trains the study's best, which a cut study has
+    not found yet, and --timeout means no new trial after it: a rerun finishes the budget, then makes the verdict."""
+    wanted = verdict_after_budget(space, options)
+    if wanted is not None and options.timeout is not None and finished_count(study) < options.n_trials:
+        return None  # without --timeout, fewer finished trials only means other workers still finish theirs
+    return wanted
+
+
+def verdict_not_started(study: optuna.Study, space: SearchSpace, options: RunOptions) -> str | None:
+    """The line a run prints when it asked for a verdict that --timeout kept from starting (:func:`verdict_due`)."""
+    if verdict_after_budget(space, options) is None or verdict_due(study, space, options) is not None:
+        return None
+    return (f"verdict not started: --timeout ended the run at {finished_count(study)} of {options.n_trials} budgeted "
+            "trials; rerun the same command to finish them and make the verdict")
 
 
 def verdict_precisions(params: dict[str, Any], precisions: Sequence[str] | None) -> list[str]:

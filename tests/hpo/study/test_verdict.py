@@ -311,3 +311,25 @@ def test_a_verdict_without_data_flags_reads_the_data_the_study_ran_on(
     assert capsys.readouterr().err.strip() == (f"python -m hpo.verdict: error: the study ran with {flags}, but {data} is not on this machine; "
                                                "pass --data (and its flags) with a copy of that data")
     assert len(hpo.load("d", storage=storage).trials) == 1 + 4
+
+
+def test_a_run_cut_by_its_timeout_makes_no_verdict_until_a_rerun_finishes_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from hpo.cli._run import main as run_main
+
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({**SMALL_SPACE, "params": {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}},
+                                     "fixed": {**SMALL_SPACE["fixed"], "max_steps": 2, "eval_every": 0}}))
+    monkeypatch.chdir(tmp_path)
+    args = ["--space", str(space), "--device", "cpu", "--n-trials", "3", "--verdict", "2"]
+    # A millisecond: the run ends before its budget (at most one trial starts before the deadline is checked).
+    assert run_main([*args, "--timeout", "0.001"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\nverdict not started: --timeout ended the run at [01] of 3 budgeted trials; "
+                     r"rerun the same command to finish them and make the verdict\n$", out), out
+    assert "Verdict of trial" not in out and not [t for t in hpo.load().trials if "verdict_trial" in t.user_attrs]
+    assert run_main(args) == 0  # the same command, without the timeout: the budget, then the verdict
+    assert "Verdict of trial " in capsys.readouterr().out
+    verdict = [t for t in hpo.load().trials if "verdict_trial" in t.user_attrs]
+    assert len(verdict) == 4 and all(t.state == TrialState.COMPLETE for t in verdict)
