@@ -19,7 +19,7 @@ from hpo._attrs import stored_verdict
 from hpo._errors import UserError
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
 from hpo.reporting._report import build_report, front_table, markdown, plot_tradeoff, precision_table, summary_lines
-from hpo.reporting._verdict import VERDICT_PNG, Verdict, plot_verdict, verdict_markdown, verdict_table
+from hpo.reporting._verdict import VERDICT_PNG, Verdict, other_best, plot_verdict, verdict_markdown, verdict_table
 from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import mask_url
 
@@ -50,14 +50,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = build_report(study, mask_url(url))
         stored = stored_verdict(study)
         verdict = Verdict.from_dict(stored) if stored else None  # the study's verdict (python -m hpo verdict), if any
-        text = markdown(report, PLOT_NAME) + (f"\n{verdict_markdown(verdict, VERDICT_PNG)}" if verdict else "")
+        stale = [line] if verdict and (line := other_best(study, verdict)) else []
+        text = markdown(report, PLOT_NAME) + (f"\n{verdict_markdown(verdict, VERDICT_PNG)}" if verdict else "") + "".join(f"\n{s}\n" for s in stale)
         (out / REPORT_NAME).write_text(text, encoding="utf-8")
         plot_tradeoff(report, out / PLOT_NAME)
         if verdict:
             plot_verdict(verdict, out / VERDICT_PNG)
         print("\n".join([
             *summary_lines(report), "", *precision_table(report), "", f"{report.front_label}:", *front_table(report), "",
-            *([f"Precision verdict of trial {verdict.source_trial}:", *verdict_table(verdict), ""] if verdict else []),
+            *([f"Precision verdict of trial {verdict.source_trial}:", *verdict_table(verdict), *stale, ""] if verdict else []),
             f"Wrote {out / REPORT_NAME} and {out / PLOT_NAME}" + (f" and {out / VERDICT_PNG}" if verdict else ""),
         ]))
         return 0

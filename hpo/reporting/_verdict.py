@@ -32,6 +32,7 @@ from hpo._attrs import (
     verdict_trial_of,
 )
 from hpo._errors import UserError
+from hpo._ranking import best_trials
 from hpo.reporting._dashboard_view import save_note_quietly
 from hpo.reporting._export import flatten
 from hpo.reporting._report import _COLOURS, _fmt, _objectives, _table, _value, outcome
@@ -224,6 +225,16 @@ def verdict_markdown(verdict: Verdict, plot_name: str | None = None) -> str:
         "says little about the precision.",
     ]
     return "\n".join([*head, *(["", f"![verdict]({plot_name})"] if plot_name else []), ""])
+
+
+def other_best(study: optuna.Study, verdict: Verdict) -> str | None:
+    """A line when the study's best trial is no longer the one the stored verdict re-trained (more trials found a
+    better one, or the verdict was of ``--trial N``); ``None`` when it is."""
+    best = best_trials(study)
+    if len(study.directions) > 1 or not best or best[0].number == verdict.source_trial:
+        return None
+    return (f"This verdict is of trial {verdict.source_trial}; the study's best is now trial {best[0].number} "
+            f"(`python -m hpo verdict --study-name {study.study_name}` makes its verdict).")
 
 
 def store_verdict(study: optuna.Study, verdict: Verdict) -> None:

@@ -333,3 +333,23 @@ def test_a_run_cut_by_its_timeout_makes_no_verdict_until_a_rerun_finishes_the_bu
     assert "Verdict of trial " in capsys.readouterr().out
     verdict = [t for t in hpo.load().trials if "verdict_trial" in t.user_attrs]
     assert len(verdict) == 4 and all(t.state == TrialState.COMPLETE for t in verdict)
+
+
+def test_the_report_says_when_the_best_trial_is_no_longer_the_verdicts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hpo.reporting._verdict import build_verdict, store_verdict
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    study = optuna.create_study(study_name="r", storage=url, direction="maximize")
+    study.set_user_attr("search_space", {"objective": {"metric": "accuracy", "direction": "maximize"}})
+    study.add_trial(optuna.trial.create_trial(value=0.80))  # the best when the verdict was made
+    for seed in range(2):
+        study.add_trial(_verdict_trial("fp32", seed, 0.80 + seed / 100, 100.0))
+        study.add_trial(_verdict_trial("bf16", seed, 0.81 - seed / 100, 150.0))
+    store_verdict(study, build_verdict(study, 0, [0, 1], ["fp32", "bf16"], {}))
+    storage_flags = ["--storage", url, "--study-name", "r", "--out", str(tmp_path / "report")]
+    assert report_main(storage_flags) == 0
+    assert "the study's best is now" not in capsys.readouterr().out
+    study.add_trial(optuna.trial.create_trial(value=0.85))  # the study extended: trial 5 is its best now
+    assert report_main(storage_flags) == 0
+    line = "This verdict is of trial 0; the study's best is now trial 5 (`python -m hpo verdict --study-name r` makes its verdict)."
+    assert line in capsys.readouterr().out.splitlines() and line in (tmp_path / "report" / "report.md").read_text()
