@@ -370,12 +370,12 @@ def run_verdict(
 
 def open_existing(space: SpaceLike | None, data: DataLike, options: RunOptions) -> PreparedStudy:
     """An existing study opened on its own space and data (unless ``space`` or ``data`` is given), for its verdict.
-
-    Without ``data``, the data flags the study stored (a file's absolute path and its columns) are read again.
-    """
+    Without ``data``, the data flags the study stored (a file's absolute path and its columns) are read again."""
     existing = load(options.study_name, options.url)
     resolved = resolve_space(space if space is not None else stored_space(existing) or DEFAULT_SPACE)
-    data, data_options = (data, options.data_options()) if data is not None else stored_data(stored_data_source(existing), options.data_options())
+    data_options = options.data_options()
+    if data is None:
+        data, data_options = stored_data(stored_data_source(existing), data_options)
     loaded = resolve_data(data, task=resolved.task, **data_options)
     check_models(resolved)
     return prepare_study(resolved, loaded, options)
@@ -389,9 +389,8 @@ def verdict(
 ) -> Verdict:
     """The precision verdict of an existing study (``python -m hpo verdict``): see :func:`run_verdict`.
 
-    ``data`` and ``data_options`` (:func:`resolve_data`'s column and split arguments) default to the
-    file and flags the study last ran with (see :func:`open_existing`); ``seed`` is the study's
-    ``--seed``; ``space`` defaults to the one the study was made with.
+    ``data`` and ``data_options`` (:func:`resolve_data`'s arguments) default to the file and flags the study last ran
+    with, ``space`` to its own (see :func:`open_existing`); ``seed`` is the study's ``--seed``.
     """
     options = RunOptions(
         storage=resolve_storage_url(storage), study_name=study_name, seed=seed, device=device, cache_dir=cache_dir,

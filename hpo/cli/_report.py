@@ -50,15 +50,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = build_report(study, mask_url(url))
         stored = stored_verdict(study)
         verdict = Verdict.from_dict(stored) if stored else None  # the study's verdict (python -m hpo verdict), if any
-        stale = [line] if verdict and (line := other_best(study, verdict)) else []
-        text = markdown(report, PLOT_NAME) + (f"\n{verdict_markdown(verdict, VERDICT_PNG)}" if verdict else "") + "".join(f"\n{s}\n" for s in stale)
+        stale = other_best(study, verdict) if verdict else None  # the study's best is no longer the verdict's trial
+        text = markdown(report, PLOT_NAME) + (f"\n{verdict_markdown(verdict, VERDICT_PNG)}" if verdict else "") + (f"\n{stale}\n" if stale else "")
         (out / REPORT_NAME).write_text(text, encoding="utf-8")
         plot_tradeoff(report, out / PLOT_NAME)
         if verdict:
             plot_verdict(verdict, out / VERDICT_PNG)
         print("\n".join([
             *summary_lines(report), "", *precision_table(report), "", f"{report.front_label}:", *front_table(report), "",
-            *([f"Precision verdict of trial {verdict.source_trial}:", *verdict_table(verdict), *stale, ""] if verdict else []),
+            *([f"Precision verdict of trial {verdict.source_trial}:", *verdict_table(verdict), *([stale] if stale else []), ""] if verdict else []),
             f"Wrote {out / REPORT_NAME} and {out / PLOT_NAME}" + (f" and {out / VERDICT_PNG}" if verdict else ""),
         ]))
         return 0

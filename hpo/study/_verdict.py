@@ -62,14 +62,17 @@ def verdict_due(study: optuna.Study, space: SearchSpace, options: RunOptions) ->
     or ``--timeout`` ended the run before the budget. A verdict re-trains the study's best, which a cut study has
     not found yet, and --timeout means no new trial after it: a rerun finishes the budget, then makes the verdict."""
     wanted = verdict_after_budget(space, options)
-    if wanted is not None and options.timeout is not None and finished_count(study) < options.n_trials:
-        return None  # without --timeout, fewer finished trials only means other workers still finish theirs
-    return wanted
+    return None if wanted is not None and _cut_short(study, options) else wanted
+
+
+def _cut_short(study: optuna.Study, options: RunOptions) -> bool:
+    # Without --timeout, fewer finished trials than the budget only means other workers still finish theirs.
+    return options.timeout is not None and finished_count(study) < options.n_trials
 
 
 def verdict_not_started(study: optuna.Study, space: SearchSpace, options: RunOptions) -> str | None:
     """The line a run prints when it asked for a verdict that --timeout kept from starting (:func:`verdict_due`)."""
-    if verdict_after_budget(space, options) is None or verdict_due(study, space, options) is not None:
+    if verdict_after_budget(space, options) is None or not _cut_short(study, options):
         return None
     return (f"verdict not started: --timeout ended the run at {finished_count(study)} of {options.n_trials} budgeted "
             "trials; rerun the same command to finish them and make the verdict")
