@@ -169,6 +169,15 @@ def _isolated_token_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         os.environ["HPO_CACHE_DIR"] = previous
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _working_directory_of_its_own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Runs in the test processes write what a run writes by default (``hpo-artifacts/``) there, not into the checkout."""
+    previous = Path.cwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    yield
+    os.chdir(previous)
+
+
 @pytest.fixture(autouse=True)
 def _empty_process_caches() -> None:
     """Each test starts with the process caches empty, so none depends on what an earlier one left in them."""

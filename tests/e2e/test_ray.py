@@ -22,6 +22,7 @@ from test_workers import LONG_TRIALS, _assert_resumed, _running_with_checkpoint,
 import hpo
 from hpo._api import WorkerJob, resolve_data, resolve_space, run_job
 from hpo._attrs import is_verdict_trial, stored_verdict
+from hpo.cli._run import main as run_main
 from hpo.reporting._report import build_report
 from hpo.storage._storage import StorageError
 from hpo.study import RunOptions, counts_toward_budget
@@ -171,12 +172,13 @@ def test_a_worker_that_cannot_reach_the_storage_fails_in_the_driver_with_one_lin
     assert "secret" not in str(raised.value)
 
 
-def test_sqlite_on_a_multi_node_cluster_is_one_line(small_data: Path, small_space: Path, tmp_path: Path) -> None:
+def test_sqlite_on_a_multi_node_cluster_is_one_line(small_data: Path, small_space: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     database = tmp_path / "studies.db"
     args = cli_args(f"sqlite:///{database}", small_space, small_data, "--ray", "ray://127.0.0.1:10001")
-    result = run_cli(args, tmp_path)
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "PostgreSQL" in result.stderr and "gRPC proxy" in result.stderr and not database.exists()
+    assert run_main(args) == 2
+    err = capfd.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "PostgreSQL" in err and "gRPC proxy" in err and not database.exists()
     with pytest.raises(hpo.UserError, match="on 2 nodes; use PostgreSQL"):
         refuse_shared_sqlite(f"sqlite:///{database}", "auto", nodes=2)
     refuse_shared_sqlite(f"sqlite:///{database}", "auto", nodes=1)  # one node: one machine's file is fine

@@ -11,10 +11,11 @@ import optuna
 import pytest
 import yaml
 from _tiny_study import TINY
-from conftest import ROOT, cli_args, run_cli
+from conftest import ROOT, cli_args
 from optuna.trial import TrialState
 
 from hpo.cli._parsing import BROKEN_PIPE_EXIT
+from hpo.cli._run import main as run_main
 
 # One test process for this module: its module-scoped fixture (real runs) is then made once, not once per process.
 pytestmark = pytest.mark.xdist_group("test_roundtrip")
@@ -31,8 +32,7 @@ def finished_study(tmp_path_factory: pytest.TempPathFactory, small_data: Path) -
     space = work / "tiny.yaml"
     space.write_text(yaml.safe_dump(TINY))
     url = f"sqlite:///{work / 'r.db'}"
-    proc = run_cli([*cli_args(url, space, small_data, "--study-name", "first", "--n-trials", "2", "--seed", "11")], cwd=work)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert run_main(cli_args(url, space, small_data, "--study-name", "first", "--n-trials", "2", "--seed", "11")) == 0
     return work, url
 
 
@@ -45,9 +45,7 @@ def test_best_as_a_space_is_accepted_by_run_and_retrains_the_same_trial(finished
     first = optuna.load_study(study_name="first", storage=url).best_trial
     seed = first.user_attrs["config"]["seed"]
     assert f"--seed {seed}" in out  # the header says how to retrain it exactly
-    again = run_cli([*cli_args(url, work / "best.yaml", small_data, "--study-name", "again", "--n-trials", "1", "--seed", str(seed))],
-                    cwd=work)
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert run_main(cli_args(url, work / "best.yaml", small_data, "--study-name", "again", "--n-trials", "1", "--seed", str(seed))) == 0
     (retrained,) = optuna.load_study(study_name="again", storage=url).get_trials(states=(TrialState.COMPLETE,))
     assert retrained.user_attrs["config"] == first.user_attrs["config"]
     assert retrained.value == first.value and retrained.user_attrs["metrics"] == first.user_attrs["metrics"]

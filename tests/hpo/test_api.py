@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
 from _tiny_study import TINY
-from conftest import ROOT, cli_args, run_cli
+from conftest import cli_args, run_cli
 from optuna.trial import TrialState
 
 import hpo
+from hpo.cli._run import main as run_main
 from trial_executor import demo_dataset
 
 
@@ -78,11 +77,8 @@ def test_cli_model_flag_overrides_the_space_and_keeps_transformers_quiet(tmp_pat
     assert trial.state == TrialState.COMPLETE
 
 
-def test_cli_unknown_model_is_one_line(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "hpo", "run", "--model", "no-such-model", "--storage", f"sqlite:///{tmp_path / 'x.db'}"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 2
-    assert len(proc.stderr.strip().splitlines()) == 1 and "no-such-model" in proc.stderr, proc.stderr
+def test_cli_unknown_model_is_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    assert run_main(["--model", "no-such-model", "--storage", f"sqlite:///{tmp_path / 'x.db'}"]) == 2
+    err = capfd.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no-such-model" in err, err
     assert not (tmp_path / "x.db").exists()

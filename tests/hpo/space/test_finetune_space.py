@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ROOT, run_cli
+from conftest import ROOT
 
 import hpo
+from hpo.cli._run import main as run_main
 from hpo.reporting._report import build_report, summary_lines
 from hpo.reporting._status import status_lines, study_status
 from hpo.space._resolving import choose_space, resolve_space
@@ -67,13 +68,12 @@ def test_a_space_given_explicitly_is_used_as_it_is(pretrained_dir: Path) -> None
     assert said == [] and space.params["learning_rate"].high == 4.0e-3
 
 
-def test_the_run_says_which_space_it_took_on_its_first_line(tmp_path: Path, pretrained_dir: Path) -> None:
+def test_the_run_says_which_space_it_took_on_its_first_line(tmp_path: Path, pretrained_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
     # A missing data file stops the run after the space is chosen: the choice is printed, nothing is written.
-    chosen = run_cli(["--model", str(pretrained_dir), "--data", str(tmp_path / "missing.csv"), "--storage",
-                      f"sqlite:///{tmp_path / 's.db'}"], cwd=tmp_path)
-    assert chosen.returncode == 2
-    assert chosen.stdout.splitlines()[0].startswith("Search space: search_spaces/finetune.yaml (")
-    assert "missing.csv" in chosen.stderr and not (tmp_path / "s.db").exists()
+    assert run_main(["--model", str(pretrained_dir), "--data", str(tmp_path / "missing.csv"), "--storage", f"sqlite:///{tmp_path / 's.db'}"]) == 2
+    chosen = capfd.readouterr()
+    assert chosen.out.splitlines()[0].startswith("Search space: search_spaces/finetune.yaml (")
+    assert "missing.csv" in chosen.err and not (tmp_path / "s.db").exists()
 
 
 def test_stuck_at_majority_catches_a_constant_prediction_and_the_majority_share() -> None:

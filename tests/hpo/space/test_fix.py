@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
-from conftest import ROOT, SMALL_SPACE
+from conftest import SMALL_SPACE
 
 from hpo import SearchSpaceError, parse_search_space
+from hpo.cli._run import main
 
 
 def _space(**changes: object) -> object:
@@ -74,22 +73,21 @@ def test_patience_wraps_the_pruner_and_stays_out_of_old_stored_spaces() -> None:
     assert "patience" not in _space(pruner={"type": "median"}).stored_form()["pruner"]
 
 
-def test_fix_reaches_every_trial(tmp_path: Path) -> None:
+def test_fix_reaches_every_trial(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     space_file = tmp_path / "space.yaml"
     space_file.write_text(yaml.safe_dump({**SMALL_SPACE, "fixed": {**SMALL_SPACE["fixed"], "max_steps": 3}}))
     storage = f"sqlite:///{tmp_path / 'fix.db'}"
-    base = [sys.executable, "-m", "hpo.run", "--space", str(space_file), "--storage", storage, "--study-name", "fix",
-            "--device", "cpu", "--cache-dir", str(tmp_path / "cache")]
-    done = subprocess.run([*base, "--n-trials", "3", "--fix", "batch_size=16", "--mixed-precision", "bf16"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert done.returncode == 0, done.stderr
+    # The command's own main, in this process (torch is loaded already).
+    base = ["--space", str(space_file), "--storage", storage, "--study-name", "fix", "--device", "cpu", "--cache-dir", str(tmp_path / "cache")]
+    assert main([*base, "--n-trials", "3", "--fix", "batch_size=16", "--mixed-precision", "bf16"]) == 0
     trials = optuna.load_study(study_name="fix", storage=storage).get_trials()
     assert len(trials) >= 3
     assert all(t.params["batch_size"] == 16 and t.params["fp_precision"] == "bf16" for t in trials)
     assert all(t.user_attrs["config"]["batch_size"] == 16 for t in trials)
     assert all(t.user_attrs["max_length_effective"] == 48 and t.user_attrs["trainable_fraction"] == 1.0 for t in trials)
     # The stored space is the file's: a run without --fix resumes the same study.
-    again = subprocess.run([*base, "--n-trials", "3"], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert again.returncode == 0, again.stderr
-    bad = subprocess.run([*base, "--n-trials", "4", "--fix", "batch_size=17"], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not one of the choices [16, 32]" in bad.stderr
+    assert main([*base, "--n-trials", "3"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--n-trials", "4", "--fix", "batch_size=17"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not one of the choices [16, 32]" in err
