@@ -3,8 +3,8 @@
 The names are imported here directly, except those whose modules import torch (the objective,
 the Python API built on it, and the speed test): they are imported on first use through
 ``__getattr__`` below, so that reading a space or a study (``status``, ``report``, ``export``,
-``best``) never pays for torch. This table and the one in ``trial_executor/__init__.py`` are
-the only deferred imports of the project.
+``best``) never pays for torch. This table, the one in ``trial_executor/__init__.py`` and the
+one in ``trial_executor/model/__init__.py`` are the only deferred imports of the project.
 """
 
 from __future__ import annotations

@@ -119,8 +119,9 @@ def test_reading_a_space_or_a_study_does_not_import_torch() -> None:
 def test_every_public_name_resolves() -> None:
     import hpo
     import trial_executor
+    import trial_executor.model
 
-    for package in (hpo, trial_executor):
+    for package in (hpo, trial_executor, trial_executor.model):
         missing = [name for name in package.__all__ if not hasattr(package, name)]
         assert missing == [], f"{package.__name__}: {missing}"
 
@@ -155,6 +156,21 @@ def test_the_executor_contract_and_data_do_not_import_torch() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
     assert out.strip() == "['pydantic']"  # pydantic (the config's validation) shows the check sees what is imported
+
+
+def test_checking_a_model_name_does_not_import_modeling_code() -> None:
+    # What a study's driver, a --workers or Ray parent and a bad --model do: check names, train nothing.
+    # torch, which the configs import, shows the check sees what is imported.
+    code = (
+        "import sys\n"
+        "from trial_executor import ModelNotFoundError, check_model_name\n"
+        "check_model_name('tiny-bert')\n"
+        "try:\n    check_model_name('tiny-bret')\nexcept ModelNotFoundError:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'transformers.modeling_utils', 'torch._dynamo') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
+    assert out.strip() == "['torch']"
 
 
 def test_importing_a_command_module_leaves_the_function_of_its_name() -> None:

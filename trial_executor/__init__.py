@@ -3,8 +3,9 @@
 The config, data and result types are imported here directly. The names whose modules import
 torch (seconds at start-up) are deferred: they are imported on first use, through ``__getattr__``
 below, so that reading a search space or a study never pays for torch. ``hpo/__init__.py`` does
-the same for its own torch-bound names; those two tables are the only deferred imports of the
-project. Type checkers and editors read the deferred names from the ``TYPE_CHECKING`` block.
+the same for its own torch-bound names, and ``model/__init__.py`` for transformers' modeling code
+(a model name is checked without it); those three tables are the only deferred imports of the
+project. Type checkers and editors read the deferred names from the ``TYPE_CHECKING`` blocks.
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """The model: names resolved once per trial, loading by name or directory, the worker's pretrained cache, LoRA, saving, and the forward a trial trains through.
+
+Checking a model name (``_source``) reads configs only. The other names import transformers'
+modeling code (seconds at start-up) and are imported on first use, through ``__getattr__``
+below, so a process that only checks names (a study's driver, ``--workers`` and Ray parents,
+a bad ``--model``) never pays for it. Type checkers read them from the ``TYPE_CHECKING`` block.
 """
 
 from __future__ import annotations
 
-from trial_executor.model._forward import PaddingMaskForward, enable_activation_checkpointing, select_forward, uses_token_types
-from trial_executor.model._loading import load_model, preload_model, train_wordpiece_tokenizer
-from trial_executor.model._lora import (
-    INSTALL_HINT,
-    LoraUnavailableError,
-    apply_lora,
-    load_trainable_state_dict,
-    parameter_counts,
-    peft_available,
-    trainable_state_dict,
-)
-from trial_executor.model._packed import PackedBertClassifier, supports_packed_forward, varlen_attention_available
-from trial_executor.model._saving import save_final_model
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from trial_executor.model._source import (
     PRESETS,
     ModelLimitError,
@@ -26,6 +21,45 @@ from trial_executor.model._source import (
     checkpoint_dtype,
     resolve_model,
 )
+
+if TYPE_CHECKING:
+    from trial_executor.model._forward import (
+        PaddingMaskForward,
+        enable_activation_checkpointing,
+        select_forward,
+        uses_token_types,
+    )
+    from trial_executor.model._loading import load_model, preload_model, train_wordpiece_tokenizer
+    from trial_executor.model._lora import (
+        INSTALL_HINT,
+        LoraUnavailableError,
+        apply_lora,
+        load_trainable_state_dict,
+        parameter_counts,
+        peft_available,
+        trainable_state_dict,
+    )
+    from trial_executor.model._packed import PackedBertClassifier, supports_packed_forward, varlen_attention_available
+    from trial_executor.model._saving import save_final_model
+
+# The deferred (modeling-code) names, by module: the same names as the block above.
+_MODELING = {
+    "trial_executor.model._forward": ("PaddingMaskForward", "enable_activation_checkpointing", "select_forward", "uses_token_types"),
+    "trial_executor.model._loading": ("load_model", "preload_model", "train_wordpiece_tokenizer"),
+    "trial_executor.model._lora": ("INSTALL_HINT", "LoraUnavailableError", "apply_lora", "load_trainable_state_dict", "parameter_counts",
+                                   "peft_available", "trainable_state_dict"),
+    "trial_executor.model._packed": ("PackedBertClassifier", "supports_packed_forward", "varlen_attention_available"),
+    "trial_executor.model._saving": ("save_final_model",),
+}
+_MODULE_OF = {name: module for module, names in _MODELING.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(_MODULE_OF[name]), name)
+    return value
+
 
 __all__ = [
     "INSTALL_HINT",
