@@ -112,7 +112,7 @@ def test_bars_on_a_terminal_plain_lines_with_quiet_or_a_pipe(tmp_path: Path, cap
     assert "|" not in out and "steps" not in out  # no bar drawn
     assert "trial   2  COMPLETE" in out and "[3/3 finished; best accuracy=" in out
 
-    # Not a terminal (pytest's capture, as a pipe): plain lines. In this process, which has torch loaded already.
+    # Not a terminal (pytest captures the output, as a pipe would): plain lines. In this process, which has torch loaded already.
     assert main([*common, "--n-trials", "4"]) == 0
     piped = capsys.readouterr().out
     assert "\r" not in piped and "steps |" not in piped
