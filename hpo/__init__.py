@@ -9,7 +9,6 @@ one in ``trial_executor/model/__init__.py`` are the only deferred imports of the
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -43,6 +42,7 @@ from hpo.study import (
     open_study,
     run_to_budget,
 )
+from trial_executor._deferred import deferred_names
 
 if TYPE_CHECKING:
     from hpo._api import RunHooks, load, optimize, verdict
@@ -55,7 +55,7 @@ _TORCH_BOUND = {
     "hpo.cli._speed_test": ("CHECK_MODELS", "SpeedRow", "speed_test"),
     "hpo.study._objective": ("executor_config", "make_objective"),
 }
-_MODULE_OF = {name: module for module, names in _TORCH_BOUND.items() for name in names}
+__getattr__ = deferred_names(globals(), _TORCH_BOUND)
 
 
 class _Package(types.ModuleType):
@@ -74,13 +74,6 @@ class _Package(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Package
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = globals()[name] = getattr(importlib.import_module(_MODULE_OF[name]), name)
-    return value
 
 
 __all__ = [

@@ -10,8 +10,7 @@ project. Type checkers and editors read the deferred names from the ``TYPE_CHECK
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trial_executor._caches import clear_caches
 from trial_executor._config import (
@@ -24,6 +23,7 @@ from trial_executor._config import (
     TASKS,
     TrainConfig,
 )
+from trial_executor._deferred import deferred_names
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
 from trial_executor._precisions import MIXED_PRECISION
 from trial_executor._result import ProgressFn, StepProgress, TrialResult
@@ -60,15 +60,7 @@ _TORCH_BOUND = {
     "trial_executor.model._source": ("PRESETS", "ModelLimitError", "ModelNotFoundError", "check_max_length", "check_model_name"),
     "trial_executor.precision._policy": ("PrecisionPolicy", "UnsupportedPrecisionError", "precision_support", "tf32_enabled"),
 }
-_MODULE_OF = {name: module for module, names in _TORCH_BOUND.items() for name in names}
-_NAME_THERE = {"lora_available": "peft_available"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = globals()[name] = getattr(importlib.import_module(_MODULE_OF[name]), _NAME_THERE.get(name, name))
-    return value
+__getattr__ = deferred_names(globals(), _TORCH_BOUND, renamed={"lora_available": "peft_available"})
 
 
 __all__ = [

@@ -8,9 +8,9 @@ a bad ``--model``) never pays for it. Type checkers read them from the ``TYPE_CH
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from trial_executor._deferred import deferred_names
 from trial_executor.model._source import (
     PRESETS,
     ModelLimitError,
@@ -51,14 +51,7 @@ _MODELING = {
     "trial_executor.model._packed": ("PackedBertClassifier", "supports_packed_forward", "varlen_attention_available"),
     "trial_executor.model._saving": ("save_final_model",),
 }
-_MODULE_OF = {name: module for module, names in _MODELING.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = globals()[name] = getattr(importlib.import_module(_MODULE_OF[name]), name)
-    return value
+__getattr__ = deferred_names(globals(), _MODELING)
 
 
 __all__ = [
