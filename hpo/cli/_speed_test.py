@@ -23,6 +23,7 @@ from transformers import AutoModelForSequenceClassification, BertConfig, Pretrai
 from trial_executor import PRECISIONS, PRESETS, PrecisionPolicy, TrainConfig, UnsupportedPrecisionError
 from trial_executor.batches import TOKEN_MULTIPLE, Batch, Collation, StaticCollation, TokenizedSplit, packed_width, round_up
 from trial_executor.device import DeviceLag, Knobs, peak_memory_mb, release_memory, reset_peak_memory
+from trial_executor.precision import global_state_kept
 from trial_executor.train import TrainStep, build_step, release_compiled
 
 _SMALL_VOCAB = 8192
@@ -176,7 +177,7 @@ def speed_test(
     config = model_config(model)
     rows: list[SpeedRow] = []
     reference: float | None = None
-    try:
+    with global_state_kept():  # each precision sets the TF32 and cuDNN flags; the caller's come back
         for precision in PRECISIONS:
             try:
                 policy = PrecisionPolicy.resolve(precision, device)
@@ -205,9 +206,6 @@ def speed_test(
                 host_ms_per_step=None if timing.host_seconds is None else timing.host_seconds * 1000,
                 device_busy=timing.device_busy,
             ))
-    finally:
-        # Leave the process as every trial expects to find it: TF32 off.
-        PrecisionPolicy.resolve("fp32", device).apply_global_state(cudnn_benchmark=False)
     return rows
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -40,6 +40,27 @@ def set_tf32(enabled: bool) -> None:
     else:
         torch.backends.cuda.matmul.allow_tf32 = enabled
         torch.backends.cudnn.allow_tf32 = enabled
+
+
+@contextlib.contextmanager
+def global_state_kept() -> Iterator[None]:
+    """Run the body, then put the process-global TF32 and ``cudnn.benchmark`` flags back as they were.
+
+    A trial sets them for itself (:meth:`PrecisionPolicy.apply_global_state`); the process that
+    called it (a notebook, a script around ``hpo.optimize``) gets its own settings back.
+    """
+    if _has_new_tf32_api():
+        backends = (torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn)
+        flags = [(backend, "fp32_precision") for backend in backends]
+    else:
+        flags = [(torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")]
+    flags.append((torch.backends.cudnn, "benchmark"))
+    saved = [(owner, name, getattr(owner, name)) for owner, name in flags]
+    try:
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
 
 
 def tf32_enabled() -> bool:
@@ -189,6 +210,10 @@ class PrecisionPolicy:
         """Every optimizer step skipped so far (``None``: this precision never skips one)."""
         return None
 
+    def skipped_count(self) -> torch.Tensor | None:
+        """The device's running count of skipped optimizer steps, read by the schedule without a sync (``None``: none)."""
+        return None
+
     def state_dict(self) -> dict[str, Any] | None:
         """What a checkpoint must carry to resume this policy (``None``: nothing)."""
         return None
@@ -239,13 +264,23 @@ class GradScalerPolicy(PrecisionPolicy):
     def skipped_steps(self) -> int | None:
         return int(self._skipped_total.item())
 
+    def skipped_count(self) -> torch.Tensor | None:
+        return self._skipped_total
+
     def state_dict(self) -> dict[str, Any] | None:
-        return self.scaler.state_dict()
+        # The counts too: a resumed trial reports every skip, and its streak goes on where it was.
+        return {"scaler": self.scaler.state_dict(), "skipped": int(self._skipped_total), "streak": int(self._skip_streak)}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         super().load_state_dict(state)
-        if state is not None:
-            self.scaler.load_state_dict(state)
+        if state is None:
+            return
+        if "scaler" not in state:  # written before the counts were saved: the scaler's state alone
+            state = {"scaler": state, "skipped": 0, "streak": 0}
+        self.scaler.load_state_dict(state["scaler"])
+        self._skipped_total.fill_(state["skipped"])
+        self._skip_streak.fill_(state["streak"])
+        self._worst_streak.fill_(state["streak"])
 
 
 def policy_class(precision: Precision) -> type[PrecisionPolicy]:

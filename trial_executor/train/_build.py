@@ -38,7 +38,7 @@ from trial_executor.model import (
 )
 from trial_executor.precision import PrecisionPolicy
 from trial_executor.train._compiled import CompiledStep
-from trial_executor.train._optimizer import lr_lambda, make_optimizer
+from trial_executor.train._optimizer import LearningRateSchedule, lr_lambda, make_optimizer
 from trial_executor.train._step import TrainStep
 
 
@@ -67,7 +67,7 @@ class StepParts:
     forward: Callable[..., Any]
     eval_forward: Callable[..., Any]
     optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scheduler: LearningRateSchedule
     train_step: TrainStep
 
 
@@ -81,10 +81,13 @@ def build_step(model: PreTrainedModel, config: TrainConfig, device: torch.device
     forward, eval_forward = make_forward(model, config, knobs)
     if knobs.master_weights:  # before the optimizer: it updates the float32 masters, the model's own parameters
         policy.keep_master_weights(model)
-    optimizer = make_optimizer(model, config, device, capturable=knobs.compile_mode == "reduce-overhead", compiled=knobs.compile_step)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(config.lr_schedule, round(config.warmup_ratio * total_steps), total_steps)
+    skipped = policy.skipped_count()
+    optimizer = make_optimizer(
+        model, config, device, capturable=knobs.compile_mode == "reduce-overhead", compiled=knobs.compile_step,
+        rate_on_device=skipped is not None,
     )
+    factor = lr_lambda(config.lr_schedule, round(config.warmup_ratio * total_steps), total_steps)
+    scheduler = LearningRateSchedule(optimizer, config.learning_rate, factor, total_steps, skipped)
     step_type = CompiledStep if knobs.compile_step else TrainStep
     train_step = step_type(model, forward, optimizer, scheduler, policy, max_grad_norm=config.max_grad_norm, device=device)
     return StepParts(knobs, forward, eval_forward, optimizer, scheduler, train_step)

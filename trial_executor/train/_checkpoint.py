@@ -145,11 +145,12 @@ def restore_trial(
     else:
         parts.model.load_state_dict(state["model"])
     load_optimizer_state(parts.step_parts.optimizer, state["optimizer"])
-    parts.step_parts.scheduler.load_state_dict(state["scheduler"])
     parts.policy.load_state_dict(state["scaler"])
+    parts.step_parts.scheduler.load_state_dict(state["scheduler"])  # after the policy: fp16's rate counts its skips
     if "early_stopping" in state:  # older checkpoints: the count starts again
         stopping.best_score, stopping.evals_since_best = state["early_stopping"]["best_score"], state["early_stopping"]["evals_since_best"]
     run = RunProgress.from_dict(state["progress"])
     restore_rng_states(state["rng"])
     parts.train_step.loss_sum.fill_(run.window_loss)
+    run.window_loss = 0.0  # handed to the step: a later checkpoint must not carry it again
     return run

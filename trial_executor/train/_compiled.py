@@ -34,6 +34,7 @@ from torch.profiler import record_function
 
 from trial_executor.batches import Batch, to_device
 from trial_executor.precision import PrecisionPolicy
+from trial_executor.train._optimizer import LearningRateSchedule
 from trial_executor.train._step import STEP_RANGE, TrainStep, clip_grad_norm
 
 
@@ -54,7 +55,7 @@ class CompiledStep(TrainStep):
 
     def __init__(
         self, model: torch.nn.Module, forward: Callable[..., Any], optimizer: torch.optim.Optimizer,
-        scheduler: torch.optim.lr_scheduler.LRScheduler, policy: PrecisionPolicy,
+        scheduler: LearningRateSchedule, policy: PrecisionPolicy,
         *, max_grad_norm: float | None, device: torch.device, loss_sum: float = 0.0, backend: str = "inductor",
     ) -> None:
         if policy.uses_grad_scaler:
@@ -62,7 +63,6 @@ class CompiledStep(TrainStep):
         super().__init__(model, forward, optimizer, scheduler, policy, max_grad_norm=max_grad_norm, device=device, loss_sum=loss_sum)
         self.problem_type = getattr(getattr(model, "config", None), "problem_type", None)
         self._raw_step = inspect.unwrap(type(optimizer).step)
-        optimizer._opt_called = True  # what the scheduler's step wrapper records; the raw step bypasses it
         mode = "reduce-overhead" if device.type == "cuda" else None
         # ``backend``: torch.compile's; "aot_eager" traces the same graphs without generating code
         # (how the tests check graph breaks, recompiles and eager equality in seconds).

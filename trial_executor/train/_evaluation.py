@@ -59,13 +59,15 @@ def evaluate(
     rows = range(len(split)) if rows is None else rows
     model.eval()
     logits_by_index: dict[int, torch.Tensor] = {}
-    for indices, batch in _batches(split, rows, config.eval_batch_size, collation):
-        inputs = to_device({k: v for k, v in batch.inputs.items() if k != "labels"}, device)
-        with policy.autocast():
-            logits = forward(**inputs).logits
-        for i, row in zip(indices, logits.float().cpu(), strict=True):
-            logits_by_index[i] = row
-    model.train()
+    try:
+        for indices, batch in _batches(split, rows, config.eval_batch_size, collation):
+            inputs = to_device({k: v for k, v in batch.inputs.items() if k != "labels"}, device)
+            with policy.autocast():
+                logits = forward(**inputs).logits
+            for i, row in zip(indices, logits.float().cpu(), strict=True):
+                logits_by_index[i] = row
+    finally:  # a caller that catches an error here (an OOM, say) gets its model back in training mode
+        model.train()
     logits = torch.stack([logits_by_index[i] for i in rows])
     metrics = evaluation_metrics(logits, label_tensor([split.labels[i] for i in rows]))
     metrics["eval_rows"] = float(len(rows))

@@ -40,7 +40,7 @@ from trial_executor.model import (
     resolve_model,
     save_final_model,
 )
-from trial_executor.precision import PrecisionPolicy
+from trial_executor.precision import PrecisionPolicy, global_state_kept
 from trial_executor.train._build import TrialParts, build_trial
 from trial_executor.train._checkpoint import Checkpointing, TrialInterrupted, restore_trial, save_checkpoint, trial_state
 from trial_executor.train._compiled import release_compiled
@@ -85,10 +85,11 @@ def run_trial(
     check_max_length(source, config.max_length)  # before any work, not as a crash mid-trial
     bound_native_caches()
     policy = PrecisionPolicy.resolve(config.fp_precision, device)
-    policy.apply_global_state(cudnn_benchmark=config.cudnn_benchmark)
     failure: Exception | None = None
     try:
-        return _train(config, source, data, report, device, policy, checkpointing, stop_requested, progress)
+        with global_state_kept():  # the caller's TF32 and cuDNN flags come back after the trial
+            policy.apply_global_state(cudnn_benchmark=config.cudnn_benchmark)
+            return _train(config, source, data, report, device, policy, checkpointing, stop_requested, progress)
     except NonFiniteLossError as err:
         failure = NonFiniteLossError(err.step, err.detail)
     except TrialInterrupted as err:

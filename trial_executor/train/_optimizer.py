@@ -27,8 +27,66 @@ def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[i
     return factor
 
 
+class LearningRateSchedule:
+    """Sets each optimizer step's learning rate: ``peak`` times :func:`lr_lambda`'s factor.
+
+    The schedule counts the optimizer steps *applied*: a step that fp16's GradScaler skipped (its
+    gradients were inf/NaN) does not advance it, as in HF Trainer, so fp16 keeps its whole warmup.
+    Whether a step was skipped is known only on the device; with ``skipped`` (the policy's device
+    count of skipped steps) the rate is looked up on the device from a table of the factors, so no
+    step waits for the device to answer. That needs the rate to be a tensor there (see
+    :func:`make_optimizer`'s ``rate_on_device``). Without ``skipped`` every step counts; a rate
+    held as a tensor (a compiled step's) is filled in place.
+    """
+
+    def __init__(
+        self, optimizer: torch.optim.Optimizer, peak: float, factor: Callable[[int], float], total_steps: int,
+        skipped: torch.Tensor | None = None,
+    ) -> None:
+        self.optimizer, self.peak, self.factor, self.skipped = optimizer, peak, factor, skipped
+        self.steps = 0  # optimizer steps taken, skipped ones included
+        self.table = None
+        if skipped is not None:
+            self.table = torch.tensor([peak * factor(s) for s in range(total_steps + 1)], device=skipped.device)
+            self.last = torch.tensor([total_steps], device=skipped.device)
+        self._set_rate()
+
+    def step(self) -> None:
+        """After each optimizer step (a skipped one too: the count of skips says which)."""
+        self.steps += 1
+        self._set_rate()
+
+    def _set_rate(self) -> None:
+        if self.table is None:
+            rate = self.peak * self.factor(self.steps)
+            for group in self.optimizer.param_groups:
+                if isinstance(group["lr"], torch.Tensor):
+                    group["lr"].fill_(rate)
+                else:
+                    group["lr"] = rate
+            return
+        applied = torch.minimum(self.skipped.neg().add(self.steps).view(1), self.last)
+        rate = self.table.gather(0, applied).view(())  # gather, not table[applied]: indexing would read the index on the host
+        for group in self.optimizer.param_groups:
+            group["lr"].copy_(rate)
+
+    def get_last_lr(self) -> list[float]:
+        """The current rate of each group, as LambdaLR reports it (reads the device: syncs)."""
+        return [float(group["lr"]) for group in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict[str, Any]:
+        # LambdaLR's key for the same count: checkpoints written before this class resume.
+        return {"last_epoch": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at the saved step (after the precision policy's state: its count of skips)."""
+        self.steps = int(state["last_epoch"])
+        self._set_rate()
+
+
 def make_optimizer(
     model: torch.nn.Module, config: TrainConfig, device: torch.device, *, capturable: bool = False, compiled: bool = False,
+    rate_on_device: bool = False,
 ) -> torch.optim.AdamW:
     """AdamW, fused where this torch supports it on ``device``; no decay on biases and norms.
 
@@ -37,7 +95,8 @@ def make_optimizer(
     ``torch.compile`` traces (:mod:`trial_executor.train._compiled`): the learning rate is a tensor on
     ``device`` that the scheduler fills in place (a Python float would be baked into the graph:
     a recompile per new rate, or a frozen schedule under CUDA graphs), and the compiler fuses the
-    update (not the fused kernel, which it cannot trace).
+    update (not the fused kernel, which it cannot trace). ``rate_on_device``: the learning rate is a
+    tensor on ``device`` that :class:`LearningRateSchedule` sets there (fp16: skipped steps do not count).
     """
     decay, no_decay = [], []
     for param in model.parameters():
@@ -49,11 +108,12 @@ def make_optimizer(
         # A tensor rate needs capturable (state and step counts as tensors) with foreach: the
         # compiler traces one group of foreach ops, far quicker to compile than a loop per parameter.
         return torch.optim.AdamW(groups, lr=lr, foreach=True, capturable=True)
+    lr = torch.tensor(float(config.learning_rate), device=device) if rate_on_device else config.learning_rate
     try:
         fused = device.type in ("cuda", "cpu")
-        return torch.optim.AdamW(groups, lr=config.learning_rate, fused=fused, capturable=capturable and device.type == "cuda")
-    except RuntimeError:
-        return torch.optim.AdamW(groups, lr=config.learning_rate)
+        return torch.optim.AdamW(groups, lr=lr, fused=fused, capturable=capturable and device.type == "cuda")
+    except RuntimeError:  # no fused kernel here; a tensor rate then needs the single-tensor update
+        return torch.optim.AdamW(groups, lr=lr, foreach=False if rate_on_device else None)
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:

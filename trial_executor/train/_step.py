@@ -19,8 +19,9 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 
-from trial_executor.batches import Batch, to_device
+from trial_executor.batches import Batch, to_device, window_rows
 from trial_executor.precision import PrecisionPolicy
+from trial_executor.train._optimizer import LearningRateSchedule
 
 STEP_RANGE = "trial_executor::train_step"
 READ_RANGE = "trial_executor::host_read"
@@ -52,15 +53,15 @@ def clip_grad_norm(parameters: Sequence[torch.Tensor], max_norm: float, *, trace
 class TrainStep:
     """``train_step(window)``: one optimizer step over an accumulation window (micro-batches, each a list of chunks).
 
-    The loss of a window is the mean over its micro-batches, and over each micro-batch's rows:
-    a chunk's mean loss counts by its share of its micro-batch. ``loss_sum`` adds up each
-    micro-batch's mean loss (read and reset by the caller at evaluations). The precision policy
+    The loss of a window is the mean over all its rows: a chunk's mean loss counts by its share of
+    the window's rows (an epoch's last window may hold a shorter micro-batch). ``loss_sum`` adds
+    up each micro-batch's mean loss (read and reset by the caller at evaluations). The precision policy
     owns autocast, the backward (fp16: scaled) and the optimizer step (fp16: unscaled, maybe skipped).
     """
 
     def __init__(
         self, model: torch.nn.Module, forward: Callable[..., Any], optimizer: torch.optim.Optimizer,
-        scheduler: torch.optim.lr_scheduler.LRScheduler, policy: PrecisionPolicy,
+        scheduler: LearningRateSchedule, policy: PrecisionPolicy,
         *, max_grad_norm: float | None, device: torch.device, loss_sum: float = 0.0,
     ) -> None:
         self.model, self.forward, self.optimizer, self.scheduler = model, forward, optimizer, scheduler
@@ -70,15 +71,17 @@ class TrainStep:
 
     def __call__(self, window: Sequence[Sequence[Batch]]) -> None:
         with record_function(STEP_RANGE):
+            total = window_rows(window)
             for chunks in window:
                 rows = sum(chunk.rows for chunk in chunks)
                 for chunk in chunks:
                     inputs = to_device(chunk.inputs, self.device)
                     with self.policy.autocast():
                         loss = self.forward(**inputs).loss
-                    share = chunk.rows / rows
-                    self.policy.backward(loss * (share / len(window)))
-                    self.loss_sum += loss.detach() * share
+                    # By rows, not micro-batches: an epoch's last, shorter window is then the
+                    # mean over its rows too, as one batch of them would be.
+                    self.policy.backward(loss * (chunk.rows / total))
+                    self.loss_sum += loss.detach() * (chunk.rows / rows)
             self.policy.optimizer_step(self.optimizer, self._clip)
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)

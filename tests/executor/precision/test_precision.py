@@ -37,18 +37,57 @@ def test_unknown_precision_is_rejected() -> None:
         PrecisionPolicy.resolve("fp8", CPU)
 
 
-def test_global_flags_are_set_by_every_trial() -> None:
-    # A previous trial (or user code) left TF32 and cudnn.benchmark on; an fp32 trial must reset both.
+def test_every_trial_sets_the_global_flags_for_itself_and_gives_the_callers_back() -> None:
+    # A previous trial (or user code) left TF32 and cudnn.benchmark on: an fp32 trial trains with
+    # both off, and the caller finds its own settings again afterwards.
+    new_api = hasattr(torch.backends.cuda.matmul, "fp32_precision")
     set_tf32(True)
     torch.backends.cudnn.benchmark = True
-    assert tf32_enabled()
-    data = demo_dataset(n_train=64, n_valid=16)
-    run_trial(TrainConfig(fp_precision="fp32", epochs=1, batch_size=32, eval_every=0, device="cpu"), data)
-    assert not tf32_enabled()
-    assert torch.backends.cudnn.benchmark is False
-    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
-        assert torch.backends.cuda.matmul.fp32_precision == "ieee"
-        assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+    during: list[tuple[bool, bool, str | None]] = []
+
+    def report(step: int, metrics: dict[str, float]) -> bool:
+        conv = torch.backends.cudnn.conv.fp32_precision if new_api else None
+        during.append((tf32_enabled(), torch.backends.cudnn.benchmark, conv))
+        return False
+
+    try:
+        data = demo_dataset(n_train=64, n_valid=16)
+        run_trial(TrainConfig(fp_precision="fp32", epochs=1, batch_size=32, eval_every=1, device="cpu"), data, report)
+        assert during == [(False, False, "ieee" if new_api else None)] * 2
+        assert tf32_enabled() and torch.backends.cudnn.benchmark is True
+        if new_api:
+            assert torch.backends.cudnn.conv.fp32_precision == "tf32"
+    finally:
+        set_tf32(False)
+        torch.backends.cudnn.benchmark = False
+
+
+def _fp16_steps(policy: PrecisionPolicy, steps: int) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    for _ in range(steps):
+        with policy.autocast():
+            loss = model(torch.randn(4, 8)).float().pow(2).mean()
+        policy.backward(loss)
+        policy.optimizer_step(optimizer, clip=lambda: None)
+        optimizer.zero_grad()
+
+
+def test_a_resumed_fp16_policy_goes_on_counting_its_skipped_steps() -> None:
+    policy = PrecisionPolicy.resolve("fp16", CPU)
+    policy.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**40)  # every step's fp16 gradients are inf
+    _fp16_steps(policy, 3)
+    assert policy.skipped_steps() == 3
+    resumed = PrecisionPolicy.resolve("fp16", CPU)
+    resumed.load_state_dict(policy.state_dict())
+    assert resumed.skipped_steps() == 3 and resumed.scaler.get_scale() == policy.scaler.get_scale() == 2.0**37
+    _fp16_steps(resumed, 2)  # the streak goes on from 3: the non-finite guard sees 5 in a row
+    assert resumed.skipped_steps() == 5 and resumed.read_skip_streak() == 5
+    # A checkpoint written before the counts were saved holds the scaler's state alone: it still loads.
+    older = PrecisionPolicy.resolve("fp16", CPU)
+    older.load_state_dict(policy.scaler.state_dict())
+    assert older.skipped_steps() == 0 and older.scaler.get_scale() == 2.0**37
 
 
 def test_tf32_policy_sets_tf32_flags() -> None:

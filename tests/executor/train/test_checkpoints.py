@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,11 @@ def test_interrupted_then_resumed_run_matches_an_uninterrupted_one(config: Train
     assert caught.value.step == 7 and saved == [5, 7]
     assert caught.value.checkpoint == tmp_path / "first" / CHECKPOINT_FILE
 
-    second = Checkpointing(directory=tmp_path / "second", resume_from=caught.value.checkpoint)
+    at_ten = tmp_path / "at-ten.pt"  # the resumed run's evaluation checkpoint at step 10, kept
+    second = Checkpointing(
+        directory=tmp_path / "second", resume_from=caught.value.checkpoint,
+        on_saved=lambda path, step: step == 10 and shutil.copyfile(path, at_ten),
+    )
     seen: list[int] = []
     resumed = run_trial(config, data, lambda step, metrics: seen.append(step) or False, checkpointing=second)
 
@@ -56,6 +61,10 @@ def test_interrupted_then_resumed_run_matches_an_uninterrupted_one(config: Train
     # Same weights, optimizer, GradScaler, dropout and batch order: the same evaluations.
     assert resumed.history == straight.history
     assert (tmp_path / "second" / CHECKPOINT_FILE).is_file()
+    # Struck again after step 10 (a kill: no checkpoint of its own), it resumes from that
+    # evaluation's checkpoint: the loss carried across the first interruption is not counted twice.
+    third = run_trial(config, data, checkpointing=Checkpointing(directory=tmp_path / "third", resume_from=at_ten))
+    assert third.resumed_at_step == 10 and third.history == straight.history
 
 
 def test_a_checkpoint_from_another_config_is_refused(data: TextClassificationData, tmp_path: Path) -> None:

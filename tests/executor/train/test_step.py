@@ -1,14 +1,69 @@
-"""The training step's own parts: gradient clipping by torch's rule with fewer host operations."""
+"""The training step's own parts: the window's loss by rows, the schedule over applied steps, clipping by torch's rule."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from trial_executor.train._step import clip_grad_norm
+from trial_executor import TrainConfig, demo_dataset
+from trial_executor.batches import Batch, Collation
+from trial_executor.batches._tokenization import tokenize
+from trial_executor.model._loading import load_model
+from trial_executor.precision import PrecisionPolicy
+from trial_executor.train._optimizer import LearningRateSchedule, lr_lambda, make_optimizer
+from trial_executor.train._step import TrainStep, clip_grad_norm
+
+CPU = torch.device("cpu")
+
+
+def test_a_short_last_window_weighs_its_rows_as_one_batch_of_them_would() -> None:
+    # An epoch's last window: micro-batches of 4 and 2 rows. Its update is one batch of those 6
+    # rows' (row mean), not the mean of the two micro-batch means (the 2 rows would count twice).
+    data = demo_dataset(n_train=64, n_valid=8)
+    torch.manual_seed(0)
+    model, tokenizer = load_model("tiny-bert", data.label_names, data.train_texts)
+    model.eval()  # no dropout: both updates are deterministic
+    split, _ = tokenize(tokenizer, data.train_texts, data.train_labels, 64)
+    collation = Collation(pad_id=tokenizer.pad_token_id)
+
+    def updated(window: list[list[int]]) -> list[torch.Tensor]:
+        trained = copy.deepcopy(model)
+        optimizer = torch.optim.SGD(trained.parameters(), lr=1.0)  # the update is the gradient itself
+        schedule = LearningRateSchedule(optimizer, 1.0, lambda step: 1.0, total_steps=1)
+        step = TrainStep(trained, trained, optimizer, schedule, PrecisionPolicy.resolve("fp32", CPU), max_grad_norm=None, device=CPU)
+        step([[collation(split, rows)] for rows in window])
+        return [p.detach() for p in trained.parameters()]
+
+    one_batch, short_window = updated([[0, 1, 2, 3, 4, 5]]), updated([[0, 1, 2, 3], [4, 5]])
+    for expected, got in zip(one_batch, short_window, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_steps_that_gradscaler_skips_do_not_advance_the_learning_rate_schedule() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2)
+    policy = PrecisionPolicy.resolve("fp16", CPU)
+    policy.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20)  # inf fp16 gradients until the scale falls
+    optimizer = make_optimizer(model, TrainConfig(learning_rate=1e-3, weight_decay=0.0), CPU, rate_on_device=True)
+    factor = lr_lambda("linear", warmup_steps=4, total_steps=12)
+    schedule = LearningRateSchedule(optimizer, 1e-3, factor, 12, policy.skipped_count())
+
+    def forward(x: torch.Tensor, y: torch.Tensor) -> Any:
+        return SimpleNamespace(loss=torch.nn.functional.cross_entropy(model(x).float(), y))
+
+    step = TrainStep(model, forward, optimizer, schedule, policy, max_grad_norm=1.0, device=CPU)
+    batch = Batch({"x": torch.randn(4, 8) * 100, "y": torch.tensor([0, 1, 0, 1])}, rows=4, real_tokens=4, padded_tokens=4, shape=())
+    for taken in range(1, 13):
+        step([[batch]])
+        applied = taken - policy.skipped_steps()
+        assert [group["lr"].item() for group in optimizer.param_groups] == pytest.approx([1e-3 * factor(applied)] * 2)
+    assert 0 < policy.skipped_steps() < 12  # some steps skipped, then the scale fitted
 
 
 def _gradients(scale: float, layers: int = 1) -> list[torch.nn.Parameter]:
