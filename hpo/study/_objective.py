@@ -244,8 +244,7 @@ class Objective:
 
     def _report(self, trial: optuna.Trial, config: TrainConfig) -> Callable[[int, dict[str, float]], bool]:
         metric = self.space.objective_names[0]
-        # Samples per optimizer step; an OOM retry halves the batch and doubles accumulation, keeping it.
-        per_step = config.batch_size * config.grad_accum_steps if self.space.reports_samples else 1
+        reported_step = _reported_step(config, samples=self.space.reports_samples)
         # A verdict trial trains to the end: the pruner neither stops it nor learns from it.
         reports = self.space.reports_intermediate_values and verdict_trial_of(trial) is None  # type: ignore[arg-type]
 
@@ -255,7 +254,7 @@ class Objective:
             if not reports:
                 return False
             if math.isfinite(metrics[metric]):
-                trial.report(metrics[metric], step * per_step)
+                trial.report(metrics[metric], reported_step(step))
             return trial.should_prune()
 
         return callback
@@ -294,6 +293,24 @@ class Objective:
             raise optuna.TrialPruned(f"pruned at step {result.steps}")
         values = tuple(_result_value(result, name) for name in self.space.objective_names)
         return values if self.space.is_multi_objective else values[0]
+
+
+def _reported_step(config: TrainConfig, *, samples: bool) -> Callable[[int], int]:
+    """What an evaluation after optimizer step ``step`` is reported at: the step, or (``samples``) the samples seen.
+
+    Samples per step are batch x accumulation (an OOM retry halves one and doubles the other). With
+    ``eval_every_samples``, they are counted at its nominal rate, ``eval_every_samples`` per
+    evaluation interval, so that the k-th periodic evaluation reports k x ``eval_every_samples`` for
+    every batch size, however its steps rounded the interval (batch 48: 21 steps, 1,008 samples, for
+    1,000): ``median`` and the other percentile pruners compare trials only at equal steps.
+    """
+    if not samples:
+        return lambda step: step
+    if config.eval_every_samples is not None:
+        per_interval, interval = config.eval_every_samples, config.eval_interval_steps
+        return lambda step: round(step * per_interval / interval)
+    per_step = config.batch_size * config.grad_accum_steps
+    return lambda step: step * per_step
 
 
 def make_objective(

@@ -54,3 +54,19 @@ def test_eval_every_samples_evaluates_every_trial_after_the_same_data(tmp_path: 
     run_to_budget(study, make_objective(space, data, base_seed=0, device="cpu"), 2)
     # batch 4 x 2: every 4 steps (32, 64 samples); batch 8 x 2: every 2 steps (32, ..., 128).
     assert [sorted(t.intermediate_values) for t in study.get_trials()] == [[32, 64], [32, 64, 96, 128]]
+
+
+def test_eval_every_samples_reports_equal_steps_when_the_batch_does_not_divide_it(tmp_path: Path) -> None:
+    # Batch 6 x 2: 32 samples round to 3 steps (36 samples). Reported as 32, 64 all the same, so a
+    # median pruner finds the batch-4 trial's values at the same steps; the last evaluation (step 8)
+    # at the same rate, 32 samples per 3 steps.
+    space = parse_search_space({
+        **SPACE, "params": {"batch_size": {"type": "categorical", "choices": [4, 6]}},
+        "enqueue": [{"batch_size": 4}, {"batch_size": 6}],
+        "pruner": {"type": "median", "n_startup_trials": 10, "report_step": "samples"},
+        "fixed": {**SPACE["fixed"], "max_steps": 8, "eval_every_samples": 32},
+    })
+    data = demo_dataset(n_train=200, n_valid=16, seed=0)
+    study = open_study(create_storage(f"sqlite:///{tmp_path / 'u.db'}"), "u", space, data, seed=0)
+    run_to_budget(study, make_objective(space, data, base_seed=0, device="cpu"), 2)
+    assert [sorted(t.intermediate_values) for t in study.get_trials()] == [[32, 64], [32, 64, 85]]
