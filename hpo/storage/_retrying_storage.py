@@ -35,6 +35,7 @@ The Optuna internals still relied on (``_CachedStorage``, the heartbeat interfac
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -54,6 +55,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import DBAPIError, InternalError, OperationalError
 
 from hpo.storage._db_errors import committed_row_conflict, error_chain, is_creation_collision, is_lost_connection, sqlite_error_in
+from hpo.storage._sqlite_lock import sqlite_file_lock
 from hpo.storage._write_tokens import WriteTokens
 
 _logger = logging.getLogger("hpo.storage")
@@ -231,12 +233,17 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
         self._call("set_trial_param", lambda: self._cache.set_trial_param(trial_id, param_name, param_value_internal, distribution))
 
     def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
-        return self._call(
-            "set_trial_state_values",
-            lambda: self._cache.set_trial_state_values(trial_id, state, values),
-            self._tokens.new(),
-            recovered=lambda _: True,  # the state change this call asked for committed
-        )
+        # RUNNING is Optuna taking a WAITING trial (an enqueued or requeued one): it reads the state,
+        # then writes it. On SQLite two workers could both read WAITING and both run the trial;
+        # under the file's lock the second reads RUNNING and takes another (PostgreSQL: FOR UPDATE).
+        taking = self._sqlite_file.locked() if state == TrialState.RUNNING else contextlib.nullcontext()
+        with taking:
+            return self._call(
+                "set_trial_state_values",
+                lambda: self._cache.set_trial_state_values(trial_id, state, values),
+                self._tokens.new(),
+                recovered=lambda _: True,  # the state change this call asked for committed
+            )
 
     def set_trial_intermediate_value(self, trial_id: int, step: int, intermediate_value: float) -> None:
         self._call("set_trial_intermediate_value", lambda: self._cache.set_trial_intermediate_value(trial_id, step, intermediate_value))
@@ -320,6 +327,10 @@ class _SqliteFile:
             return None
         stat = os.stat(self.path)
         return stat.st_dev, stat.st_ino
+
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        """This file's lock among this machine's processes (no lock without a file)."""
+        return sqlite_file_lock(str(self.path) if self.path is not None else None)
 
     def check(self) -> None:
         if self.path is None:

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import os
 import re
-import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -26,6 +23,7 @@ from hpo._errors import UserError
 from hpo.storage._bulk_reads import BulkReadingRDBStorage
 from hpo.storage._db_errors import is_creation_collision, is_lost_connection
 from hpo.storage._retrying_storage import RetryingStorage, retry_lost_connection
+from hpo.storage._sqlite_lock import sqlite_file_lock
 
 DEFAULT_SQLITE_FILE = "hpo-studies.db"
 STORAGE_ENV = "HPO_STORAGE"
@@ -185,29 +183,6 @@ def _optuna_schema_ready(engine: sqlalchemy.Engine) -> bool:
         if not {*optuna_models.BaseModel.metadata.tables, "alembic_version"} <= set(sqlalchemy.inspect(connection).get_table_names()):
             return False
         return connection.execute(sqlalchemy.text("SELECT count(*) FROM alembic_version")).scalar_one() > 0
-
-
-@contextlib.contextmanager
-def sqlite_file_lock(database: str | None) -> Iterator[None]:
-    """An exclusive lock among this machine's processes on the SQLite file ``database`` (none for ``:memory:``).
-
-    The lock file lives in the temp directory, named by the database's absolute path: not
-    beside the database (read-only commands leave nothing there), and not the database
-    itself (closing another descriptor of it would drop SQLite's own POSIX locks).
-    """
-    if not database or database == ":memory:":
-        yield
-        return
-    key = hashlib.sha256(str(Path(database).expanduser().resolve()).encode()).hexdigest()[:24]
-    # Per user: a directory another user created in the shared temp directory is not ours to write.
-    lock_dir = Path(tempfile.gettempdir()) / f"precision-hpo-locks-{os.getuid()}"
-    lock_dir.mkdir(mode=0o700, exist_ok=True)
-    with (lock_dir / f"{key}.lock").open("a") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
 def _parse_grpc(url: str) -> tuple[str, int]:
