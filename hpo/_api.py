@@ -24,7 +24,7 @@ from hpo.reporting._dashboard_view import name_objectives, note_skipped
 from hpo.reporting._tracking import Tracker, Tracking, make_trackers
 from hpo.reporting._verdict import Verdict, build_verdict, store_verdict
 from hpo.reporting._verdict_cost import verdict_cost_line
-from hpo.space._resolving import SpaceLike, check_models, resolve_space
+from hpo.space._resolving import SpaceLike, check_models, choose_space, resolve_space
 from hpo.space._space import DEFAULT_SPACE, SearchSpace
 from hpo.storage._best_model import keep_if_best, keeping_best_model
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
@@ -97,13 +97,12 @@ class Run:
 def open_run(space: SpaceLike | None, data: DataLike, options: RunOptions, *, announce: Callable[[str], None] | None = print) -> Run:
     """The steps ``optimize`` and ``python -m hpo run`` share up to a study ready to run; nothing is written until the last.
 
-    The space (``options.model`` and ``fix`` applied; ``announce`` gets the line saying which
-    space a run without one took) and the data are read; then the storage URL and the models are
-    checked, cheap before slow (the model check imports transformers); then the trackers, the
-    Ray cluster (``options.ray``) and at last the study. A cluster started here is shut down if
-    opening fails; otherwise by :func:`run_prepared` or the caller.
+    Reads the space (``options.model``, ``fix`` applied) and data; checks the storage URL, then the models
+    (they import transformers); sets up the trackers and Ray cluster (``options.ray``); then ``announce``
+    gets the line saying which space a run without one took, and the study opens. A cluster started
+    here is shut down if opening fails; otherwise by :func:`run_prepared` or the caller.
     """
-    resolved = resolve_space(space, fix=options.fix, model=options.model, announce=announce)
+    resolved = resolve_space(space, fix=options.fix, model=options.model, announce=None)
     loaded = resolve_data(data, task=resolved.task, **options.data_options())
     verdict_after_budget(resolved, options)  # an impossible verdict is refused before the study trains, not after
     worker = worker_index() is not None  # a worker of --workers N: its parent checked the same flags
@@ -112,6 +111,8 @@ def open_run(space: SpaceLike | None, data: DataLike, options: RunOptions, *, an
         check_models(resolved)
     trackers = make_trackers(options.track, options.study_name)
     cluster = connect(None if options.ray is True else options.ray, options.url) if options.ray is not False else None
+    if space is None and announce is not None:  # once the checks pass: a bad --model gets its one line, no claim about it first
+        announce(choose_space(options.model).line())
     try:
         placement = plan(cluster, options.workers, options.gpus_per_trial) if cluster else None
         prepared = prepare_study(resolved, loaded, options, data_source_of(data, options.data_options()))

@@ -56,6 +56,7 @@ from sqlalchemy.exc import DBAPIError, InternalError, OperationalError
 
 from hpo.storage._db_errors import committed_row_conflict, error_chain, is_creation_collision, is_lost_connection, sqlite_error_in
 from hpo.storage._sqlite_lock import sqlite_file_lock
+from hpo.storage._url_secrets import mask_url
 from hpo.storage._write_tokens import WriteTokens
 
 _logger = logging.getLogger("hpo.storage")
@@ -200,7 +201,7 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
             return err
         first = str(refused.orig).strip().splitlines()[0] if str(refused.orig).strip() else type(refused.orig).__name__
         return StorageFailedError(
-            f"storage call {name} failed on {self._rdb.engine.url.render_as_string(hide_password=True)}: {first} "
+            f"storage call {name} failed on {mask_url(self._rdb.engine.url.render_as_string(hide_password=False))}: {first} "
             "(not a lost connection, so not retried); fix the database, then rerun to resume"
         )
 

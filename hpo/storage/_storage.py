@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import optuna
 import sqlalchemy
@@ -24,6 +24,7 @@ from hpo.storage._bulk_reads import BulkReadingRDBStorage
 from hpo.storage._db_errors import is_creation_collision, is_lost_connection
 from hpo.storage._retrying_storage import RetryingStorage, retry_lost_connection
 from hpo.storage._sqlite_lock import sqlite_file_lock
+from hpo.storage._url_secrets import mask_secrets, mask_url, split_credentials
 
 DEFAULT_SQLITE_FILE = "hpo-studies.db"
 STORAGE_ENV = "HPO_STORAGE"
@@ -60,44 +61,9 @@ def resolve_storage_url(url: str | None) -> str:
     return url or os.environ.get(STORAGE_ENV) or f"sqlite:///{DEFAULT_SQLITE_FILE}"
 
 
-def _split_credentials(url: str) -> tuple[str, str, str | None, str] | None:
-    """``(scheme, user, password as typed, rest)`` of ``scheme://user:password@rest``; ``None`` without credentials.
-
-    Taken from the raw text, not from a URL parser: a password with a raw ``@``, ``/`` or
-    ``?`` must be masked whole however a parser would split it, so the userinfo runs up to
-    the *last* ``@``.
-    """
-    scheme, separator, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not separator or not at:
-        return None
-    user, colon, password = userinfo.partition(":")
-    return scheme, user, (password if colon else None), host
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, safe to print and log, however malformed ``url`` is."""
-    parts = _split_credentials(url)
-    if parts is None or not parts[2]:
-        return url
-    scheme, user, _, host = parts
-    return f"{scheme}://{user}:***@{host}"
-
-
-def mask_secrets(text: str, url: str) -> str:
-    """``text`` with the password of ``url`` (and the raw URL) masked wherever it appears, as typed or decoded."""
-    text = text.replace(url, mask_url(url))
-    parts = _split_credentials(url)
-    password = parts[2] if parts else None
-    if password:
-        for form in sorted({password, unquote(password)}, key=len, reverse=True):
-            text = text.replace(form, "***")
-    return text
-
-
 def _check_password_is_encoded(url: str) -> None:
     """Refuse a password with a raw ``@``, ``/``, ``?`` or ``#``: a URL parser splits it there."""
-    parts = _split_credentials(url)
+    parts = split_credentials(url)
     if parts and parts[2] and any(char in parts[2] for char in "@/?#"):
         raise StorageError(
             f"storage URL {mask_url(url)!r}: the password contains a character that URLs reserve (@ / ? #); "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +29,8 @@ from hpo.study._workers import WORKER_INDEX_ENV
 RAY_EXTRA = "pip install 'precision-hpo[ray]'"
 # A worker whose process (or node) dies is restarted, and its run retried, this many times.
 MAX_RESTARTS = 3
+# Seconds an explicit --ray address has to accept a connection before the run is refused.
+RAY_CONNECT_TIMEOUT_S = 10.0
 # How long a stopped worker may take to checkpoint its trial before it is killed.
 STOP_GRACE_S = 120.0
 # How often the driver looks for Ctrl-C while it waits: a signal's handler runs only between Ray's waits,
@@ -100,6 +103,25 @@ def refuse_shared_sqlite(storage_url: str, address: str | None, nodes: int) -> N
         )
 
 
+def check_reachable(address: str | None) -> None:
+    """An explicit ``host:port`` (or ``ray://host:port``) must answer: ``ray.init`` waits for a GCS there without end.
+
+    ``auto`` and none (a cluster started here) are Ray's to find.
+    """
+    if address is None or address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--ray {address}: not an address; give host:port (the head's GCS, e.g. 127.0.0.1:6379), ray://host:10001 or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__.replace("Error", " error").lower()
+        raise UserError(
+            f"--ray {address}: nothing answers there ({reason}); start the cluster (`ray start --head`) or fix --ray"
+        ) from None
+
+
 def connect(address: str | None, storage_url: str) -> RayCluster:
     """Connect to the Ray cluster at ``address`` (``auto``, ``host:port``, ``ray://host:port``), or start one here.
 
@@ -109,6 +131,7 @@ def connect(address: str | None, storage_url: str) -> RayCluster:
     refuse_shared_sqlite(storage_url, address, nodes=1)  # Ray Client: refused before connecting
     started_here = address is None and not ray.is_initialized()
     if not ray.is_initialized():
+        check_reachable(address)
         # log_to_driver: each worker's warnings show on the driver's terminal. A cluster started here
         # serves this run alone: it listens on loopback, not on every address of the machine.
         local = {"_node_ip_address": "127.0.0.1"} if address is None else {}

@@ -86,6 +86,8 @@ CASES: dict[str, tuple[Any, str]] = {
     "num_workers above the CPU count": (
         lambda c: ["--space", _space(c, fixed={"num_workers": 10000})],
         f"fixed.num_workers: 10000 DataLoader worker processes per trial exceeds this machine's {CPUS} CPUs; use at most {CPUS}"),
+    "unreachable Ray address": (lambda c: ["--ray", "127.0.0.1:1"], "--ray 127.0.0.1:1: nothing answers there (Connection refused); start"),
+    "Ray address without a port": (lambda c: ["--ray", "head.invalid"], "--ray head.invalid: not an address; give host:port"),
     "password with a raw @": (
         lambda c: ["--storage", f"postgresql://u:pw@{SECRET_TAIL}@127.0.0.1:1/db"],
         "the password contains a character that URLs reserve (@ / ? #); percent-encode it (@ as %40"),
@@ -110,7 +112,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subpro
 def test_bad_input_is_one_line_and_writes_nothing(name: str, outcomes: dict[str, tuple[subprocess.CompletedProcess[str], Path]]) -> None:
     proc, case_dir = outcomes[name]
     assert_one_clean_line(proc, CASES[name][1], secret=SECRET_TAIL)
-    assert proc.returncode == 2
+    assert proc.returncode == 2 and proc.stdout == ""  # not even the line saying which space a good run takes
     assert list(case_dir.iterdir()) == [], "the failed command wrote files"
 
 
@@ -186,3 +188,22 @@ def test_passwords_are_masked_however_the_url_splits(url: str, password: str) ->
     assert shown == url.split("//")[0] + "//u:***@" + url.rsplit("@", 1)[1], shown
     text = mask_secrets(f"could not connect to {url}: password {password} rejected", url)
     assert "tail-of-the-pw" not in text, text
+
+
+def test_a_password_in_the_query_is_masked_too() -> None:
+    # libpq takes the password as a query parameter as well: ?password=... (and sslpassword=...).
+    url = f"postgresql://127.0.0.1:5432/hpo?user=u&password={SECRET_TAIL}&sslmode=prefer&sslpassword=k%40{SECRET_TAIL}"
+    assert mask_url(url) == "postgresql://127.0.0.1:5432/hpo?user=u&password=***&sslmode=prefer&sslpassword=***"
+    assert SECRET_TAIL not in mask_secrets(f"failed on {url}: password {SECRET_TAIL} or k@{SECRET_TAIL} rejected", url)
+
+
+@pytest.mark.postgres
+def test_status_of_a_database_named_with_a_query_password_never_shows_it(
+    pg_database: str, capfd: pytest.CaptureFixture[str],
+) -> None:
+    from hpo.__main__ import main as hpo_main
+
+    url = f"{pg_database}?password={SECRET_TAIL}"  # trust auth: the server takes any password
+    hpo_main(["status", "--storage", url])
+    shown = capfd.readouterr()
+    assert "password=***" in shown.out + shown.err and SECRET_TAIL not in shown.out + shown.err

@@ -125,7 +125,7 @@ def test_error_is_one_line_and_writes_nothing(
 ) -> None:
     proc, case_dir, expected = outcomes[name]
     assert_one_clean_line(proc, expected)
-    assert proc.returncode == 2
+    assert proc.returncode == 2 and proc.stdout == ""  # not even the line saying which space a good run takes
     assert list(case_dir.iterdir()) == [], "the failed command wrote files"
 
 

@@ -68,12 +68,19 @@ def test_a_space_given_explicitly_is_used_as_it_is(pretrained_dir: Path) -> None
     assert said == [] and space.params["learning_rate"].high == 4.0e-3
 
 
-def test_the_run_says_which_space_it_took_on_its_first_line(tmp_path: Path, pretrained_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    # A missing data file stops the run after the space is chosen: the choice is printed, nothing is written.
-    assert run_main(["--model", str(pretrained_dir), "--data", str(tmp_path / "missing.csv"), "--storage", f"sqlite:///{tmp_path / 's.db'}"]) == 2
+def test_the_run_says_which_space_it_took_on_its_first_line_once_its_checks_pass(
+    tmp_path: Path, pretrained_dir: Path, capfd: pytest.CaptureFixture[str],
+) -> None:
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    # A missing data file fails a check: its one line alone, no claim about the model first, nothing written.
+    assert run_main(["--model", str(pretrained_dir), "--data", str(tmp_path / "missing.csv"), "--storage", storage]) == 2
+    failed = capfd.readouterr()
+    assert failed.out == "" and "missing.csv" in failed.err and not (tmp_path / "s.db").exists()
+    # Past the checks the choice comes first; here the study then refuses the run (it was made with the demo space).
+    hpo.open_study(hpo.create_storage(storage), "s", hpo.load_search_space(DEFAULT), demo_dataset(n_train=64, n_valid=16), seed=0)
+    assert run_main(["--model", str(pretrained_dir), "--storage", storage, "--study-name", "s"]) == 2
     chosen = capfd.readouterr()
-    assert chosen.out.splitlines()[0].startswith("Search space: search_spaces/finetune.yaml (")
-    assert "missing.csv" in chosen.err and not (tmp_path / "s.db").exists()
+    assert chosen.out.splitlines()[0].startswith("Search space: search_spaces/finetune.yaml (") and len(chosen.err.splitlines()) == 1
 
 
 def test_stuck_at_majority_catches_a_constant_prediction_and_the_majority_share() -> None:
