@@ -38,6 +38,9 @@ def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:
             TrainConfig(**{**space.fixed, name: value})
         except ValueError as err:
             raise SearchSpaceError(f"--fix {name}={text}: {err}") from None
+        if name in fixes and fixes[name] != value:  # the last one winning would silently drop the other
+            also = " (--mixed-precision fixes it too)" if name == "fp_precision" else ""
+            raise SearchSpaceError(f"--fix {name} is given two values, {fixes[name]!r} and {value!r}{also}; keep one")
         fixes[name] = value
     return fixes
 

@@ -165,6 +165,9 @@ def _check_semantics(space: SearchSpace) -> str | None:
     defaults = TrainConfig.defaults()  # what a trial gets for a field the space neither searches nor fixes
     candidates = precisions.choices if isinstance(precisions, CategoricalParam) else [space.fixed.get("fp_precision", defaults["fp_precision"])]
     for value in candidates:
+        if isinstance(value, bool):
+            return (f"fp_precision: got the YAML boolean {str(value).lower()} (YAML reads a bare no, yes, off or on as one); "
+                    f"quote it ('no' means fp32) or write one of {', '.join(PRECISIONS)}")
         if canonical_precision(value) not in PRECISIONS:
             return f"unknown precision {value!r}; expected one of {', '.join(PRECISIONS)} (or none = fp32)"
     finetune = space.params.get("finetune")

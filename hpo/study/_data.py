@@ -12,9 +12,13 @@ from trial_executor import TextClassificationData, demo_dataset, load_text_class
 
 DataLike = str | Path | TextClassificationData | None
 
+# The demo reviews and the --valid-fraction hold-out are drawn with this seed, not with --seed: a
+# study's data stays the same whatever seed a run or a retrain of its best trial passes.
+DATA_SEED = 0
+
 
 def resolve_data(
-    data: DataLike = None, *, seed: int = 0, text_column: str = "text", label_column: str = "label",
+    data: DataLike = None, *, text_column: str = "text", label_column: str = "label",
     text_pair_column: str | None = None, valid_data: str | Path | None = None, valid_fraction: float = 0.1,
     empty_text: str = "drop", task: str = "auto",
 ) -> TextClassificationData:
@@ -22,17 +26,21 @@ def resolve_data(
 
     ``task`` (the space's ``task:``) is what the labels are for; ``auto`` reads it from them.
     """
-    if data is None and valid_data is not None:
-        raise UserError("--valid-data needs --data; pass the training file too")
+    if data is None:  # the demo reviews: a data flag given would be silently ignored
+        flags = (("--valid-data", valid_data, None), ("--text-column", text_column, "text"), ("--label-column", label_column, "label"),
+                 ("--text-pair-column", text_pair_column, None), ("--valid-fraction", valid_fraction, 0.1), ("--empty-text", empty_text, "drop"))
+        named = [flag for flag, value, default in flags if value != default]
+        if named:
+            raise UserError(f"{named[0]} needs --data; pass the training file too")
     if data is None or isinstance(data, TextClassificationData):
-        given = demo_dataset(seed=seed) if data is None else data
+        given = demo_dataset(seed=DATA_SEED) if data is None else data
         if task not in ("auto", given.task):
             what = "the demo reviews are" if data is None else "the data given is"
             raise UserError(f"the space says task: {task} but {what} {given.task} data; pass --data with {task} labels")
         return given
     loaded = load_text_classification(
         str(data), text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
-        valid_path=None if valid_data is None else str(valid_data), valid_fraction=valid_fraction, seed=seed,
+        valid_path=None if valid_data is None else str(valid_data), valid_fraction=valid_fraction, seed=DATA_SEED,
         empty_text=empty_text, task=task,
     )
     if loaded.dropped_empty:

@@ -119,6 +119,6 @@ class RunOptions(BaseModel):
         return Heartbeat(self.heartbeat_interval, self.grace_period, self.max_retry)
 
     def data_options(self) -> dict[str, Any]:
-        """:func:`hpo.study._data.resolve_data`'s keyword arguments: the data flags and the seed of the validation split."""
-        names = ("seed", "text_column", "label_column", "text_pair_column", "valid_data", "valid_fraction", "empty_text")
+        """:func:`hpo.study._data.resolve_data`'s keyword arguments: the data flags (never the seed: see ``DATA_SEED``)."""
+        names = ("text_column", "label_column", "text_pair_column", "valid_data", "valid_fraction", "empty_text")
         return {name: getattr(self, name) for name in names}

@@ -86,6 +86,16 @@ CASES: dict[str, tuple[Any, str]] = {
     "num_workers above the CPU count": (
         lambda c: ["--space", _space(c, fixed={"num_workers": 10000})],
         f"fixed.num_workers: 10000 DataLoader worker processes per trial exceeds this machine's {CPUS} CPUs; use at most {CPUS}"),
+    "a bare no as the precision (YAML's false)": (
+        lambda c: ["--space", _space(c, params={"fp_precision": {"type": "categorical", "choices": [False, "bf16"]}})],
+        "fp_precision: got the YAML boolean false (YAML reads a bare no, yes, off or on as one); quote it ('no' means fp32)"),
+    "a data flag without --data": (lambda c: ["--text-column", "sentence"], "--text-column needs --data; pass the training file too"),
+    "--mixed-precision against --fix fp_precision": (
+        lambda c: ["--mixed-precision", "bf16", "--fix", "fp_precision=fp32"],
+        "--fix fp_precision is given two values, 'fp32' and 'bf16' (--mixed-precision fixes it too); keep one"),
+    "--fix twice with two values": (
+        lambda c: ["--fix", "learning_rate=0.002", "--fix", "learning_rate=0.003"],
+        "--fix learning_rate is given two values, 0.002 and 0.003; keep one"),
     "unreachable Ray address": (lambda c: ["--ray", "127.0.0.1:1"], "--ray 127.0.0.1:1: nothing answers there (Connection refused); start"),
     "Ray address without a port": (lambda c: ["--ray", "head.invalid"], "--ray head.invalid: not an address; give host:port"),
     "password with a raw @": (

@@ -6,13 +6,16 @@ import shlex
 from pathlib import Path
 
 import pytest
+from conftest import write_tsv
 
 import hpo
+from hpo._api import open_run
 from hpo.study._data import data_flags, data_source_of, stored_data
+from hpo.study._options import RunOptions
 from trial_executor import demo_dataset
 
 OPTIONS = {"text_column": "review text", "label_column": "label", "text_pair_column": None, "valid_data": None,
-           "valid_fraction": 0.1, "empty_text": "fail", "seed": 3}
+           "valid_fraction": 0.1, "empty_text": "fail"}
 
 
 def test_flags_read_the_same_file_again_from_anywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,3 +44,14 @@ def test_a_moved_file_is_one_line_naming_the_flags(tmp_path: Path) -> None:
     source = {"data": str(tmp_path / "gone.tsv"), **{k: v for k, v in OPTIONS.items() if k != "seed"}}
     with pytest.raises(hpo.UserError, match=r"the study ran with --data \S+gone.tsv .*, but \S+gone.tsv is not on this machine; pass --data"):
         stored_data(source, OPTIONS)
+
+
+def test_a_run_with_another_seed_reads_the_same_data(tmp_path: Path) -> None:
+    # --seed seeds the trials, never the data: the demo reviews and a --valid-fraction hold-out are
+    # drawn the same, so a study is extended (or its best trial retrained) with any seed.
+    train = write_tsv(tmp_path / "train.tsv", [(f"{word} review number {i}", i % 2) for i, word in enumerate(["good", "bad"] * 40)])
+    for name, data, flags in (("demo", None, {}), ("held-out", str(train), {"text_column": "sentence", "valid_fraction": 0.25})):
+        opened = [open_run(None, data, RunOptions(storage=f"sqlite:///{tmp_path / 's.db'}", study_name=name, seed=seed,
+                                                   device="cpu", artifact_store=None, **flags), announce=None)
+                  for seed in (0, 7)]  # the second opens the study the first made: refused if its data differed
+        assert opened[0].prepared.data.fingerprint == opened[1].prepared.data.fingerprint
