@@ -190,10 +190,13 @@ def check_storage_url(url: str, *, wait_for_server: bool = False) -> None:
         return
     parsed = _parse(url)
     if parsed.drivername == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            parent = Path(parsed.database).expanduser().resolve().parent
-            if not parent.is_dir():
-                raise StorageError(f"SQLite directory {parent} does not exist; create it or choose another path")
+        if not parsed.database or parsed.database == ":memory:":
+            # Each process would get its own empty database, gone when it ends: no study to resume, share or browse.
+            raise StorageError(f"storage {url!r} is an in-memory SQLite database, lost when the run ends; "
+                               "give a file, e.g. sqlite:///hpo-studies.db")
+        parent = Path(parsed.database).expanduser().resolve().parent
+        if not parent.is_dir():
+            raise StorageError(f"SQLite directory {parent} does not exist; create it or choose another path")
         return
     engine = sqlalchemy.create_engine(parsed, connect_args={"connect_timeout": 10}, poolclass=sqlalchemy.pool.NullPool)
 

@@ -93,6 +93,8 @@ class RunOptions(BaseModel):
         check_study_name(self.study_name)
         check_seed(self.seed)
         check_heartbeat(self.heartbeat_interval, self.grace_period)
+        if self.n_trials < 1:  # the command's flag is checked by its parser; optimize() arrives here
+            raise UserError(f"n_trials must be at least 1, got {self.n_trials}")
         if self.warm_start_trials < 1:
             raise UserError(f"warm_start_trials must be at least 1, got {self.warm_start_trials}")
         if self.verdict is not None and not 2 <= self.verdict <= MAX_VERDICT_SEEDS:

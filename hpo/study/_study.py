@@ -67,6 +67,15 @@ def _other_data(study_name: str, stored: dict[str, Any], fingerprint: str) -> Us
     )
 
 
+def _first_difference(stored: Any, wanted: Any, where: str = "") -> str:
+    """Where two stored spaces first differ, and how: ``params.batch_size.choices: [16, 32] then, [8, 32] now``."""
+    if isinstance(stored, dict) and isinstance(wanted, dict):
+        for key in [*stored, *(k for k in wanted if k not in stored)]:
+            if stored.get(key) != wanted.get(key):
+                return _first_difference(stored.get(key), wanted.get(key), f"{where}.{key}" if where else str(key))
+    return f"{where or 'the space'}: {stored!r} then, {wanted!r} now"
+
+
 def open_study(
     storage: optuna.storages.BaseStorage, study_name: str, space: SearchSpace, data: TextClassificationData, seed: int,
     known_good: Sequence[tuple[str, dict[str, Any]]] = (), data_source: dict[str, Any] | None = None,
@@ -86,8 +95,8 @@ def open_study(
         stored = existing.user_attrs
         if "search_space" in stored and stored["search_space"] != wanted["search_space"]:
             raise UserError(
-                f"study {study_name!r} was created with a different search space; "
-                "rerun with its original --space, or pick a new --study-name"
+                f"study {study_name!r} was created with a different search space ({_first_difference(stored['search_space'], wanted['search_space'])}); "
+                "rerun with its original --space (and --model, --fix), or pick a new --study-name"
             )
         if DATASET_FINGERPRINT_ATTR in stored and stored[DATASET_FINGERPRINT_ATTR] != wanted[DATASET_FINGERPRINT_ATTR]:
             raise _other_data(study_name, stored, wanted[DATASET_FINGERPRINT_ATTR])

@@ -96,6 +96,7 @@ CASES: dict[str, tuple[Any, str]] = {
     "--fix twice with two values": (
         lambda c: ["--fix", "learning_rate=0.002", "--fix", "learning_rate=0.003"],
         "--fix learning_rate is given two values, 0.002 and 0.003; keep one"),
+    "in-memory SQLite": (lambda c: ["--storage", "sqlite:///:memory:"], "is an in-memory SQLite database, lost when the run ends; give a file"),
     "unreachable Ray address": (lambda c: ["--ray", "127.0.0.1:1"], "--ray 127.0.0.1:1: nothing answers there (Connection refused); start"),
     "Ray address without a port": (lambda c: ["--ray", "head.invalid"], "--ray head.invalid: not an address; give host:port"),
     "password with a raw @": (

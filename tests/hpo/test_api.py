@@ -58,6 +58,10 @@ def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path: Path) -> 
         hpo.optimize({**TINY, "params": {"learning_rat": TINY["params"]["learning_rate"]}}, storage=f"sqlite:///{db}")
     with pytest.raises(hpo.UserError, match="no-such-model"):
         hpo.optimize(TINY, storage=f"sqlite:///{db}", model="no-such-model")
+    with pytest.raises(hpo.UserError, match="n_trials must be at least 1, got 0"):  # as --n-trials 0 is refused
+        hpo.optimize(TINY, storage=f"sqlite:///{db}", n_trials=0)
+    with pytest.raises(hpo.UserError, match="in-memory SQLite database, lost when the run ends"):
+        hpo.optimize(TINY, storage="sqlite:///:memory:")
     assert not db.exists()
     with pytest.raises(hpo.UserError, match="no SQLite database"):
         hpo.load("nb", storage=f"sqlite:///{db}")
