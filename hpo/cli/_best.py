@@ -20,10 +20,11 @@ from pathlib import Path
 
 import optuna
 
+from hpo._errors import UserError
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
 from hpo.reporting._export import best_document, best_space, best_space_yaml, best_yaml, trial_entry
 from hpo.storage._best_model import export_best_model
-from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, existing_artifact_store
+from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._inspect import load_existing_study, objective_names, open_existing_storage
 
 PROG = command_prog("best")
@@ -51,8 +52,10 @@ def build_parser() -> Parser:
 
 
 def _save_model(study: optuna.Study, args: argparse.Namespace) -> int:
+    if args.format != "yaml":  # the model's directory gets its config as YAML; a --format would be silently ignored
+        raise UserError(f"--format {args.format} prints the best trial; --save-model writes its model: pass one of them")
     directory = Path(args.save_model)
-    kept = export_best_model(study, existing_artifact_store(args.artifact_store), directory)
+    kept = export_best_model(study, args.artifact_store, directory)
     trial = study.trials[kept["trial"]]
     document = {"study": study.study_name, **trial_entry(trial, objective_names(study))}
     (directory / BEST_CONFIG_FILE).write_text(best_yaml(document), encoding="utf-8")

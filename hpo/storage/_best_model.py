@@ -98,17 +98,25 @@ def keep_if_best(study: optuna.Study, trial: FrozenTrial, store: FileSystemArtif
         shutil.rmtree(saved.parent, ignore_errors=True)
 
 
-def export_best_model(study: optuna.Study, store: FileSystemArtifactStore | None, directory: Path) -> dict[str, Any]:
-    """Write the kept best model and tokenizer into ``directory`` (new or empty); returns the ``best_model`` attr."""
+def export_best_model(study: optuna.Study, store_path: str, directory: Path) -> dict[str, Any]:
+    """Write the kept best model and tokenizer into ``directory`` (new or empty) from the artifact store at ``store_path``.
+
+    Returns the ``best_model`` attr.
+    """
     kept = study.user_attrs.get(BEST_MODEL_ATTR)
     if not kept:
         raise UserError(
             f"study {study.study_name!r} kept no model: trials keep the best one when run by `python -m hpo run` "
             "with an artifact store and a single objective; rerun the study, or retrain with `best --format space`"
         )
+    from hpo.storage._checkpoints import existing_artifact_store  # here: that module imports this one
+
+    store = existing_artifact_store(store_path)
     if store is None:
-        raise UserError("no artifact store at --artifact-store; pass the directory the study ran with")
-    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise UserError(f"no artifact store at {store_path} (--artifact-store); pass the directory the study ran with")
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"--save-model {directory} is a file, not a directory; pass a new or empty directory")
+    if directory.is_dir() and any(directory.iterdir()):
         raise UserError(f"--save-model {directory} exists and is not empty; pass a new or empty directory")
     with tempfile.TemporaryDirectory(prefix="hpo-best-model-") as scratch:
         archive = Path(scratch) / "model.tar"

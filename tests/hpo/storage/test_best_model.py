@@ -17,8 +17,8 @@ from conftest import ROOT
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import hpo
+from hpo.__main__ import main as hpo_main
 from hpo.storage._best_model import BEST_MODEL_ATTR, export_best_model
-from hpo.storage._checkpoints import artifact_store
 from trial_executor import TextClassificationData, demo_dataset
 
 FP32 = {**TINY, "params": {k: v for k, v in TINY["params"].items() if k != "fp_precision"}, "fixed": {**TINY["fixed"], "max_steps": 6}}
@@ -38,7 +38,7 @@ def _tars(store: Path) -> list[Path]:
     return [p for p in store.rglob("*") if p.is_file() and tarfile.is_tarfile(p)]
 
 
-def test_the_best_model_replaces_the_previous_and_best_save_model_writes_it(tmp_path: Path) -> None:
+def test_the_best_model_replaces_the_previous_and_best_save_model_writes_it(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     data = demo_dataset(n_train=200, n_valid=64, seed=2)
     url, store = f"sqlite:///{tmp_path / 'b.db'}", tmp_path / "store"
     study = hpo.optimize(FP32, data, storage=url, study_name="b", n_trials=3, device="cpu", artifact_store=str(store))
@@ -63,6 +63,15 @@ def test_the_best_model_replaces_the_previous_and_best_save_model_writes_it(tmp_
         timeout=120,
     )
     assert again.returncode == 2 and "not empty" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+    # Each mistake is one line naming what to pass (in process: no process boundary under test here).
+    for flags, line in (
+        (["--artifact-store", str(tmp_path / "nowhere")], f"no artifact store at {tmp_path / 'nowhere'} (--artifact-store); pass"),
+        (["--artifact-store", str(store), "--format", "space"], "--format space prints the best trial; --save-model writes its model"),
+    ):
+        assert hpo_main(["best", "--study-name", "b", "--storage", url, "--save-model", str(tmp_path / "new"), *flags]) == 2
+        assert line in capfd.readouterr().err and not (tmp_path / "new").exists()
+    assert hpo_main(["best", "--study-name", "b", "--storage", url, "--artifact-store", str(store), "--save-model", str(tmp_path / "b.db")]) == 2
+    assert f"--save-model {tmp_path / 'b.db'} is a file, not a directory" in capfd.readouterr().err
 
 
 def test_lora_keeps_the_merged_model(tmp_path: Path) -> None:
@@ -72,7 +81,7 @@ def test_lora_keeps_the_merged_model(tmp_path: Path) -> None:
     study = hpo.optimize(space, data, storage=f"sqlite:///{tmp_path / 'l.db'}", study_name="l", n_trials=1, device="cpu",
                          artifact_store=str(store))
     out = tmp_path / "merged"
-    export_best_model(study, artifact_store(str(store)), out)
+    export_best_model(study, str(store), out)
     model = AutoModelForSequenceClassification.from_pretrained(out)
     assert not any("lora" in name or "modules_to_save" in name for name in model.state_dict())
     assert _accuracy(out, data) == pytest.approx(study.best_trial.user_attrs["metrics"]["accuracy"])
@@ -81,4 +90,4 @@ def test_lora_keeps_the_merged_model(tmp_path: Path) -> None:
 def test_a_study_without_a_kept_model_is_a_clear_error(tmp_path: Path) -> None:
     study = optuna.create_study(study_name="none", storage=f"sqlite:///{tmp_path / 'n.db'}")
     with pytest.raises(hpo.UserError, match="kept no model"):
-        export_best_model(study, artifact_store(str(tmp_path / "s")), tmp_path / "out")
+        export_best_model(study, str(tmp_path / "s"), tmp_path / "out")
