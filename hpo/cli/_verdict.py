@@ -7,7 +7,7 @@ resumes them. Prints the table and one line of verdict per precision, stores the
 the study (``report``, ``export --verdict`` and the dashboard's study note show it) and writes
 ``verdict.md`` and ``verdict.png`` into ``--out``. The space and the data default to the
 study's own: without --data, the file (its absolute path) and data flags the study last ran
-with are read again; give --seed if the study had one.
+with are read again.
 
 examples:
   %(prog)s --study-name precision-demo --seeds 3
@@ -29,9 +29,10 @@ from hpo.cli._run import _add_data, start_training_command
 from hpo.reporting._run_lines import trial_line
 from hpo.reporting._verdict import write_verdict
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
+from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import Heartbeat
 from hpo.study._data import data_flags
-from hpo.study._options import DEFAULT_STUDY_NAME, RunOptions
+from hpo.study._options import RunOptions
 from hpo.study._study import TooManyFailuresError
 from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, MAX_VERDICT_SEEDS
 from trial_executor import DEVICES, DataError
@@ -41,7 +42,7 @@ PROG = command_prog("verdict")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(PROG, __doc__)
-    parser.add_argument("--study-name", default=DEFAULT_STUDY_NAME, help="the study (default: %(default)s)")
+    parser.add_argument("--study-name", default=None, help="the study (default: the storage's only study)")
     add_storage_argument(parser, "database URL the study lives in")
     parser.add_argument("--seeds", type=at_least(2), default=DEFAULT_VERDICT_SEEDS,
                         help=f"paired seeds per precision, 2 to {MAX_VERDICT_SEEDS} (default: %(default)s)")
@@ -50,7 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
                              "unsupported ones are listed, not run)")
     parser.add_argument("--trial", type=at_least(0), default=None, help="re-train this trial (default: the best)")
     parser.add_argument("--space", default=None, help="search-space YAML (default: the one the study was made with)")
-    parser.add_argument("--seed", type=int, default=0, help="the --seed the study was run with (it seeds the validation split)")
     parser.add_argument("--device", choices=DEVICES, default="auto", help="where trials train (default: %(default)s)")
     parser.add_argument("--out", default=None, help="directory for verdict.md and verdict.png (default: ./hpo-verdict-<study>)")
     parser.add_argument("--max-retry", type=at_least(0), default=Heartbeat.max_retry,
@@ -66,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _options(args: argparse.Namespace, url: str) -> RunOptions:
     given = {name: getattr(args, name) for name in RunOptions.model_fields if name in vars(args)}
-    return RunOptions(**{**given, "storage": url})
+    # As report, export and best: without --study-name, the storage's only study.
+    name = args.study_name or load_existing_study(open_existing_storage(url), url, None).study_name
+    return RunOptions(**{**given, "storage": url, "study_name": name})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if stop.requested():
             print(f"{PROG}: stopped by a signal; rerun the same command to resume the verdict", file=sys.stderr)
             return stop.exit_code
-        print(write_verdict(verdict, Path(args.out or f"hpo-verdict-{args.study_name}")), flush=True)
+        print(write_verdict(verdict, Path(args.out or f"hpo-verdict-{options.study_name}")), flush=True)
         return 0
 
     return run_guarded(PROG, url, body, user_errors=(UserError, DataError), failures=(TooManyFailuresError,))

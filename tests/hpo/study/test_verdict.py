@@ -294,9 +294,11 @@ def test_a_verdict_without_data_flags_reads_the_data_the_study_ran_on(
     flags = f"--data {data} --text-column sentence --label-column label --valid-fraction 0.25"
 
     # Elsewhere, no data flags: the verdict reads the file and flags the study stored, and says so.
+    # No --study-name either: as report and best, the storage's only study.
     monkeypatch.chdir((tmp_path / "elsewhere").mkdir() or tmp_path / "elsewhere")
     capsys.readouterr()
-    assert verdict_main(["--storage", storage, "--study-name", "d", "--device", "cpu", "--seeds", "2"]) == 0
+    assert verdict_main(["--storage", storage, "--device", "cpu", "--seeds", "2"]) == 0
+    assert (tmp_path / "elsewhere" / "hpo-verdict-d" / "verdict.md").is_file()
     out = capsys.readouterr().out
     assert out.startswith(f"Data: {flags} (the study's own; --data reads another copy)\n")
     same_seed = [t for t in hpo.load("d", storage=storage).trials if t.user_attrs.get("verdict_trial", {}).get("seed_index") == 0]
