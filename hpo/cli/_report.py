@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise UserError(f"cannot create --out directory {out}: {err.strerror}") from None
+            raise UserError(f"cannot create --out directory {out}: {err.strerror}; pass a directory that can be made there") from None
         report = build_report(study, mask_url(url))
         stored = stored_verdict(study)
         verdict = Verdict.from_dict(stored) if stored else None  # the study's verdict (python -m hpo verdict), if any

@@ -263,7 +263,7 @@ def write_verdict(verdict: Verdict, out: Path) -> str:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise UserError(f"cannot create --out directory {out}: {err.strerror}") from None
+        raise UserError(f"cannot create --out directory {out}: {err.strerror}; pass a directory that can be made there") from None
     (out / VERDICT_MD).write_text(f"# Precision verdict: {verdict.study}\n\n" + verdict_markdown(verdict, VERDICT_PNG), encoding="utf-8")
     plot_verdict(verdict, out / VERDICT_PNG)
     return "\n".join(["", *verdict_table(verdict), "", f"Wrote {out / VERDICT_MD} and {out / VERDICT_PNG}"])

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from hpo._errors import suggest_key
 from hpo.space._fixes import canonical_precision
 from hpo.space._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective
-from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
+from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError, same_choice
 from hpo.space._space import (
     DEFAULT_SPACE,
     RESERVED_KEYS,
@@ -76,6 +76,16 @@ def _pydantic_message(error: dict[str, Any]) -> str:
 def _check_default(name: str, p: CategoricalParam | FloatParam | IntParam) -> str | None:
     problem = None if p.default is None else p.problem_with(p.default)
     return problem and f"params.{name}.default: {p.default!r} {problem}"
+
+
+def _check_repeated_choice(name: str, p: CategoricalParam | FloatParam | IntParam) -> str | None:
+    """A choice listed twice would be sampled twice as often, which nobody means by listing it."""
+    if not isinstance(p, CategoricalParam):
+        return None
+    for i, choice in enumerate(p.choices):
+        if any(same_choice(choice, earlier) for earlier in p.choices[:i]):
+            return f"params.{name}.choices lists {choice!r} twice; list each choice once"
+    return None
 
 
 def _check_objectives(space: SearchSpace) -> str | None:
@@ -158,7 +168,7 @@ def _check_semantics(space: SearchSpace) -> str | None:
                 return f"params.{name}: log scale needs low > 0, got {p.low}"
             if p.log and p.step not in (None, 1):
                 return f"params.{name}: step cannot be combined with log: true"
-        problem = _check_default(name, p)
+        problem = _check_default(name, p) or _check_repeated_choice(name, p)
         if problem:
             return problem
     precisions = space.params.get("fp_precision")

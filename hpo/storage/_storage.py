@@ -100,7 +100,9 @@ def _explain_connection_error(url: URL, error: Exception) -> str:
     if "Connection refused" in text or "could not connect" in text or "timeout expired" in text:
         return f"cannot reach {where} (is the server running?); start it or fix --storage / ${STORAGE_ENV}"
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-    return f"cannot connect to {where}: {first}"
+    if "resolve host" in text or "translate host name" in text:
+        return f"cannot resolve the host {url.host!r} of the storage URL ({first}); fix the host in --storage / ${STORAGE_ENV}"
+    return f"cannot connect to {where}: {first}; check --storage / ${STORAGE_ENV}"
 
 
 @contextlib.contextmanager

@@ -89,6 +89,12 @@ CASES: dict[str, tuple[Any, str]] = {
     "a bare no as the precision (YAML's false)": (
         lambda c: ["--space", _space(c, params={"fp_precision": {"type": "categorical", "choices": [False, "bf16"]}})],
         "fp_precision: got the YAML boolean false (YAML reads a bare no, yes, off or on as one); quote it ('no' means fp32)"),
+    "a choice listed twice": (
+        lambda c: ["--space", _space(c, params={"batch_size": {"type": "categorical", "choices": [16, 32, 16]}})],
+        "params.batch_size.choices lists 16 twice; list each choice once"),
+    "one column for text and label": (
+        lambda c: ["--data", _a_file(c), "--text-column", "sentence", "--label-column", "sentence"],
+        "--text-column and --label-column both name the column 'sentence'; give each its own column"),
     "a data flag without --data": (lambda c: ["--text-column", "sentence"], "--text-column needs --data; pass the training file too"),
     "--mixed-precision against --fix fp_precision": (
         lambda c: ["--mixed-precision", "bf16", "--fix", "fp_precision=fp32"],
@@ -96,6 +102,9 @@ CASES: dict[str, tuple[Any, str]] = {
     "--fix twice with two values": (
         lambda c: ["--fix", "learning_rate=0.002", "--fix", "learning_rate=0.003"],
         "--fix learning_rate is given two values, 0.002 and 0.003; keep one"),
+    "unresolvable PostgreSQL host": (
+        lambda c: ["--storage", f"postgresql://u:{SECRET_TAIL}@db.invalid:5432/hpo"],
+        "cannot resolve the host 'db.invalid' of the storage URL"),
     "in-memory SQLite": (lambda c: ["--storage", "sqlite:///:memory:"], "is an in-memory SQLite database, lost when the run ends; give a file"),
     "unreachable Ray address": (lambda c: ["--ray", "127.0.0.1:1"], "--ray 127.0.0.1:1: nothing answers there (Connection refused); start"),
     "Ray address without a port": (lambda c: ["--ray", "head.invalid"], "--ray head.invalid: not an address; give host:port"),

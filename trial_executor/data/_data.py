@@ -119,6 +119,19 @@ def _columns(
     return rows
 
 
+def _check_arguments(text_column: str, label_column: str, text_pair_column: str | None, empty_text: str, task: str) -> None:
+    """The arguments' own mistakes, before any file is read; one column read as two things (a text that is its own label) too."""
+    if empty_text not in ("drop", "fail"):
+        raise DataError(f"--empty-text must be drop or fail, got {empty_text!r}")
+    if task not in (AUTO, CLASSIFICATION, REGRESSION, MULTI_LABEL):
+        raise DataError(f"task must be auto, {CLASSIFICATION}, {REGRESSION} or {MULTI_LABEL}, got {task!r}")
+    named = [("--text-column", text_column), ("--label-column", label_column), ("--text-pair-column", text_pair_column)]
+    for i, (flag, column) in enumerate(named):
+        other = next((earlier for earlier, name in named[:i] if column is not None and name == column), None)
+        if other is not None:
+            raise DataError(f"{other} and {flag} both name the column {column!r}; give each its own column")
+
+
 def load_text_classification(
     path: str | Path,
     *,
@@ -141,10 +154,7 @@ def load_text_classification(
     empty text are dropped and counted (``empty_text="drop"``) or refused (``"fail"``).
     Raises :class:`DataError` with a one-line explanation.
     """
-    if empty_text not in ("drop", "fail"):
-        raise DataError(f"--empty-text must be drop or fail, got {empty_text!r}")
-    if task not in (AUTO, CLASSIFICATION, REGRESSION, MULTI_LABEL):
-        raise DataError(f"task must be auto, {CLASSIFICATION}, {REGRESSION} or {MULTI_LABEL}, got {task!r}")
+    _check_arguments(text_column, label_column, text_pair_column, empty_text, task)
     path = Path(path)
     columns = (text_column, label_column, text_pair_column, empty_text, task == MULTI_LABEL)
     train = _columns(path, read_records(path), *columns)
