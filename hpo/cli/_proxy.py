@@ -70,8 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         grpc_host = f"[{host}]" if ":" in host else host  # gRPC wants IPv6 addresses in brackets
         if url.lower().startswith(GRPC_SCHEME):
             raise UserError("--storage must be the database itself (sqlite:/// or postgresql://), not another proxy")
+        _check_can_listen(host, args.port)  # first: a busy port leaves no new database file behind
         storage = create_storage(url)
-        _check_can_listen(host, args.port)
         worker_host = socket.gethostname() if host in ("0.0.0.0", "::") else grpc_host
         print(f"Serving {mask_url(url)} on {grpc_host}:{args.port}; start workers with --storage grpc://{worker_host}:{args.port}", flush=True)
         signal.signal(signal.SIGTERM, _stop)
