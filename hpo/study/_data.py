@@ -27,11 +27,11 @@ def resolve_data(
     ``task`` (the space's ``task:``) is what the labels are for; ``auto`` reads it from them.
     """
     if data is None:  # the demo reviews: a data flag given would be silently ignored
-        flags = (("--valid-data", valid_data, None), ("--text-column", text_column, "text"), ("--label-column", label_column, "label"),
-                 ("--text-pair-column", text_pair_column, None), ("--valid-fraction", valid_fraction, 0.1), ("--empty-text", empty_text, "drop"))
-        named = [flag for flag, value, default in flags if value != default]
+        flags = {"valid_data": valid_data, "text_column": text_column, "label_column": label_column,
+                 "text_pair_column": text_pair_column, "valid_fraction": valid_fraction, "empty_text": empty_text}
+        named = [name for name, value in flags.items() if value != resolve_data.__kwdefaults__[name]]
         if named:
-            raise UserError(f"{named[0]} needs --data; pass the training file too")
+            raise UserError(f"--{named[0].replace('_', '-')} needs --data; pass the training file too")
     if data is None or isinstance(data, TextClassificationData):
         given = demo_dataset(seed=DATA_SEED) if data is None else data
         if task not in ("auto", given.task):

@@ -68,12 +68,12 @@ def _other_data(study_name: str, stored: dict[str, Any], fingerprint: str) -> Us
 
 
 def _first_difference(stored: Any, wanted: Any, where: str = "") -> str:
-    """Where two stored spaces first differ, and how: ``params.batch_size.choices: [16, 32] then, [8, 32] now``."""
+    """Where two stored spaces first differ, and how: ``params.batch_size.choices was [16, 32], now [8, 32]``."""
     if isinstance(stored, dict) and isinstance(wanted, dict):
         for key in [*stored, *(k for k in wanted if k not in stored)]:
             if stored.get(key) != wanted.get(key):
                 return _first_difference(stored.get(key), wanted.get(key), f"{where}.{key}" if where else str(key))
-    return f"{where or 'the space'}: {stored!r} then, {wanted!r} now"
+    return f"{where or 'the space'} was {stored!r}, now {wanted!r}"
 
 
 def open_study(
