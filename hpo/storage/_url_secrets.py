@@ -34,10 +34,9 @@ def split_credentials(url: str) -> tuple[str, str, str | None, str] | None:
 
 def mask_url(url: str) -> str:
     """``url`` with its passwords replaced by ``***``, safe to print and log, however malformed ``url`` is."""
-    masked = _masked_query(url)
-    parts = split_credentials(masked)
+    parts = split_credentials(url)  # its rest has the query passwords masked already
     if parts is None or not parts[2]:
-        return masked
+        return _masked_query(url)
     scheme, user, _, host = parts
     return f"{scheme}://{user}:***@{host}"
 

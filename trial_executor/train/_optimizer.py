@@ -48,7 +48,6 @@ class LearningRateSchedule:
         self.table = None
         if skipped is not None:
             self.table = torch.tensor([peak * factor(s) for s in range(total_steps + 1)], device=skipped.device)
-            self.last = torch.tensor([total_steps], device=skipped.device)
         self._set_rate()
 
     def step(self) -> None:
@@ -65,7 +64,7 @@ class LearningRateSchedule:
                 else:
                     group["lr"] = rate
             return
-        applied = torch.minimum(self.skipped.neg().add(self.steps).view(1), self.last)
+        applied = (self.steps - self.skipped).clamp(max=self.table.numel() - 1).view(1)
         rate = self.table.gather(0, applied).view(())  # gather, not table[applied]: indexing would read the index on the host
         for group in self.optimizer.param_groups:
             group["lr"].copy_(rate)
