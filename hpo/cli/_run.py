@@ -312,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         # Everything that can be wrong with the input is checked before anything is written.
-        check_ray_flags(args)
+        check_ray_flags(args, url)
         options = options_of(args)
         gpu_warning = check_gpus(args.gpus, args.device)
         if gpu_warning and worker_index() is None:  # the parent says it once, not each worker

@@ -14,7 +14,7 @@ from hpo._errors import UserError
 from hpo.reporting._progress import StudyProgress, best_so_far
 from hpo.reporting._run_lines import stopped_line
 from hpo.study._outcomes import was_interrupted
-from hpo.study._ray_workers import check_gpus_per_trial, require_ray
+from hpo.study._ray_workers import check_gpus_per_trial, check_reachable, refuse_shared_sqlite, require_ray
 from hpo.study._study import finished_count
 from hpo.study._workers import StopSignal
 
@@ -46,13 +46,16 @@ def add_ray_arguments(group: argparse._ArgumentGroup) -> None:
     )
 
 
-def check_ray_flags(args: argparse.Namespace) -> None:
+def check_ray_flags(args: argparse.Namespace, storage_url: str) -> None:
     if args.ray is None and args.gpus_per_trial is not None:
         raise UserError("--gpus-per-trial places trials through Ray: add --ray (without Ray, --workers N --gpus 0,1 pins workers to GPUs)")
     if args.ray is not None and args.gpus:
         raise UserError("--gpus picks GPUs on this machine; with --ray, Ray assigns them: use --gpus-per-trial")
     if args.ray is not None:
-        require_ray()  # before the space and data are read: a missing extra is said at once
+        # Before the space and data are read, and a wrong address before Ray's import (seconds): said at once.
+        refuse_shared_sqlite(storage_url, args.ray, nodes=1)
+        check_reachable(args.ray or None)
+        require_ray()
 
 
 def run_with_ray(

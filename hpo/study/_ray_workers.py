@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -127,11 +128,13 @@ def connect(address: str | None, storage_url: str) -> RayCluster:
 
     SQLite with a cluster of several nodes (or Ray Client) is refused before anything is written.
     """
-    ray = require_ray()
     refuse_shared_sqlite(storage_url, address, nodes=1)  # Ray Client: refused before connecting
-    started_here = address is None and not ray.is_initialized()
-    if not ray.is_initialized():
-        check_reachable(address)
+    already = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+    if not already:
+        check_reachable(address)  # before importing Ray (seconds): a wrong address is told at once
+    ray = require_ray()
+    started_here = address is None and not already
+    if not already:
         # log_to_driver: each worker's warnings show on the driver's terminal. A cluster started here
         # serves this run alone: it listens on loopback, not on every address of the machine.
         local = {"_node_ip_address": "127.0.0.1"} if address is None else {}
