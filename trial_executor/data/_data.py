@@ -165,6 +165,7 @@ def load_text_classification(
     if valid_path is not None:
         valid_path = Path(valid_path)
         valid = _columns(valid_path, read_records(valid_path, valid_split), *columns)
+        unseen_fix = "add them to the training data"
     else:
         if not 0 < valid_fraction < 1:
             raise DataError(f"--valid-fraction must be between 0 and 1, got {valid_fraction}")
@@ -175,9 +176,11 @@ def load_text_classification(
             raise DataError(f"data file {path} has {len(order)} usable rows, too few to hold out validation; add rows")
         valid = train.take(order[:n_valid], 0)
         train = train.take(sorted(order[n_valid:]), train.dropped_empty)
+        unseen_fix = (f"the --valid-fraction {valid_fraction} hold-out took every row of them from {path}; "
+                      "add rows of them, or pass a validation file (--valid-data)")
     task = resolve_task(task, {**valid.examples, **train.examples}, [*train.labels, *valid.labels])
     targets = {CLASSIFICATION: _label_ids, REGRESSION: _numbers, MULTI_LABEL: _multi_hot}[task]
-    names, train_targets, valid_targets = targets(path, train, valid, label_column)
+    names, train_targets, valid_targets = targets(path, train, valid, label_column, unseen_fix)
     return TextClassificationData(
         train_texts=train.texts,
         train_labels=train_targets,
@@ -191,21 +194,25 @@ def load_text_classification(
     )
 
 
-def _label_ids(path: Path, train: _Rows, valid: _Rows, column: str) -> tuple[list[str], list[int], list[int]]:
+def _refuse_unseen(valid_labels: set[int | str], classes: set[int | str], fix: str) -> None:
+    unseen = label_names(valid_labels - classes)
+    if unseen:
+        raise DataError(f"validation labels [{bounded_list(map(repr, unseen))}] never occur in training; {fix}")
+
+
+def _label_ids(path: Path, train: _Rows, valid: _Rows, column: str, unseen_fix: str) -> tuple[list[str], list[int], list[int]]:
     """The class names, and each split's labels as ids: one label kind across both splits."""
     classes = set(train.labels)
+    _refuse_unseen(set(valid.labels), classes, unseen_fix)  # type: ignore[arg-type]  # single labels
     names = label_names(classes)
     if len(names) < 2:
         single = repr(names[0]) if names else "none"
         raise DataError(f"data file {path} has a single class ({single}) in training; a classifier needs at least two")
-    unseen = label_names(set(valid.labels) - classes)
-    if unseen:
-        raise DataError(f"validation labels [{bounded_list(map(repr, unseen))}] never occur in training; add them to the training data")
     index = {label: i for i, label in enumerate(sorted(classes))}  # type: ignore[type-var]  # one kind
     return names, [index[x] for x in train.labels], [index[x] for x in valid.labels]
 
 
-def _numbers(path: Path, train: _Rows, valid: _Rows, column: str) -> tuple[list[str], list[float], list[float]]:
+def _numbers(path: Path, train: _Rows, valid: _Rows, column: str, unseen_fix: str) -> tuple[list[str], list[float], list[float]]:
     """Regression: one output named after the label column, each row's number as a float."""
     values = [float(x) for x in train.labels]  # type: ignore[arg-type]  # numbers, by resolve_task
     if len(set(values)) < 2:
@@ -213,7 +220,7 @@ def _numbers(path: Path, train: _Rows, valid: _Rows, column: str) -> tuple[list[
     return [column], values, [float(x) for x in valid.labels]  # type: ignore[arg-type]
 
 
-def _multi_hot(path: Path, train: _Rows, valid: _Rows, column: str) -> tuple[list[str], list[list[float]], list[list[float]]]:
+def _multi_hot(path: Path, train: _Rows, valid: _Rows, column: str, unseen_fix: str) -> tuple[list[str], list[list[float]], list[list[float]]]:
     """Multi-label: the label names, and each row as 1.0 for its labels and 0.0 for the others."""
     examples: dict[str, tuple[Label, str]] = {}
     for rows in (valid, train):
@@ -222,12 +229,10 @@ def _multi_hot(path: Path, train: _Rows, valid: _Rows, column: str) -> tuple[lis
                 examples[label_kind(label)] = (label, where)
     check_one_kind(examples)
     classes: set[int | str] = {label for labels in train.labels for label in labels}  # type: ignore[union-attr]
+    _refuse_unseen({label for labels in valid.labels for label in labels}, classes, unseen_fix)  # type: ignore[union-attr]
     names = label_names(classes)
     if len(names) < 2:
         raise DataError(f"data file {path} has {len(names)} distinct label(s) in training; multi-label data needs at least two")
-    unseen = label_names({label for labels in valid.labels for label in labels} - classes)  # type: ignore[union-attr]
-    if unseen:
-        raise DataError(f"validation labels [{bounded_list(map(repr, unseen))}] never occur in training; add them to the training data")
     index = {label: i for i, label in enumerate(sorted(classes))}  # type: ignore[type-var]  # one kind
 
     def hot(labels: tuple[int | str, ...]) -> list[float]:

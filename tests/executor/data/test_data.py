@@ -61,6 +61,20 @@ def test_validation_label_unseen_in_training(tmp_path: Path) -> None:
         load_text_classification(train, text_column="sentence", valid_path=valid)
 
 
+def test_a_class_the_hold_out_took_whole_is_named_with_the_fix(tmp_path: Path) -> None:
+    # One 'rare' row among nine: whichever row the seeded hold-out of one takes, only that placement fails.
+    failures = {}
+    for position in range(10):
+        path = write_tsv(tmp_path / f"data-{position}.tsv", [(f"text {i}", "rare" if i == position else "common") for i in range(10)])
+        try:
+            load_text_classification(path, text_column="sentence", valid_fraction=0.1)
+        except DataError as err:
+            failures[path] = str(err)
+    [(path, message)] = failures.items()
+    assert message == (f"validation labels ['rare'] never occur in training; the --valid-fraction 0.1 hold-out took every row "
+                       f"of them from {path}; add rows of them, or pass a validation file (--valid-data)")
+
+
 def test_text_pairs_and_empty_text_policy(tmp_path: Path) -> None:
     rows = "premise\thypothesis\tlabel\na cat\tan animal\tyes\n\tmissing\tno\nthe sky\tis green\tno\nrain\t\tyes\nsun\thot\tyes\n"
     path = tmp_path / "pairs.tsv"
