@@ -113,7 +113,7 @@ class TrainConfig(BaseModel):
     size), a string is not a number, an int is a float (``learning_rate: 1``).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
     # pattern \S: a name with something in it, not "" or spaces.
     model: str = Field("tiny-bert", pattern=r"\S")
@@ -241,6 +241,8 @@ def _problem(config: type[TrainConfig], error: ErrorDetails) -> str:
     kinds = _union_members(field.annotation)
     if error["type"] == "string_pattern_mismatch":
         return f"{name} must not be empty"
+    if error["type"] == "finite_number":
+        return f"{name} must be a finite number, got {error['input']!r}"
     if error["type"] == "literal_error":
         rule = "one of " + ", ".join(str(c) for kind in kinds if get_origin(kind) is Literal for c in get_args(kind))
     elif error["type"] in _BOUND_ERRORS:

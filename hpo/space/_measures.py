@@ -20,7 +20,7 @@ Direction = Literal["maximize", "minimize"]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def natural_direction(name: str) -> Direction:

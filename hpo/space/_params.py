@@ -115,11 +115,7 @@ class IntParam(_NumericRange):
         if self.default is not None:
             return self.default
         middle = math.sqrt(self.low * self.high) if self.log else (self.low + self.high) / 2
-        value = self.low + math.floor((middle - self.low) / self.step + 0.5) * self.step
-        # Rounding up can leave the grid's last point when high is not on it.
-        while value > self.high:
-            value -= self.step
-        return max(value, self.low)
+        return self.low + math.floor((middle - self.low) / self.step + 0.5) * self.step  # high is on the grid (loading checks)
 
     def describe(self) -> str:
         return f"integer range [{self.low}, {self.high}]" + (f" (step {self.step})" if self.step > 1 else "")

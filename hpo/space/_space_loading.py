@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import math
 import os
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,28 @@ def _pydantic_message(error: dict[str, Any]) -> str:
         return f"{where}: must not be empty"
     if kind == "value_error":
         return f"{where}: {error['ctx']['error']}"
+    if kind == "finite_number":
+        return f"{where}: must be a finite number, got {error['input']!r}"
     return f"{where}: {error['msg']}"
+
+
+def _check_range(name: str, p: CategoricalParam | FloatParam | IntParam) -> str | None:
+    if not isinstance(p, (FloatParam, IntParam)):
+        return None
+    if p.low > p.high:
+        return f"params.{name}: low ({p.low}) must be <= high ({p.high})"
+    if p.log and p.low <= 0:
+        return f"params.{name}: log scale needs low > 0, got {p.low}"
+    if p.log and p.step not in (None, 1):
+        return f"params.{name}: step cannot be combined with log: true"
+    if p.step:
+        # Optuna's own test (decimal, on the written values): off the grid, it warns and samples up to
+        # the last step below high, a space other than the one written.
+        low, high, step = (Decimal(str(v)) for v in (p.low, p.high, p.step))
+        last = low + (high - low) // step * step
+        if last != high:
+            return f"params.{name}: high {p.high} is not on the step grid from low {p.low} (step {p.step}); set high to {last} or {last + step}"
+    return None
 
 
 def _check_default(name: str, p: CategoricalParam | FloatParam | IntParam) -> str | None:
@@ -108,11 +129,9 @@ def _check_objectives(space: SearchSpace) -> str | None:
                 f"pruner: {space.pruner.type!r} needs an evaluation metric ({', '.join(METRICS)}) as the objective; "
                 f"{names[0]} is measured once, at the end; use pruner: {{type: none}}"
             )
-    for key, limit in space.constraints.items():
+    for key in space.constraints:
         if key not in CONSTRAINT_KEYS:
             return f"constraints.{key}: unknown constraint{suggest_key(key, list(CONSTRAINT_KEYS))}"
-        if not math.isfinite(limit):
-            return f"constraints.{key}: the limit must be a finite number, got {limit}"
     return None
 
 
@@ -161,14 +180,7 @@ def _check_semantics(space: SearchSpace) -> str | None:
     if both:
         return f"{both[0]} is both searched (params) and fixed; keep it in one section"
     for name, p in space.params.items():
-        if isinstance(p, (FloatParam, IntParam)):
-            if p.low > p.high:
-                return f"params.{name}: low ({p.low}) must be <= high ({p.high})"
-            if p.log and p.low <= 0:
-                return f"params.{name}: log scale needs low > 0, got {p.low}"
-            if p.log and p.step not in (None, 1):
-                return f"params.{name}: step cannot be combined with log: true"
-        problem = _check_default(name, p) or _check_repeated_choice(name, p)
+        problem = _check_range(name, p) or _check_default(name, p) or _check_repeated_choice(name, p)
         if problem:
             return problem
     precisions = space.params.get("fp_precision")

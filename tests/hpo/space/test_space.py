@@ -26,6 +26,13 @@ def _bad(**changes: object) -> dict[str, object]:
 
 BAD_SPACES = {
     "unknown param type": (_bad(params__batch_size={"type": "choice", "choices": [16]}), "unknown type 'choice'"),
+    "int step off the grid": (_bad(params__batch_size={"type": "int", "low": 8, "high": 16, "step": 32}),
+                              "params.batch_size: high 16 is not on the step grid from low 8 (step 32); set high to 8 or 40"),
+    "float step off the grid": (_bad(params__warmup_ratio={"type": "float", "low": 0.0, "high": 0.25, "step": 0.1}),
+                                "params.warmup_ratio: high 0.25 is not on the step grid from low 0.0 (step 0.1); set high to 0.2 or 0.3"),
+    "infinite bound": (_bad(params__learning_rate={"type": "float", "low": 1e-5, "high": float("inf"), "log": True}),
+                       "params.learning_rate.high: must be a finite number, got inf"),
+    "infinite fixed value": (_bad(fixed__max_grad_norm=float("inf")), "fixed: max_grad_norm must be a finite number, got inf"),
     "low above high": (_bad(params__learning_rate={"type": "float", "low": 1e-2, "high": 1e-3}), "low (0.01) must be <= high (0.001)"),
     "empty choices": (_bad(params__model={"type": "categorical", "choices": []}), "params.model.choices: must not be empty"),
     "unknown precision": (_bad(params__fp_precision={"type": "categorical", "choices": ["fp32", "fp8"]}), "unknown precision 'fp8'"),
@@ -114,10 +121,10 @@ def _space(**changes: object) -> object:
         ("batch_size", {"type": "categorical", "choices": [16, 32], "default": 32}, 32),
         ("learning_rate", {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}, 1e-3),
         ("warmup_ratio", {"type": "float", "low": 0.0, "high": 0.3}, 0.15),
-        ("warmup_ratio", {"type": "float", "low": 0.0, "high": 0.3, "step": 0.2}, 0.2),
+        ("warmup_ratio", {"type": "float", "low": 0.0, "high": 0.4, "step": 0.2}, 0.2),
         ("grad_accum_steps", {"type": "int", "low": 1, "high": 4}, 3),  # 2.5, rounded half up
         ("grad_accum_steps", {"type": "int", "low": 2, "high": 32, "log": True}, 8),
-        ("grad_accum_steps", {"type": "int", "low": 1, "high": 8, "step": 3}, 4),
+        ("grad_accum_steps", {"type": "int", "low": 1, "high": 7, "step": 3}, 4),
         ("grad_accum_steps", {"type": "int", "low": 1, "high": 9, "step": 4, "default": 5}, 5),
     ],
 )
@@ -156,7 +163,7 @@ def test_baseline_only_when_fp32_is_searched() -> None:
          "pruner: 'median' needs an evaluation metric"),
         ({"constraints": {"max_peak_memory": 4000}}, "constraints.max_peak_memory: unknown constraint (did you mean 'max_peak_memory_mb'?)"),
         ({"constraints": {"min_throughput_samples_per_s": float("nan")}},
-         "constraints.min_throughput_samples_per_s: the limit must be a finite number"),
+         "constraints.min_throughput_samples_per_s: must be a finite number, got nan"),
         ({"oom_fallback": "sometimes"}, "oom_fallback: Input should be a valid boolean"),
     ],
 )
