@@ -208,9 +208,11 @@ def finished_count(study: optuna.Study) -> int:
 
 
 def _budget_used(study: optuna.Study) -> tuple[int, int]:
-    """Finished trials counting toward the budget, and running trials holding a slot of it."""
+    """Finished trials counting toward the budget, and running trials holding a slot of it (a verdict trial, outside
+    the budget, holds none: its runner takes slots of a budget of its own)."""
     trials = study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
-    held = sum(t.state == TrialState.RUNNING and t.user_attrs.get(BUDGET_SLOT_ATTR) == t.number for t in trials)
+    held = sum(t.state == TrialState.RUNNING and t.user_attrs.get(BUDGET_SLOT_ATTR) == t.number and not is_verdict_trial(t)
+               for t in trials)
     return sum(counts_toward_budget(t) for t in trials), held
 
 

@@ -20,9 +20,11 @@ from conftest import ROOT, SMALL_SPACE, cli_args
 from optuna.trial import FrozenTrial, TrialState
 
 import hpo
+from hpo._attrs import VERDICT_TRIAL_ATTR
 from hpo.cli._export import main as export_main
 from hpo.cli._report import main as report_main
 from hpo.reporting._student_t import central_probability, t_quantile
+from hpo.study._study import _take_slot
 from trial_executor import TextClassificationData, demo_dataset
 
 # Trials of 12 optimizer steps of 8 rows that checkpoint every 3: killed mid-run after the first, a few seconds each.
@@ -355,3 +357,14 @@ def test_the_report_says_when_the_best_trial_is_no_longer_the_verdicts(tmp_path:
     assert report_main(storage_flags) == 0
     line = "This verdict is of trial 0; the study's best is now trial 5 (`python -m hpo verdict --study-name r` makes its verdict)."
     assert line in capsys.readouterr().out.splitlines() and line in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_running_verdict_trial_holds_no_slot_of_the_search_budget(tmp_path: Path) -> None:
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'studies.db'}", study_name="held")
+    study.tell(study.ask(), 1.0)
+    verdict = study.ask()  # as the verdict's runner starts one: marked, with a slot of its own budget
+    verdict.set_user_attr(VERDICT_TRIAL_ATTR, {"of_trial": 0, "precision": "fp32", "seed": 1, "seed_index": 0})
+    assert _take_slot(study, verdict, n_trials=sys.maxsize)
+    # A search worker extending the study to 2 trials has one slot left while the verdict trial runs.
+    assert _take_slot(study, study.ask(), n_trials=2)
+    assert not _take_slot(study, study.ask(), n_trials=2)  # that one slot is now held
