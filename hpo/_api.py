@@ -356,16 +356,15 @@ def run_verdict(
     # A rerun announces what is left: a (precision, seed) finishes once (only a failed attempt is retried).
     announce(verdict_cost_line(study, plan, emulated_precisions(device)))
     enqueue_verdict(study, study._storage, plan)
-    objective = make_objective(
-        prepared.space, prepared.data, options, checkpoints=artifact_store(options.artifact_store) if options.artifact_store else None,
-        stop_requested=hooks.stop_requested, progress=hooks.progress,
-    )
+    objective = make_objective(prepared.space, prepared.data, options, stop_requested=hooks.stop_requested, progress=hooks.progress,
+                               checkpoints=artifact_store(options.artifact_store) if options.artifact_store else None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         run_verdict_trials(study, objective, plan, max_retry=options.max_retry,
                            on_trial_finished=hooks.on_trial_finished, stop_requested=hooks.stop_requested)
     verdict = build_verdict(study, plan.source.number, plan.seeds, plan.precisions, plan.unsupported)
-    store_verdict(study, verdict)
+    if not (hooks.stop_requested and hooks.stop_requested()):  # stopped, it is partial: the stored one (whole, or none) stays
+        store_verdict(study, verdict)
     return verdict
 
 

@@ -20,7 +20,7 @@ from conftest import ROOT, SMALL_SPACE, cli_args
 from optuna.trial import FrozenTrial, TrialState
 
 import hpo
-from hpo._attrs import VERDICT_TRIAL_ATTR
+from hpo._attrs import VERDICT_TRIAL_ATTR, stored_verdict
 from hpo.cli._export import main as export_main
 from hpo.cli._report import main as report_main
 from hpo.reporting._student_t import central_probability, t_quantile
@@ -368,3 +368,22 @@ def test_a_running_verdict_trial_holds_no_slot_of_the_search_budget(tmp_path: Pa
     # A search worker extending the study to 2 trials has one slot left while the verdict trial runs.
     assert _take_slot(study, study.ask(), n_trials=2)
     assert not _take_slot(study, study.ask(), n_trials=2)  # that one slot is now held
+
+
+def test_a_verdict_stopped_part_way_leaves_the_stored_one_as_it_was(tmp_path: Path) -> None:
+    from hpo._api import RunHooks, open_existing, run_verdict
+    from hpo.study import RunOptions
+
+    space = {**SMALL_SPACE, "params": {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}},
+             "fixed": {**SMALL_SPACE["fixed"], "max_steps": 2, "eval_every": 0}}
+    url, store = f"sqlite:///{tmp_path / 'v.db'}", str(tmp_path / "artifacts")
+    study = hpo.optimize(space, storage=url, n_trials=1, device="cpu", verdict=2, artifact_store=store)
+    whole = stored_verdict(study)
+    assert whole is not None and len(whole["seeds"]) == 2
+    # A third seed asked for, then a signal after its first trial: the two seeds' verdict stays the stored one.
+    options = RunOptions(storage=url, study_name=study.study_name, device="cpu", artifact_store=store)
+    finished: list[int] = []
+    hooks = RunHooks(on_trial_finished=lambda trial, _: finished.append(trial.number), stop_requested=lambda: bool(finished))
+    partial = run_verdict(open_existing(None, None, options), options, seeds=3, hooks=hooks)
+    assert len(finished) == 1 and len(partial.seeds) == 3
+    assert stored_verdict(optuna.load_study(study_name=study.study_name, storage=url)) == whole
