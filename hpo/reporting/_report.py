@@ -36,8 +36,8 @@ from hpo._attrs import (
     trials_per_gpu_of,
 )
 from hpo._ranking import best_trials
-from hpo.space._measures import measured_value
-from trial_executor import METRICS, PRECISIONS
+from hpo.space._measures import measured_value, quality_objective
+from trial_executor import PRECISIONS
 
 _COLOURS = {"fp32": "tab:blue", "tf32": "tab:purple", "fp16": "tab:orange", "bf16": "tab:green"}
 _DONE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -183,8 +183,8 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
     done = [t for t in every if t.state in _DONE]
     trials = [t for t in done if not is_verdict_trial(t)]
     objectives, constraints = _objectives(study)
-    quality = [(n, d) for n, d in objectives if n in METRICS] or [("accuracy", "maximize")]
-    metric, maximize = quality[0][0], quality[0][1] == "maximize"
+    metric, direction = quality_objective(objectives)
+    maximize = direction == "maximize"
     base_speed, baseline = _baseline(trials)
     matched = _matched_speedups(trials)
     found = {precision_of(t) for t in trials}

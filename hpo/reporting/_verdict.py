@@ -1,8 +1,9 @@
 """The precision verdict's table, lines and plot, from a study's verdict trials (see :mod:`hpo.study._verdict`).
 
-Per precision, over the seeds both it and fp32 completed (paired by seed): steady-state
-samples/s and its ratio to fp32 (mean, with the range over seeds), peak memory and its ratio,
-the objective's mean, and the mean paired difference to fp32 with a 95% t-interval. The
+Per precision, every column over the same seeds, those both it and fp32 completed (paired by
+seed): steady-state samples/s and its ratio to fp32 (the geometric mean of the per-seed ratios,
+with their range), peak memory and its ratio, the objective's mean, and the mean paired
+difference to fp32 with a 95% t-interval. The
 verdict is stored on the study (:data:`hpo._attrs.VERDICT_ATTR`), so that ``report``,
 ``export`` and the dashboard's study note show the same numbers.
 """
@@ -31,12 +32,13 @@ from hpo._attrs import (
     throughput_of,
     verdict_trial_of,
 )
-from hpo._errors import UserError
+from hpo._errors import UserError, bounded_list
 from hpo._ranking import best_trials
 from hpo.reporting._dashboard_view import save_note_quietly
 from hpo.reporting._export import flatten
 from hpo.reporting._report import _COLOURS, _fmt, _objectives, _table, _value, outcome
 from hpo.reporting._student_t import paired_interval
+from hpo.space._measures import quality_objective
 from trial_executor import MINIMIZED_METRICS
 
 CONFIDENCE = 0.95
@@ -96,24 +98,29 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _ratio_mean(ratios: list[float]) -> float | None:
+    """Ratios average geometrically: 2x on one seed and 0.5x on another is 1x, not 1.25x."""
+    return statistics.geometric_mean(ratios) if ratios else None
+
+
 def _row(precision: str, mine: dict[int, FrozenTrial], fp32: dict[int, FrozenTrial], metric: str, scale: float,
          objectives: list[tuple[str, str]]) -> PrecisionVerdict:
     done = {s: t for s, t in mine.items() if t.state == TrialState.COMPLETE}
     paired = [s for s in sorted(done) if s in fp32 and fp32[s].state == TrialState.COMPLETE]
-    speeds = {s: throughput_of(t) for s, t in done.items() if throughput_of(t)}
-    ratios = [speeds[s] / throughput_of(fp32[s]) for s in paired if s in speeds and throughput_of(fp32[s])]
-    memory = {s: t.user_attrs.get(PEAK_MEMORY_ATTR) for s, t in done.items() if t.user_attrs.get(PEAK_MEMORY_ATTR)}
-    memory_ratios = [memory[s] / fp32[s].user_attrs[PEAK_MEMORY_ATTR] for s in paired
-                     if s in memory and fp32[s].user_attrs.get(PEAK_MEMORY_ATTR)]
-    values = {s: _value(t, metric, objectives) for s, t in done.items()}
-    differences = [(values[s] - _value(fp32[s], metric, objectives)) * scale for s in paired]
+    both = {s: done[s] for s in paired}  # every column over these seeds, so that a row's columns agree
+    speeds = {s: throughput_of(t) for s, t in both.items() if throughput_of(t)}
+    ratios = [speeds[s] / throughput_of(fp32[s]) for s in speeds if throughput_of(fp32[s])]
+    memory = {s: t.user_attrs.get(PEAK_MEMORY_ATTR) for s, t in both.items() if t.user_attrs.get(PEAK_MEMORY_ATTR)}
+    memory_ratios = [memory[s] / fp32[s].user_attrs[PEAK_MEMORY_ATTR] for s in memory if fp32[s].user_attrs.get(PEAK_MEMORY_ATTR)]
+    values = {s: (_value(t, metric, objectives), _value(fp32[s], metric, objectives)) for s, t in both.items()}
+    differences = [(value - reference) * scale for value, reference in values.values() if value is not None and reference is not None]
     interval = paired_interval(differences, CONFIDENCE)
-    skipped = [t.user_attrs[SKIPPED_STEPS_ATTR] for t in done.values() if t.user_attrs.get(SKIPPED_STEPS_ATTR) is not None]
+    skipped = [t.user_attrs[SKIPPED_STEPS_ATTR] for t in both.values() if t.user_attrs.get(SKIPPED_STEPS_ATTR) is not None]
     return PrecisionVerdict(
         precision=precision, trials={str(s): t.number for s, t in sorted(mine.items())},
-        samples_per_s=_mean(list(speeds.values())), speed_ratio=_mean(ratios),
+        samples_per_s=_mean(list(speeds.values())), speed_ratio=_ratio_mean(ratios),
         speed_ratio_range=[min(ratios), max(ratios)] if ratios else [], peak_memory_mb=_mean(list(memory.values())),
-        memory_ratio=_mean(memory_ratios), objective_mean=_mean([v for v in values.values() if v is not None]),
+        memory_ratio=_ratio_mean(memory_ratios), objective_mean=_mean([v for v, _ in values.values() if v is not None]),
         difference=_mean(differences), interval=[interval[1], interval[2]] if interval else [], paired_seeds=len(paired),
         skipped_steps=sum(skipped) if skipped else None,
         host_limited=sorted(t.number for t in done.values() if is_host_limited(t)),
@@ -138,7 +145,7 @@ def build_verdict(study: optuna.Study, source_trial: int, seeds: list[int], prec
                   unsupported: dict[str, str]) -> Verdict:
     """The verdict of ``source_trial`` from the study's finished verdict trials."""
     objectives, _ = _objectives(study)
-    metric, direction = objectives[0]
+    metric, direction = quality_objective(objectives)  # the report's: a throughput objective is no quality to compare
     scale, unit = (100.0, "points") if direction == "maximize" and metric not in MINIMIZED_METRICS else (1.0, "")
     trials = [t for t in study.get_trials(deepcopy=False) if (verdict_trial_of(t) or {}).get("of_trial") == source_trial]
     by_precision = _latest_attempts([t for t in trials if int(verdict_trial_of(t)["seed"]) in seeds])
@@ -159,31 +166,36 @@ def _signed(value: float) -> str:
 def verdict_line(row: PrecisionVerdict, metric: str, unit: str, higher_is_better: bool) -> str:
     """One line: '<p>: 2.40x faster, 0.51x memory, accuracy -0.10 points (95% CI -0.60..+0.40): no measurable loss'."""
     if row.precision == "fp32":
-        return "fp32: the reference" + _caveats(row)
+        return "fp32: the reference" + _notes(row) + _caveats(row)
     if row.paired_seeds == 0:
         ended = ", ".join(f"{n} {k}" for k, n in sorted(row.not_completed.items())) or "no trial finished"
         return f"{row.precision}: no seed completed alongside fp32 ({ended}): no verdict"
     speed = "-" if row.speed_ratio is None else (
         f"{row.speed_ratio:.2f}x faster" if row.speed_ratio >= 1 else f"{1 / row.speed_ratio:.2f}x slower")
     memory = "" if row.memory_ratio is None else f", {row.memory_ratio:.2f}x memory"
+    if row.difference is None:  # its trials, and fp32's, recorded no value of the metric
+        return f"{row.precision}: {speed}{memory}; no {metric} recorded to compare" + _notes(row)
     change = f"{metric} {_signed(row.difference)}{' ' + unit if unit else ''}"
     if row.learned_nothing:  # equal scores of models that learned nothing say nothing of the precision
         return (f"{row.precision}: {speed}{memory}; no verdict on {metric}: in every seed both {row.precision} and fp32 "
-                f"learned nothing (majority class); {MAJORITY_CLASS_HINT}")
+                f"learned nothing (majority class); {MAJORITY_CLASS_HINT}") + _notes(row)
     if not row.interval:
-        return f"{row.precision}: {speed}{memory}, {change} (one paired seed: no interval)"
+        return f"{row.precision}: {speed}{memory}, {change} (one paired seed: no interval)" + _notes(row) + _caveats(row)
     low, high = row.interval
     worse, better = (high < 0, low > 0) if higher_is_better else (low > 0, high < 0)
     meaning = "loss" if worse else "gain" if better else "no measurable loss on this model and data"
     worst = -low if higher_is_better else high  # the largest loss the interval still allows
     if not (worse or better) and worst > 0:
         meaning += f" (a loss of up to {worst:.2f}{' ' + unit if unit else ''} is not ruled out: more seeds narrow it)"
-    text = f"{row.precision}: {speed}{memory}, {change} (95% CI {_signed(low)}..{_signed(high)}): {meaning}"
-    if row.not_completed:
-        text += f"; not completed: {', '.join(f'{n} {k}' for k, n in sorted(row.not_completed.items()))}"
+    return f"{row.precision}: {speed}{memory}, {change} (95% CI {_signed(low)}..{_signed(high)}): {meaning}" + _notes(row) + _caveats(row)
+
+
+def _notes(row: PrecisionVerdict) -> str:
+    """What every line of a precision that ran says after its verdict: seeds not completed, and why its speed may mislead."""
+    text = f"; not completed: {', '.join(f'{n} {k}' for k, n in sorted(row.not_completed.items()))}" if row.not_completed else ""
     if row.emulated:
         text += f" [{row.precision} emulated on this CPU (no native instructions for it): its speed is the emulation's]"
-    return text + (f" [speed host-limited in trials {', '.join(map(str, row.host_limited))}]" if row.host_limited else "") + _caveats(row)
+    return text + (f" [speed host-limited in trials {', '.join(map(str, row.host_limited))}]" if row.host_limited else "")
 
 
 def _caveats(row: PrecisionVerdict) -> str:
@@ -195,13 +207,13 @@ def _caveats(row: PrecisionVerdict) -> str:
 def verdict_table(verdict: Verdict) -> list[str]:
     """The verdict as Markdown lines: the table, then one line of verdict per precision."""
     unit = f" ({verdict.unit})" if verdict.unit else ""
-    header = ["precision", "seeds (trials)", "samples/s", "speed vs fp32 (range)", "peak MB", "memory vs fp32",
+    header = ["precision", "paired seeds (trials)", "samples/s", "speed vs fp32 (range)", "peak MB", "memory vs fp32",
               f"mean {verdict.metric}", f"diff to fp32{unit}", "95% CI", "fp16 skipped steps", "host-limited"]
     rows = []
     for r in verdict.rows:
         spread = f" ({r.speed_ratio_range[0]:.2f}..{r.speed_ratio_range[1]:.2f})" if r.speed_ratio_range else ""
         rows.append([
-            r.precision, f"{len(r.trials)} ({', '.join(map(str, r.trials.values()))})", _fmt(r.samples_per_s),
+            r.precision, f"{r.paired_seeds} of {len(verdict.seeds)} ({', '.join(map(str, r.trials.values()))})", _fmt(r.samples_per_s),
             f"{r.speed_ratio:.2f}x{spread}" if r.speed_ratio is not None else "-", _fmt(r.peak_memory_mb),
             f"{r.memory_ratio:.2f}x" if r.memory_ratio is not None else "-", _fmt(r.objective_mean),
             "-" if r.precision == "fp32" or r.difference is None else _signed(r.difference),
@@ -221,18 +233,23 @@ def verdict_markdown(verdict: Verdict, plot_name: str | None = None) -> str:
         "Each precision ran with the same seeds as fp32 (same data order, same initial head); `diff to fp32` is the mean "
         "over seeds of (precision - fp32) with the same seed, and `95% CI` its t-interval over those paired differences. "
         "An interval that contains 0 means the seeds cannot tell the precision from fp32; it narrows with more seeds "
-        "(`--seeds`). Speed ratios are per seed against fp32's; host-limited trials waited for the host, so their speed "
+        "(`--seeds`). Every column of a row is over its paired seeds; speed and memory ratios are per seed against fp32's, "
+        "averaged geometrically; host-limited trials waited for the host, so their speed "
         "says little about the precision.",
     ]
     return "\n".join([*head, *(["", f"![verdict]({plot_name})"] if plot_name else []), ""])
 
 
 def other_best(study: optuna.Study, verdict: Verdict) -> str | None:
-    """A line when the study's best trial is no longer the one the stored verdict re-trained (more trials found a
-    better one, or the verdict was of ``--trial N``); ``None`` when it is."""
+    """A line when the study's best trial (with several objectives: its Pareto front) no longer holds the trial the stored
+    verdict re-trained (more trials found a better one, or the verdict was of ``--trial N``); ``None`` when it does."""
     best = best_trials(study)
-    if len(study.directions) > 1 or not best or best[0].number == verdict.source_trial:
+    if not best or verdict.source_trial in [t.number for t in (best if len(study.directions) > 1 else best[:1])]:
         return None
+    if len(study.directions) > 1:
+        return (f"This verdict is of trial {verdict.source_trial}, no longer on the study's Pareto front (trials "
+                f"{bounded_list(str(t.number) for t in best)}); `python -m hpo verdict --study-name {study.study_name} "
+                "--trial N` makes the verdict of one of them.")
     return (f"This verdict is of trial {verdict.source_trial}; the study's best is now trial {best[0].number} "
             f"(`python -m hpo verdict --study-name {study.study_name}` makes its verdict).")
 

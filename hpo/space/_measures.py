@@ -23,6 +23,14 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+def quality_objective(objectives: list[tuple[str, str]]) -> tuple[str, str]:
+    """The objective a study's quality is judged on, and its direction, from its ``(name, direction)`` objectives: the
+    first evaluation metric, else the first that is not a speed or memory measurement (the unnamed values of a study
+    made elsewhere), else accuracy, which every classification trial records."""
+    quality = [(n, d) for n, d in objectives if n in METRICS] + [(n, d) for n, d in objectives if n not in OBJECTIVE_NAMES]
+    return quality[0] if quality else ("accuracy", "maximize")
+
+
 def natural_direction(name: str) -> Direction:
     """How a measure is best optimised: loss, rmse and peak memory down, the rest up."""
     return "minimize" if name in _MINIMIZED else "maximize"

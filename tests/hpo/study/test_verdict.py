@@ -191,7 +191,8 @@ def test_verdict_table_from_stored_trials_by_hand() -> None:
         half = 4.303 * statistics.stdev(differences) / math.sqrt(3)  # t(0.975, df 2) from the tables
         assert rows[precision].interval == pytest.approx([statistics.fmean(differences) - half, statistics.fmean(differences) + half], abs=2e-3)
         assert rows[precision].paired_seeds == 3 and rows[precision].memory_ratio == pytest.approx(0.6)
-    assert rows["fp16"].speed_ratio == pytest.approx(1.9) and rows["fp16"].speed_ratio_range == pytest.approx([1.8, 2.0])
+    assert rows["fp16"].speed_ratio == pytest.approx(statistics.geometric_mean([1.8, 1.9, 2.0]))  # 1.898
+    assert rows["fp16"].speed_ratio_range == pytest.approx([1.8, 2.0])
     # Differences -4, -3, -5 points: mean -4, sd 1, half-width 4.303 / sqrt(3) = 2.48.
     assert rows["fp16"].line == "fp16: 1.90x faster, 0.60x memory, accuracy -4.00 points (95% CI -6.48..-1.52): loss"
     # bf16: +1, -1, 0 points: mean 0, sd 1, CI -2.48..+2.48.
@@ -387,3 +388,49 @@ def test_a_verdict_stopped_part_way_leaves_the_stored_one_as_it_was(tmp_path: Pa
     partial = run_verdict(open_existing(None, None, options), options, seeds=3, hooks=hooks)
     assert len(finished) == 1 and len(partial.seeds) == 3
     assert stored_verdict(optuna.load_study(study_name=study.study_name, storage=url)) == whole
+
+
+def test_every_column_of_a_row_is_over_its_paired_seeds_and_ratios_average_geometrically() -> None:
+    from hpo.reporting._verdict import build_verdict, verdict_table
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("search_space", {"objective": {"metric": "accuracy", "direction": "maximize"}})
+    study.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.80))  # the source trial
+    for seed, (fp32, bf16, fp16) in enumerate([(0.80, 0.81, 0.79), (0.90, 0.91, None), (None, 0.10, 0.50)]):
+        study.add_trial(_verdict_trial("fp32", seed, fp32 or 0.0, 100.0, state=TrialState.COMPLETE if fp32 else TrialState.FAIL))
+        study.add_trial(_verdict_trial("bf16", seed, bf16, {0: 200.0, 1: 50.0, 2: 1000.0}[seed]))
+        study.add_trial(_verdict_trial("fp16", seed, fp16 or 0.0, 150.0, state=TrialState.COMPLETE if fp16 else TrialState.FAIL))
+    verdict = build_verdict(study, 0, [0, 1, 2], ["fp32", "bf16", "fp16"], {})
+    rows = {r.precision: r for r in verdict.rows}
+    # bf16: 2x on seed 0, 0.5x on seed 1 is no speed-up; seed 2, which fp32 did not complete, is in no column.
+    bf16 = rows["bf16"]
+    assert bf16.paired_seeds == 2 and bf16.speed_ratio == pytest.approx(1.0) and bf16.speed_ratio_range == [0.5, 2.0]
+    assert bf16.samples_per_s == pytest.approx(125.0) and bf16.objective_mean == pytest.approx(0.86)
+    assert bf16.line.startswith("bf16: 1.00x faster, 0.60x memory, accuracy +1.00 points (95% CI +1.00..+1.00)")
+    # One paired seed: no interval, and still what did not complete.
+    assert rows["fp16"].line == "fp16: 1.50x faster, 0.60x memory, accuracy -1.00 points (one paired seed: no interval); not completed: 1 failed"
+    assert rows["fp32"].line == "fp32: the reference; not completed: 1 failed"
+    table = "\n".join(verdict_table(verdict))
+    assert "| bf16 | 2 of 3 (" in table and "| fp16 | 1 of 3 (" in table and "| fp32 | 2 of 3 (" in table
+
+
+def test_a_several_objective_verdict_compares_the_quality_metric_and_says_when_its_trial_left_the_front() -> None:
+    from hpo.reporting._verdict import build_verdict, other_best
+
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    study.set_user_attr("search_space", {"objectives": [{"name": "throughput_samples_per_s", "direction": "maximize"},
+                                                        {"name": "accuracy", "direction": "maximize"}]})
+    study.add_trial(optuna.trial.create_trial(values=[100.0, 0.80]))  # the verdict's trial, on the front
+    study.add_trial(optuna.trial.create_trial(values=[300.0, 0.70]))  # the front's other end
+    for seed in range(2):
+        for precision, speed, accuracy in (("fp32", 100.0, 0.80), ("bf16", 250.0, 0.75)):
+            attrs = _verdict_trial(precision, seed, accuracy, speed).user_attrs
+            study.add_trial(optuna.trial.create_trial(values=[speed, accuracy + seed / 100], user_attrs=attrs))
+    verdict = build_verdict(study, 0, [0, 1], ["fp32", "bf16"], {})
+    bf16 = next(r for r in verdict.rows if r.precision == "bf16")
+    assert verdict.metric == "accuracy" and verdict.unit == "points" and bf16.difference == pytest.approx(-5.0)
+    assert other_best(study, verdict) is None
+    study.add_trial(optuna.trial.create_trial(values=[150.0, 0.85]))  # trial 0 is dominated now
+    assert other_best(study, verdict) == (
+        "This verdict is of trial 0, no longer on the study's Pareto front (trials 1, 6); "
+        "`python -m hpo verdict --study-name " + study.study_name + " --trial N` makes the verdict of one of them.")
