@@ -20,6 +20,11 @@ _SQLITE_TRANSIENT = ("database is locked", "database table is locked")
 _PG_REFUSED = ("does not exist", "password authentication failed", "no pg_hba.conf entry")
 
 
+class StorageFailedError(Exception):
+    """The storage cannot be used and waiting will not help (a SQLite file deleted, a read-only database, or a
+    connection lost for longer than the retry bound): never retried again, wherever it is caught."""
+
+
 def error_chain(err: BaseException) -> Iterator[BaseException]:
     """``err`` and the exceptions it was raised from or while handling, innermost last."""
     seen: set[int] = set()
@@ -58,6 +63,8 @@ def is_lost_connection(err: BaseException) -> bool:
     """
     pending_rollback = False
     for link in error_chain(err):
+        if isinstance(link, StorageFailedError):  # given up on already: a lost connection behind it is not waited for again
+            return False
         if isinstance(link, DBAPIError):
             return _dbapi_error_is_transient(link)
         pending_rollback = pending_rollback or isinstance(link, PendingRollbackError)

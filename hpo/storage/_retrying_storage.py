@@ -54,7 +54,14 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import DBAPIError, InternalError, OperationalError
 
-from hpo.storage._db_errors import committed_row_conflict, error_chain, is_creation_collision, is_lost_connection, sqlite_error_in
+from hpo.storage._db_errors import (
+    StorageFailedError,
+    committed_row_conflict,
+    error_chain,
+    is_creation_collision,
+    is_lost_connection,
+    sqlite_error_in,
+)
 from hpo.storage._sqlite_lock import sqlite_file_lock
 from hpo.storage._url_secrets import mask_url
 from hpo.storage._write_tokens import WriteTokens
@@ -64,10 +71,6 @@ _logger = logging.getLogger("hpo.storage")
 RETRY_SECONDS = 300.0
 _FIRST_DELAY, _MAX_DELAY = 0.5, 10.0
 _T = TypeVar("_T")
-
-
-class StorageFailedError(Exception):
-    """The storage cannot be used and waiting will not help (a SQLite file deleted, a read-only database)."""
 
 
 def storage_failure_in(err: BaseException) -> StorageFailedError | None:
@@ -82,15 +85,16 @@ def storage_failure_in(err: BaseException) -> StorageFailedError | None:
 class Backoff:
     """The one retry schedule of this package: exponential, jittered, given up after ``RETRY_SECONDS``."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, deadline: float | None = None) -> None:
+        """``deadline``: when to give up (``time.monotonic()``), by default ``RETRY_SECONDS`` from now."""
         self.what = what
         self.attempt = 0
-        self._deadline = time.monotonic() + RETRY_SECONDS
+        self.deadline = time.monotonic() + RETRY_SECONDS if deadline is None else deadline
         self._delay = _FIRST_DELAY
 
     def wait(self, err: BaseException) -> bool:
         """Sleep before the next attempt after ``err`` (a lost connection, or a collision while opening); ``False`` (no sleep) once the bound is reached."""
-        if time.monotonic() + self._delay > self._deadline:
+        if time.monotonic() + self._delay > self.deadline:
             return False
         self.attempt += 1
         why = next((str(link).strip().splitlines()[0] for link in error_chain(err) if isinstance(link, DBAPIError) and str(link).strip()), "")
@@ -129,6 +133,8 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
         self._cache = _CachedStorage(rdb)
         self._tokens = WriteTokens(rdb, is_lost_connection)
         self._sqlite_file = _SqliteFile.of(rdb)
+        # One outage, one bound: when the calls that follow a first lost one give up, whatever thread makes them.
+        self._outage_deadline: float | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_rdb": self._rdb, "_cache": self._cache}
@@ -137,6 +143,7 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
         self.__dict__.update(state)
         self._tokens = WriteTokens(self._rdb, is_lost_connection)
         self._sqlite_file = _SqliteFile.of(self._rdb)
+        self._outage_deadline = None
 
     @property
     def engine(self) -> Any:
@@ -147,13 +154,22 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
 
     def _call(self, name: str, call: Callable[[], _T], token: str | None = None,
               recovered: Callable[[int], _T] | None = None, done_on_retry: type[Exception] | None = None) -> _T:
-        """``call()``, repeated while it loses the connection.
+        """``call()``, repeated while it loses the connection, until ``RETRY_SECONDS`` after the outage began.
 
         With ``token``, a retry first checks whether an earlier attempt committed, and if so
         returns ``recovered(id)`` of what it wrote. With ``done_on_retry``, that error on a
-        retry means an earlier attempt did the work.
+        retry means an earlier attempt did the work. Past the bound: :class:`StorageFailedError`,
+        and every later call of the same outage fails at its first lost connection.
         """
-        backoff = Backoff(f"storage call {name}")
+        backoff = Backoff(f"storage call {name}", self._outage_deadline)
+        value = self._retried(backoff, name, call, token, recovered, done_on_retry)
+        # Connected, so a later outage gets a whole bound; unless the answer may be the cache's (a read, at first try).
+        if backoff.attempt or not name.startswith("get_"):
+            self._outage_deadline = None
+        return value
+
+    def _retried(self, backoff: Backoff, name: str, call: Callable[[], _T], token: str | None,
+                 recovered: Callable[[int], _T] | None, done_on_retry: type[Exception] | None) -> _T:
         while True:
             try:
                 # Inside the loop: stamping may create the token table, which can lose its connection too.
@@ -179,8 +195,21 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
                     if explained is err:
                         raise
                     raise explained from err
-                if not backoff.wait(err):
-                    raise
+                self._outage_deadline = backoff.deadline
+                if backoff.wait(err):
+                    continue
+                if not backoff.attempt:  # past the bound when this call began: one more try, on a fresh connection
+                    backoff.attempt = 1  # (the database may be back, the pool's connection stale)
+                    continue
+                self._outage_deadline = time.monotonic()  # given up: the outage's later calls too, without waiting
+                raise StorageFailedError(
+                        f"storage {self._shown_url} unreachable for {RETRY_SECONDS:.0f} s (storage call {name}), longer than "
+                        "a worker waits; bring the database back, then rerun the same command to resume"
+                    ) from err
+
+    @property
+    def _shown_url(self) -> str:
+        return mask_url(self._rdb.engine.url.render_as_string(hide_password=False))
 
     def _explained(self, err: Exception, name: str) -> Exception:
         """``err`` itself, or for a database that cannot be used as it is, one line that says so.
@@ -201,7 +230,7 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
             return err
         first = str(refused.orig).strip().splitlines()[0] if str(refused.orig).strip() else type(refused.orig).__name__
         return StorageFailedError(
-            f"storage call {name} failed on {mask_url(self._rdb.engine.url.render_as_string(hide_password=False))}: {first} "
+            f"storage call {name} failed on {self._shown_url}: {first} "
             "(not a lost connection, so not retried); fix the database, then rerun to resume"
         )
 

@@ -15,6 +15,7 @@ from _private_postgres import PrivatePostgres
 from optuna.trial import TrialState
 
 from hpo import create_storage
+from hpo.storage._db_errors import StorageFailedError
 from hpo.storage._storage import Heartbeat
 
 pytestmark = pytest.mark.postgres
@@ -129,3 +130,27 @@ def test_a_lost_connection_is_recognised_anywhere_in_the_chain_and_data_errors_a
         raise optuna.exceptions.StorageInternalError("commit failed") from sqlalchemy.exc.IntegrityError("INSERT", {}, Exception("duplicate key"))
     except optuna.exceptions.StorageInternalError as err:
         assert not is_lost_connection(err)
+
+
+def test_a_database_down_past_the_bound_stops_each_call_of_that_outage_at_once(
+    private_postgres: PrivatePostgres, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One outage, one bound: a worker whose database stays down stops after it, not after a bound per call."""
+    monkeypatch.setattr("hpo.storage._retrying_storage.RETRY_SECONDS", 2.0)
+    monkeypatch.setattr("hpo.storage._retrying_storage._FIRST_DELAY", 0.1)
+    storage = create_storage(private_postgres.url)
+    study = optuna.create_study(storage=storage, study_name="down")
+    trial = study.ask()
+    private_postgres.stop()
+    with caplog.at_level(logging.WARNING, logger="hpo.storage"):
+        with pytest.raises(StorageFailedError, match=r"unreachable for 2 s \(storage call set_trial_user_attr\)") as failed:
+            trial.set_user_attr("first", 1)
+        assert "retry 1 " in caplog.text and "\n" not in str(failed.value)
+        caplog.clear()
+        for call in (lambda: trial.report(0.5, 1), lambda: trial.set_user_attr("second", 2)):
+            with pytest.raises(StorageFailedError):
+                call()
+        assert "retry" not in caplog.text  # the same outage: given up on at once, not waited out again
+    private_postgres.start()
+    trial.set_user_attr("third", 3)  # back: the stale connection is replaced, and a later outage gets a whole bound
+    assert study.trials[0].user_attrs == {"third": 3}
