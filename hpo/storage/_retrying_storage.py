@@ -333,6 +333,11 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
     def get_heartbeat_interval(self) -> int | None:
         return self._rdb.get_heartbeat_interval()
 
+    @property
+    def grace_period(self) -> int | None:
+        """Seconds without a heartbeat after which a RUNNING trial is stale (``None``: twice the interval)."""
+        return self._rdb.grace_period
+
     def get_heartbeat_stale_trial_callback(self) -> Callable[[optuna.Study, FrozenTrial], None] | None:
         return self._rdb.get_heartbeat_stale_trial_callback()
 

@@ -16,6 +16,7 @@ import copy
 import os
 import socket
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -107,8 +108,25 @@ def worker_is_gone(trial: FrozenTrial) -> bool:
     return _process_key(worker["pid"]) != worker["process"]  # exited, or the pid now names another process
 
 
+def died_claiming(trial: FrozenTrial, storage: optuna.storages.BaseStorage) -> bool:
+    """Whether ``trial``'s worker died while claiming it, inside Optuna's ``ask`` (sampling, on any machine).
+
+    Such a trial is RUNNING without a heartbeat, which could go stale, nor an identity of its own
+    (written first thing by the objective, with the heartbeat already beating): once it has been so for
+    the heartbeats' grace period, no live worker is that slow to start it.
+    """
+    worker = trial.user_attrs.get(WORKER_ATTR)
+    if isinstance(worker, dict) and worker.get("trial") == trial.number:
+        return False
+    interval = getattr(storage, "get_heartbeat_interval", lambda: None)()
+    if interval is None or trial.datetime_start is None:
+        return False  # without heartbeats nothing tells a dead worker's trial from a slow one
+    grace = getattr(storage, "grace_period", None) or 2 * interval  # Optuna's default when none is set
+    return (datetime.now() - trial.datetime_start).total_seconds() > grace  # Optuna's own clock: naive local time
+
+
 def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[int]:
-    """Fail the study's RUNNING trials whose worker process on this machine is gone; their numbers.
+    """Fail the study's RUNNING trials whose worker process on this machine is gone, or that died claiming them; their numbers.
 
     Each is then re-queued (up to ``max_retry`` times) by Optuna's
     ``RetryHeartbeatStaleTrialCallback``, exactly as a trial whose heartbeat went stale.
@@ -116,10 +134,14 @@ def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[i
     storage = study._storage
     failed = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if not worker_is_gone(trial):
+        if worker_is_gone(trial):
+            why = "its worker process exited mid-trial"
+        elif died_claiming(trial, storage):
+            why = "its worker died claiming it (no identity nor heartbeat for the grace period)"
+        else:
             continue
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # another worker swept it first
-            storage.set_trial_user_attr(trial._trial_id, FAIL_REASON_ATTR, f"{WORKER_DIED}: its worker process exited mid-trial")
+            storage.set_trial_user_attr(trial._trial_id, FAIL_REASON_ATTR, f"{WORKER_DIED}: {why}")
             if storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
                 failed.append(trial._trial_id)
     retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)

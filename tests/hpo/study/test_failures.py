@@ -141,3 +141,24 @@ def test_unexpected_error_fails_the_trial_with_a_one_line_reason(tmp_path: Path,
     # The traceback is in the worker's log, not in the study.
     (record,) = [r for r in caplog.records if r.name == "hpo.study._objective"]
     assert record.exc_info is not None and "Traceback" in caplog.text and "trial 0 failed" in record.getMessage()
+
+
+def test_a_trial_whose_worker_died_claiming_it_is_failed_and_requeued_after_the_grace_period(tmp_path: Path) -> None:
+    """Killed inside Optuna's ask (sampling): RUNNING, with no heartbeat to go stale and no worker identity to check."""
+    import time
+
+    from hpo.storage._storage import Heartbeat
+    from hpo.study._liveness import fail_dead_local_trials, worker_identity
+
+    storage = create_storage(f"sqlite:///{tmp_path / 'claim.db'}", heartbeat=Heartbeat(interval=1, grace_period=1))
+    study = optuna.create_study(storage=storage, study_name="claim")
+    orphan = study.ask()  # what the killed worker left: the claim committed, nothing after it
+    live = study.ask()
+    live.set_user_attr("worker", worker_identity(live.number))  # a worker that got as far as its objective (this process)
+    assert fail_dead_local_trials(study, max_retry=3) == []  # not yet the grace period
+    time.sleep(1.5)
+    assert fail_dead_local_trials(study, max_retry=3) == [orphan.number]
+    trials = study.get_trials()
+    assert trials[orphan.number].state == TrialState.FAIL and trials[live.number].state == TrialState.RUNNING
+    assert trials[orphan.number].user_attrs["fail_reason"].startswith("worker_died: its worker died claiming it")
+    assert [t.state for t in trials if t.system_attrs.get("failed_trial") == orphan.number] == [TrialState.WAITING]
