@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import socket
 import time
@@ -252,6 +253,14 @@ def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None,
     return False
 
 
+_logger = logging.getLogger(__name__)
+
+
+def _finished_under_us(err: ValueError) -> bool:
+    """Optuna's tell of a trial that another worker's sweep failed first (a heartbeat stale during a database outage)."""
+    return str(err) in (f"Cannot tell a {state.name} trial." for state in (TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED))
+
+
 def run_to_budget(
     study: optuna.Study,
     objective: Callable[[optuna.Trial], float],
@@ -304,7 +313,13 @@ def run_to_budget(
     # Sweeps first: a worker of this machine killed mid-trial (SIGKILL, OOM killer) is found at once, not after the grace period.
     while _room_for_a_trial(study, n_trials, max_retry, go_on):
         remaining = None if deadline is None else deadline - time.monotonic()
-        study.optimize(budgeted, timeout=remaining, callbacks=[after_trial], catch=(Exception,))
+        try:
+            study.optimize(budgeted, timeout=remaining, callbacks=[after_trial], catch=(Exception,))
+        except ValueError as err:
+            if not _finished_under_us(err):
+                raise
+            _logger.warning("the trial this worker ran was failed by another worker while this one could not reach the database "
+                            "(its heartbeat went stale); its retry resumes from its last checkpoint")
     # Optuna sweeps dead workers' trials when a trial starts; sweep once more on the way out.
     optuna.storages.fail_stale_trials(study)
     fail_dead_local_trials(study, max_retry)

@@ -162,3 +162,22 @@ def test_a_trial_whose_worker_died_claiming_it_is_failed_and_requeued_after_the_
     assert trials[orphan.number].state == TrialState.FAIL and trials[live.number].state == TrialState.RUNNING
     assert trials[orphan.number].user_attrs["fail_reason"].startswith("worker_died: its worker died claiming it")
     assert [t.state for t in trials if t.system_attrs.get("failed_trial") == orphan.number] == [TrialState.WAITING]
+
+
+def test_a_trial_another_worker_failed_under_its_worker_is_left_to_its_retry(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A database outage longer than the grace period: another worker's sweep fails a trial that still runs here."""
+    storage = create_storage(f"sqlite:///{tmp_path / 'swept.db'}")
+    study = optuna.create_study(storage=storage, study_name="swept")
+
+    def objective(trial: optuna.Trial) -> float:
+        if trial.number == 0:  # the sweep, as a worker starting after the outage does it: FAIL, then re-queued
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)(study, storage.get_trial(trial._trial_id))
+            trial.report(0.5, 1)  # this worker, connected again, writes to a trial that has ended
+        return 1.0
+
+    with caplog.at_level(logging.WARNING, logger="hpo.study"):
+        run_to_budget(study, objective, n_trials=2)
+    assert [(t.number, t.state) for t in study.get_trials()] == [(0, TrialState.FAIL), (1, TrialState.COMPLETE), (2, TrialState.COMPLETE)]
+    assert study.get_trials()[1].system_attrs["failed_trial"] == 0  # the retry ran here, and the budget is exact
+    assert "was failed by another worker while this one could not reach the database" in caplog.text
