@@ -256,6 +256,16 @@ def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None,
 _logger = logging.getLogger(__name__)
 
 
+def _requeue_if_enqueued(study: optuna.Study, trial: optuna.Trial) -> None:
+    """An enqueued trial (the fp32 baseline, a known-good configuration, a retry and its checkpoint) that finds the budget
+    full, another worker having taken the last slot while this one claimed it, goes back to the queue as a copy: skipped,
+    it would be lost to the next extension of the budget."""
+    frozen = study._storage.get_trial(trial._trial_id)
+    if "fixed_params" in frozen.system_attrs or "failed_trial" in frozen.system_attrs:
+        attrs = {k: v for k, v in frozen.user_attrs.items() if k != BUDGET_SLOT_ATTR}
+        study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, user_attrs=attrs, system_attrs=frozen.system_attrs))
+
+
 def _finished_under_us(err: ValueError) -> bool:
     """Optuna's tell of a trial that another worker's sweep failed first (a heartbeat stale during a database outage)."""
     return str(err) in (f"Cannot tell a {state.name} trial." for state in (TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED))
@@ -300,6 +310,7 @@ def run_to_budget(
     def budgeted(trial: optuna.Trial) -> float | Sequence[float]:
         # The lock's own connection is not the storage's: a lost one is retried like every storage call.
         if not retry_lost_connection("taking a slot of the budget", lambda: _take_slot(study, trial, n_trials)):
+            _requeue_if_enqueued(study, trial)
             trial.set_user_attr(SKIP_REASON_ATTR, SKIP_OVER_BUDGET)
             study.stop()
             raise optuna.TrialPruned("the running trials of other workers hold the rest of the budget")

@@ -181,3 +181,28 @@ def test_a_trial_another_worker_failed_under_its_worker_is_left_to_its_retry(tmp
     assert [(t.number, t.state) for t in study.get_trials()] == [(0, TrialState.FAIL), (1, TrialState.COMPLETE), (2, TrialState.COMPLETE)]
     assert study.get_trials()[1].system_attrs["failed_trial"] == 0  # the retry ran here, and the budget is exact
     assert "was failed by another worker while this one could not reach the database" in caplog.text
+
+
+class _AnotherWorkerTakesTheLastSlot(optuna.samplers.RandomSampler):
+    """While this worker claims its trial (inside ask), another worker starts one and takes the budget's last slot."""
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        from hpo._attrs import BUDGET_SLOT_ATTR
+
+        if trial.number == 0:
+            other = study._storage.create_new_trial(study._study_id)
+            study._storage.set_trial_user_attr(other, BUDGET_SLOT_ATTR, study._storage.get_trial(other).number)
+
+
+def test_an_enqueued_trial_that_loses_the_last_slot_goes_back_to_the_queue(tmp_path: Path) -> None:
+    study = optuna.create_study(storage=create_storage(f"sqlite:///{tmp_path / 'race.db'}"), study_name="race",
+                                sampler=_AnotherWorkerTakesTheLastSlot())
+    study.enqueue_trial({"x": 0.5}, user_attrs={"fp32_baseline": True})
+    run_to_budget(study, lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
+    trials = study.get_trials()
+    assert trials[0].state == TrialState.PRUNED and trials[0].user_attrs["skip_reason"] == "over_budget"
+    assert trials[1].state == TrialState.RUNNING  # the other worker's
+    # The baseline waits for the next worker or the next extension of the budget, with what made it the baseline.
+    copy = trials[2]
+    assert copy.state == TrialState.WAITING and copy.system_attrs["fixed_params"] == {"x": 0.5}
+    assert copy.user_attrs == {"fp32_baseline": True}
