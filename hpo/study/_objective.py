@@ -214,6 +214,7 @@ class Objective:
         # Optuna 5's Trial has no system_attrs; the stored trial has them (a retry's "failed_trial").
         system_attrs = trial.storage.get_trial(trial._trial_id).system_attrs
         original = system_attrs.get("failed_trial")
+        fell_back = trial.user_attrs.get(OOM_FALLBACK_ATTR) if original is not None else None
         if original is not None:
             # A retry starts with a copy of its predecessor's user attrs: clear what that attempt found.
             for key in OUTCOME_ATTRS:
@@ -227,6 +228,10 @@ class Objective:
         if verdict is not None:  # paired across precisions: the verdict's seed, whatever the trial's number
             params, seed = {**params, "fp_precision": verdict["precision"]}, verdict["seed"]
         config = executor_config(params, self.space, seed=seed, device=self.options.device, cache_dir=self.options.cache_path)
+        if fell_back and fell_back.get("from_batch_size") == config.batch_size:
+            # Its predecessor ran out of memory and went on at half the batch: so does the retry, and its checkpoint fits.
+            config = _halved(config)
+            trial.set_user_attr(OOM_FALLBACK_ATTR, fell_back)
         trial.set_user_attr(CONFIG_ATTR, config.to_dict())
         return config, original
 
@@ -265,10 +270,9 @@ class Objective:
         try:
             return run(config, report=self._report(trial, config), checkpointing=checkpointing)
         except TrialOutOfMemoryError:
-            if not self.space.oom_fallback or config.batch_size < 2:
-                raise
-        # Same effective batch, half the activation memory; the executor released the first attempt's memory.
-        smaller = config.replace(batch_size=config.batch_size // 2, grad_accum_steps=config.grad_accum_steps * 2)
+            if not self.space.oom_fallback or config.batch_size < 2 or trial.user_attrs.get(OOM_FALLBACK_ATTR):
+                raise  # (a retry that starts at half the batch already: falls back once, not twice)
+        smaller = _halved(config)  # the executor released the first attempt's memory
         fallback = {"from_batch_size": config.batch_size, "to_batch_size": smaller.batch_size, "grad_accum_steps": smaller.grad_accum_steps}
         trial.set_user_attr(OOM_FALLBACK_ATTR, fallback)
         trial.set_user_attr(CONFIG_ATTR, smaller.to_dict())
@@ -293,6 +297,11 @@ class Objective:
             raise optuna.TrialPruned(f"pruned at step {result.steps}")
         values = tuple(_result_value(result, name) for name in self.space.objective_names)
         return values if self.space.is_multi_objective else values[0]
+
+
+def _halved(config: TrainConfig) -> TrainConfig:
+    """``oom_fallback``'s config: the same effective batch, half the activation memory."""
+    return config.replace(batch_size=config.batch_size // 2, grad_accum_steps=config.grad_accum_steps * 2)
 
 
 def _reported_step(config: TrainConfig, *, samples: bool) -> Callable[[int], int]:

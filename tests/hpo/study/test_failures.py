@@ -129,6 +129,22 @@ def test_oom_fallback_retries_once_with_half_the_batch(tmp_path: Path) -> None:
     assert last.user_attrs["oom_fallback"]["to_batch_size"] == 8
 
 
+def test_a_retry_of_a_trial_that_fell_back_starts_at_half_the_batch(tmp_path: Path) -> None:
+    """Its predecessor's checkpoint was saved at half the batch: the retry must run that config to resume from it."""
+    study, objective = _study(tmp_path, {"fp_precision": {"type": "categorical", "choices": ["fp32"]}}, oom_fallback=True)
+    with _classifier_hook(MemoryError, over=8):
+        run_to_budget(study, objective, 1)
+    fell_back = study.get_trials()[0]
+    # Re-queued as a worker that died mid-trial would be (Optuna's retry: the attrs copied, failed_trial set).
+    study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, params=fell_back.params, distributions=fell_back.distributions,
+                                              user_attrs=fell_back.user_attrs, system_attrs={"failed_trial": 0}))
+    run_to_budget(study, objective, 2)
+    retry = study.get_trials()[1]
+    assert retry.state == TrialState.COMPLETE and retry.system_attrs["failed_trial"] == 0
+    assert (retry.user_attrs["config"]["batch_size"], retry.user_attrs["config"]["grad_accum_steps"]) == (8, 2)
+    assert retry.user_attrs["oom_fallback"] == fell_back.user_attrs["oom_fallback"]
+
+
 def test_unexpected_error_fails_the_trial_with_a_one_line_reason(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     study, objective = _study(tmp_path, {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}})
     with caplog.at_level(logging.ERROR, logger="hpo"), _classifier_hook(ValueError, times=1):
