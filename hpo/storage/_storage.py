@@ -67,7 +67,7 @@ def _check_password_is_encoded(url: str) -> None:
     if parts and parts[2] and any(char in parts[2] for char in "@/?#"):
         raise StorageError(
             f"storage URL {mask_url(url)!r}: the password contains a character that URLs reserve (@ / ? #); "
-            "percent-encode it (@ as %40, / as %2F, ? as %3F, # as %23), e.g. with "
+            "percent-encode it, and any @ in a query value (@ as %40, / as %2F, ? as %3F, # as %23), e.g. with "
             "python -c \"import urllib.parse; print(urllib.parse.quote('PASSWORD', safe=''))\""
         )
 

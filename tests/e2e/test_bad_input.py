@@ -110,7 +110,7 @@ CASES: dict[str, tuple[Any, str]] = {
     "Ray address without a port": (lambda c: ["--ray", "head.invalid"], "--ray head.invalid: not an address; give host:port"),
     "password with a raw @": (
         lambda c: ["--storage", f"postgresql://u:pw@{SECRET_TAIL}@127.0.0.1:1/db"],
-        "the password contains a character that URLs reserve (@ / ? #); percent-encode it (@ as %40"),
+        "the password contains a character that URLs reserve (@ / ? #); percent-encode it, and any @ in a query value (@ as %40"),
 }
 if not torch.cuda.is_available():
     CASES["--device cuda without CUDA"] = (lambda c: ["--device", "cuda"], "--device cuda: torch ")
