@@ -267,7 +267,7 @@ def verdict_rows(study: optuna.Study) -> list[dict[str, Any]]:
         raise UserError(f"study {study.study_name!r} has no verdict yet; compute it with `python -m hpo verdict --study-name {study.study_name}`")
     verdict = Verdict.from_dict(stored)
     common = {"study": verdict.study, "source_trial": verdict.source_trial, "metric": verdict.metric, "unit": verdict.unit,
-              "seeds": verdict.seeds}
+              "seeds": verdict.seeds, "devices": verdict.devices}
     rows = [{**common, "run": True, **flatten(asdict(row))} for row in verdict.rows]
     return rows + [{**common, "precision": p, "run": False, "line": f"{p}: not run: {why}"} for p, why in verdict.unsupported.items()]
 

@@ -159,7 +159,9 @@ def test_verdict_pairs_seeds_across_two_workers_survives_a_sigkill_and_its_inter
     assert rows["bf16"]["line"] in capsys.readouterr().out
     assert "Precision verdict" in (tmp_path / "report" / "report.md").read_text()
     assert export_main([*storage_flags, "--verdict", "--format", "json"]) == 0
-    assert [r["precision"] for r in json.loads(capsys.readouterr().out)] == ["fp32", "fp16", "bf16", "tf32"]
+    exported = json.loads(capsys.readouterr().out)
+    assert [r["precision"] for r in exported] == ["fp32", "fp16", "bf16", "tf32"]
+    assert all(r["devices"] and "torch" in r["devices"][0] for r in exported)  # where it was measured, on every row
 
 
 def _verdict_trial(precision: str, seed: int, accuracy: float, speed: float, *, state: TrialState = TrialState.COMPLETE,
