@@ -266,9 +266,19 @@ def _requeue_if_enqueued(study: optuna.Study, trial: optuna.Trial) -> None:
         study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, user_attrs=attrs, system_attrs=frozen.system_attrs))
 
 
-def _finished_under_us(err: ValueError) -> bool:
-    """Optuna's tell of a trial that another worker's sweep failed first (a heartbeat stale during a database outage)."""
-    return str(err) in (f"Cannot tell a {state.name} trial." for state in (TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED))
+def _optimize(
+    study: optuna.Study, objective: Callable[[optuna.Trial], Any], timeout: float | None,
+    after_trial: Callable[[optuna.Study, FrozenTrial], None],
+) -> None:
+    """``study.optimize``, which a trial failed under this worker by another one's sweep does not stop: a heartbeat
+    stale during a database outage longer than the grace period. Optuna's tell of it then raises."""
+    try:
+        study.optimize(objective, timeout=timeout, callbacks=[after_trial], catch=(Exception,))
+    except ValueError as err:
+        if str(err) not in (f"Cannot tell a {state.name} trial." for state in (TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED)):
+            raise
+        _logger.warning("the trial this worker ran was failed by another worker while this one could not reach the database "
+                        "(its heartbeat went stale); its retry resumes from its last checkpoint")
 
 
 def run_to_budget(
@@ -278,8 +288,7 @@ def run_to_budget(
     *,
     timeout: float | None = None,
     on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
-    stop_requested: Callable[[], bool] | None = None,
-    max_retry: int | None = None,
+    stop_requested: Callable[[], bool] | None = None, max_retry: int | None = None,
 ) -> None:
     """Run trials until the study, across all workers and runs, has ``n_trials`` finished ones.
 
@@ -324,13 +333,7 @@ def run_to_budget(
     # Sweeps first: a worker of this machine killed mid-trial (SIGKILL, OOM killer) is found at once, not after the grace period.
     while _room_for_a_trial(study, n_trials, max_retry, go_on):
         remaining = None if deadline is None else deadline - time.monotonic()
-        try:
-            study.optimize(budgeted, timeout=remaining, callbacks=[after_trial], catch=(Exception,))
-        except ValueError as err:
-            if not _finished_under_us(err):
-                raise
-            _logger.warning("the trial this worker ran was failed by another worker while this one could not reach the database "
-                            "(its heartbeat went stale); its retry resumes from its last checkpoint")
+        _optimize(study, budgeted, remaining, after_trial)
     # Optuna sweeps dead workers' trials when a trial starts; sweep once more on the way out.
     optuna.storages.fail_stale_trials(study)
     fail_dead_local_trials(study, max_retry)
