@@ -7,19 +7,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import optuna
-import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import MAJORITY_CLASS_HINT, WORKER_ATTR, is_host_limited, is_majority_class, is_verdict_trial, skip_reason_of
 from hpo._ranking import best_trials
+from hpo.storage._heartbeats import heartbeat_ages
 from hpo.storage._inspect import objective_names
 from hpo.study._liveness import worker_is_gone
 from hpo.study._outcomes import SKIP_UNSUPPORTED
-
-# Optuna's RDB storage keeps one row per running trial here while heartbeats are on.
-_HEARTBEATS = sqlalchemy.table(
-    "trial_heartbeats", sqlalchemy.column("trial_id", sqlalchemy.Integer), sqlalchemy.column("heartbeat", sqlalchemy.DateTime)
-)
 
 
 @dataclass
@@ -42,23 +37,6 @@ class StudyStatus:
     host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
     majority_class: list[int] = field(default_factory=list)  # trials that never left the majority class
     verdict: dict[str, int] = field(default_factory=dict)  # verdict trials by state (hpo verdict), not counted
-
-
-def _heartbeat_ages(storage: optuna.storages.BaseStorage, trial_ids: list[int]) -> dict[int, datetime.timedelta]:
-    """Time since each trial's last heartbeat, by the database's clock; empty when the storage has none."""
-    engine = getattr(storage, "engine", None)
-    if not trial_ids or not isinstance(engine, sqlalchemy.Engine):
-        return {}
-    with engine.connect() as connection:
-        # Optuna stamps heartbeats with the database's now(), so ages are taken against the same clock.
-        now = connection.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar_one()
-        rows = connection.execute(
-            sqlalchemy.select(_HEARTBEATS.c.trial_id, _HEARTBEATS.c.heartbeat).where(_HEARTBEATS.c.trial_id.in_(trial_ids))
-        ).all()
-    if isinstance(now, str):  # SQLite's CURRENT_TIMESTAMP without a declared type
-        now = datetime.datetime.fromisoformat(now)
-    now = now.replace(tzinfo=None)
-    return {trial_id: max(now - beat.replace(tzinfo=None), datetime.timedelta(0)) for trial_id, beat in rows}
 
 
 def _worker(trial: FrozenTrial) -> str:
@@ -85,7 +63,7 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     status.majority_class = sorted(t.number for t in trials if is_majority_class(t))
     status.verdict = dict(Counter(t.state.name.lower() for t in trials if is_verdict_trial(t)))
     running = [t for t in trials if t.state == TrialState.RUNNING]
-    ages = _heartbeat_ages(storage, [t._trial_id for t in running])
+    ages = heartbeat_ages(storage, [t._trial_id for t in running])
     now = datetime.datetime.now()
     for trial in running:
         started = now - trial.datetime_start if trial.datetime_start else None

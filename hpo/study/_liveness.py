@@ -33,6 +33,7 @@ from hpo._attrs import (
     TRIALS_PER_GPU_KEY,
     WORKER_ATTR,
 )
+from hpo.storage._heartbeats import heartbeat_ages
 
 WORKER_DIED = "worker_died"
 # Set by the launchers (--workers with --gpus, --ray with --gpus-per-trial): how many workers' trials share this worker's GPU.
@@ -113,7 +114,8 @@ def died_claiming(trial: FrozenTrial, storage: optuna.storages.BaseStorage) -> b
 
     Such a trial is RUNNING without a heartbeat, which could go stale, nor an identity of its own
     (written first thing by the objective, with the heartbeat already beating): once it has been so for
-    the heartbeats' grace period, no live worker is that slow to start it.
+    the heartbeats' grace period, no live worker is that slow to start it. A trial that ever beat is the
+    heartbeats' to judge.
     """
     worker = trial.user_attrs.get(WORKER_ATTR)
     if isinstance(worker, dict) and worker.get("trial") == trial.number:
@@ -122,7 +124,10 @@ def died_claiming(trial: FrozenTrial, storage: optuna.storages.BaseStorage) -> b
     if interval is None or trial.datetime_start is None:
         return False  # without heartbeats nothing tells a dead worker's trial from a slow one
     grace = getattr(storage, "grace_period", None) or 2 * interval  # Optuna's default when none is set
-    return (datetime.now() - trial.datetime_start).total_seconds() > grace  # Optuna's own clock: naive local time
+    if (datetime.now() - trial.datetime_start).total_seconds() <= grace:  # Optuna's own clock: naive local time
+        return False
+    # A trial of an objective that writes no identity (hpo.run_to_budget's caller's own) beats all the same.
+    return trial._trial_id not in heartbeat_ages(storage, [trial._trial_id])
 
 
 def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[int]:

@@ -1,0 +1,31 @@
+"""The heartbeats Optuna's RDB storage records for running trials, read straight from its table."""
+
+from __future__ import annotations
+
+import datetime
+
+import optuna
+import sqlalchemy
+
+# Optuna's RDB storage keeps one row per running trial here while heartbeats are on.
+_HEARTBEATS = sqlalchemy.table(
+    "trial_heartbeats", sqlalchemy.column("trial_id", sqlalchemy.Integer), sqlalchemy.column("heartbeat", sqlalchemy.DateTime)
+)
+
+
+def heartbeat_ages(storage: optuna.storages.BaseStorage, trial_ids: list[int]) -> dict[int, datetime.timedelta]:
+    """Time since each trial's last heartbeat, by the database's clock; a trial that never beat has none; empty when
+    the storage keeps no heartbeats of its own (the gRPC proxy)."""
+    engine = getattr(storage, "engine", None)
+    if not trial_ids or not isinstance(engine, sqlalchemy.Engine):
+        return {}
+    with engine.connect() as connection:
+        # Optuna stamps heartbeats with the database's now(), so ages are taken against the same clock.
+        now = connection.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar_one()
+        rows = connection.execute(
+            sqlalchemy.select(_HEARTBEATS.c.trial_id, _HEARTBEATS.c.heartbeat).where(_HEARTBEATS.c.trial_id.in_(trial_ids))
+        ).all()
+    if isinstance(now, str):  # SQLite's CURRENT_TIMESTAMP without a declared type
+        now = datetime.datetime.fromisoformat(now)
+    now = now.replace(tzinfo=None)
+    return {trial_id: max(now - beat.replace(tzinfo=None), datetime.timedelta(0)) for trial_id, beat in rows}
