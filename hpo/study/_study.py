@@ -44,6 +44,7 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 MAX_CONSECUTIVE_FAILURES = 3
 # How often a worker with no budget left to start checks whether the running trials of others finished or died.
 ROOM_POLL_S = 1.0
+_logger = logging.getLogger(__name__)
 
 
 class TooManyFailuresError(RuntimeError):
@@ -251,9 +252,6 @@ def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None,
             return False
         time.sleep(ROOM_POLL_S)
     return False
-
-
-_logger = logging.getLogger(__name__)
 
 
 def _requeue_if_enqueued(study: optuna.Study, trial: optuna.Trial) -> None:
