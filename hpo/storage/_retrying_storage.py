@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import random
 import sqlite3
@@ -52,6 +53,7 @@ from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, InternalError, OperationalError
 
 from hpo.storage._db_errors import (
@@ -327,8 +329,23 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
         return self._call("get_best_trial", lambda: self._cache.get_best_trial(study_id))
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
-        # Part of Optuna's heartbeat interface (BaseHeartbeat), called by fail_stale_trials.
+        # Part of Optuna's heartbeat interface (BaseHeartbeat), called by fail_stale_trials: Optuna's sweep before each
+        # trial, and this project's. A PostgreSQL server up for less than the grace period was restarted: no heartbeat
+        # could land while it was down, so a trial silent for that long may be alive, its worker about to beat again.
+        if self._server_uptime() < (self._rdb.grace_period or 2 * (self.get_heartbeat_interval() or 0)):
+            return []
         return self._call("_get_stale_trial_ids", lambda: self._cache._get_stale_trial_ids(study_id))
+
+    def _server_uptime(self) -> float:
+        """Seconds since the PostgreSQL server started (infinite for SQLite, whose file has no restart)."""
+        if self._rdb.engine.dialect.name != "postgresql":
+            return math.inf
+
+        def uptime() -> float:
+            with self._rdb.engine.connect() as connection:
+                return float(connection.execute(text("SELECT EXTRACT(EPOCH FROM now() - pg_postmaster_start_time())")).scalar_one())
+
+        return self._call("server_uptime", uptime)
 
     def get_heartbeat_interval(self) -> int | None:
         return self._rdb.get_heartbeat_interval()

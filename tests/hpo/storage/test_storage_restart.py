@@ -154,3 +154,21 @@ def test_a_database_down_past_the_bound_stops_each_call_of_that_outage_at_once(
     private_postgres.start()
     trial.set_user_attr("third", 3)  # back: the stale connection is replaced, and a later outage gets a whole bound
     assert study.trials[0].user_attrs == {"third": 3}
+
+
+def test_a_trial_silent_through_a_database_restart_is_not_stale_until_the_server_has_been_up_for_the_grace_period(
+    private_postgres: PrivatePostgres,
+) -> None:
+    """No heartbeat can land while the server is down: a restart longer than the grace period must not fail live trials."""
+    storage = create_storage(private_postgres.url, heartbeat=Heartbeat(interval=1, grace_period=3))
+    study = optuna.create_study(storage=storage, study_name="silent")
+    trial = study.ask()
+    storage.record_heartbeat(trial._trial_id)
+    private_postgres.stop()
+    time.sleep(4)  # down for longer than the grace period
+    private_postgres.start()
+    optuna.storages.fail_stale_trials(study)  # a worker sweeping the moment the server is back, as Optuna does per trial
+    assert study.trials[0].state == TrialState.RUNNING  # its worker may beat again: not stale yet
+    time.sleep(3.5)  # up for the grace period, and still no heartbeat: its worker is gone
+    optuna.storages.fail_stale_trials(study)
+    assert study.trials[0].state == TrialState.FAIL
