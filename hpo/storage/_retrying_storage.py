@@ -332,9 +332,10 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
         # Part of Optuna's heartbeat interface (BaseHeartbeat), called by fail_stale_trials: Optuna's sweep before each
         # trial, and this project's. A PostgreSQL server up for less than the grace period was restarted: no heartbeat
         # could land while it was down, so a trial silent for that long may be alive, its worker about to beat again.
-        if self._server_uptime() < (self._rdb.grace_period or 2 * (self.get_heartbeat_interval() or 0)):
+        stale = self._call("_get_stale_trial_ids", lambda: self._cache._get_stale_trial_ids(study_id))
+        if stale and self._server_uptime() < (self._rdb.grace_period or 2 * (self.get_heartbeat_interval() or 0)):
             return []
-        return self._call("_get_stale_trial_ids", lambda: self._cache._get_stale_trial_ids(study_id))
+        return stale
 
     def _server_uptime(self) -> float:
         """Seconds since the PostgreSQL server started (infinite for SQLite, whose file has no restart)."""
