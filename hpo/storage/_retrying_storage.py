@@ -205,9 +205,9 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
                     continue
                 self._outage_deadline = time.monotonic()  # given up: the outage's later calls too, without waiting
                 raise StorageFailedError(
-                        f"storage {self._shown_url} unreachable for {RETRY_SECONDS:.0f} s (storage call {name}), longer than "
-                        "a worker waits; bring the database back, then rerun the same command to resume"
-                    ) from err
+                    f"storage {self._shown_url} unreachable for {RETRY_SECONDS:.0f} s (storage call {name}), longer than "
+                    "a worker waits; bring the database back, then rerun the same command to resume"
+                ) from err
 
     @property
     def _shown_url(self) -> str:

@@ -1,4 +1,4 @@
-"""Which RUNNING trials belong to a worker process of this machine that is gone.
+"""Which RUNNING trials belong to a worker process of this machine that is gone, or to a worker that died claiming them.
 
 Heartbeats find a dead worker's trial only once ``grace_period`` (default 2 min) has passed
 without a beat: a worker killed with SIGKILL and rerun at once would finish before then and
@@ -6,7 +6,9 @@ leave the trial RUNNING. Each trial records its worker's identity (host, pid, an
 process's boot, pid namespace and start time); a worker sweeps, when it starts and when it
 ends, the RUNNING trials whose process on this very machine no longer exists, and fails them
 as a stale heartbeat would (re-queued by the same retry policy). A trial from another
-machine, container or boot is left to the heartbeats.
+machine, container or boot is left to the heartbeats; one that never beat nor wrote its identity
+(its worker died inside Optuna's ``ask``) is failed once the grace period has passed
+(:func:`died_claiming`).
 """
 
 from __future__ import annotations
