@@ -84,13 +84,11 @@ def _check_range(name: str, p: CategoricalParam | FloatParam | IntParam) -> str 
         return f"params.{name}: log scale needs low > 0, got {p.low}"
     if p.log and p.step not in (None, 1):
         return f"params.{name}: step cannot be combined with log: true"
-    if p.step:
-        # Optuna's own test (decimal, on the written values): off the grid, it warns and samples up to
-        # the last step below high, a space other than the one written.
+    if p.step and p.problem_with(p.high):  # the membership rule: off the grid, Optuna warns and samples below high
+        # The two highs on the grid, in decimal: the written values' digits, not their binary sums.
         low, high, step = (Decimal(str(v)) for v in (p.low, p.high, p.step))
         last = low + (high - low) // step * step
-        if last != high:
-            return f"params.{name}: high {p.high} is not on the step grid from low {p.low} (step {p.step}); set high to {last} or {last + step}"
+        return f"params.{name}: high {p.high} is not on the step grid from low {p.low} (step {p.step}); set high to {last} or {last + step}"
     return None
 
 

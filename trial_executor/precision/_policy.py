@@ -30,16 +30,18 @@ def _has_new_tf32_api() -> bool:
     return hasattr(torch.backends.cuda.matmul, "fp32_precision")
 
 
+def _tf32_flags() -> list[tuple[Any, str]]:
+    """The process-global flags that turn TF32 on or off, as (owner, attribute): the new API's where torch has it."""
+    if _has_new_tf32_api():
+        return [(backend, "fp32_precision") for backend in (torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn)]
+    return [(torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")]
+
+
 def set_tf32(enabled: bool) -> None:
     """Turn TF32 on or off for CUDA matmuls and cuDNN (new API where torch has it)."""
-    if _has_new_tf32_api():
-        mode = "tf32" if enabled else "ieee"
-        torch.backends.cuda.matmul.fp32_precision = mode
-        torch.backends.cudnn.conv.fp32_precision = mode
-        torch.backends.cudnn.rnn.fp32_precision = mode
-    else:
-        torch.backends.cuda.matmul.allow_tf32 = enabled
-        torch.backends.cudnn.allow_tf32 = enabled
+    value: str | bool = ("tf32" if enabled else "ieee") if _has_new_tf32_api() else enabled
+    for owner, name in _tf32_flags():
+        setattr(owner, name, value)
 
 
 @contextlib.contextmanager
@@ -49,13 +51,7 @@ def global_state_kept() -> Iterator[None]:
     A trial sets them for itself (:meth:`PrecisionPolicy.apply_global_state`); the process that
     called it (a notebook, a script around ``hpo.optimize``) gets its own settings back.
     """
-    if _has_new_tf32_api():
-        backends = (torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn)
-        flags = [(backend, "fp32_precision") for backend in backends]
-    else:
-        flags = [(torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")]
-    flags.append((torch.backends.cudnn, "benchmark"))
-    saved = [(owner, name, getattr(owner, name)) for owner, name in flags]
+    saved = [(owner, name, getattr(owner, name)) for owner, name in [*_tf32_flags(), (torch.backends.cudnn, "benchmark")]]
     try:
         yield
     finally:
