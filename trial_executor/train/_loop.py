@@ -180,7 +180,7 @@ class _Loop:
                     run.train_seconds += seconds
                     if evaluate_now:
                         self._evaluate(last, interrupted)
-                    if interrupted:
+                    if interrupted and not self.stopped:  # pruned or stopped early here: the run ends as that
                         run.window_loss = parts.train_step.read().loss_sum
                         raise TrialInterrupted(run.step, self._checkpoint())
             if last or self.stopped:

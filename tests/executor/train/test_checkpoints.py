@@ -75,3 +75,25 @@ def test_a_checkpoint_from_another_config_is_refused(data: TextClassificationDat
     other = TrainConfig(**{**config.to_dict(), "learning_rate": 0.5})
     with pytest.raises(ValueError, match="another config or data"):
         run_trial(other, data, checkpointing=Checkpointing(tmp_path / "b", resume_from=caught.value.checkpoint))
+
+
+def test_a_stop_request_at_the_step_that_prunes_or_stops_early_ends_the_run_as_that(tmp_path: Path) -> None:
+    """A stop request (a worker's SIGTERM) that lands on the evaluation that pruned or stopped the run
+    early ends it as pruned or early-stopped: interrupted there, its retry would train past that point."""
+    data = demo_dataset(n_train=100, n_valid=40, seed=1)
+    config = TrainConfig(epochs=3, batch_size=32, learning_rate=2e-3, eval_every=1, early_stopping_patience=2, eval_sample_size=20, device="cpu")
+    straight = run_trial(config, data)
+    assert straight.stopped_reason == "early_stopping" and straight.steps < 12
+    calls = {"n": 0}
+
+    def stop_at(step: int) -> bool:
+        calls["n"] += 1
+        return calls["n"] >= step
+
+    stopped = run_trial(config, data, checkpointing=Checkpointing(tmp_path / "a"), stop_requested=lambda: stop_at(straight.steps))
+    assert stopped.stopped_reason == "early_stopping" and stopped.history == straight.history
+
+    calls["n"] = 0
+    pruning = config.replace(early_stopping_patience=None)
+    pruned = run_trial(pruning, data, lambda step, metrics: step >= 2, checkpointing=Checkpointing(tmp_path / "b"), stop_requested=lambda: stop_at(2))
+    assert pruned.stopped_reason == "pruned" and pruned.steps == 2
