@@ -38,6 +38,7 @@ MAJORITY_CLASS = "majority_class"
 MINIMIZED_METRICS: tuple[str, ...] = ("loss", "rmse")
 LR_SCHEDULES: tuple[str, ...] = ("linear", "cosine", "constant")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+SEED_RANGE = (0, 2**32 - 1)  # what numpy's (np.random.seed) and Optuna's samplers' seeds accept
 # Below this size a model's per-call overhead outweighs the padding that chunking saves
 # (measured: tiny-bert 0.3M params loses ~35% in bf16, minilm-l6 22M params gains ~40%).
 CHUNKING_MIN_PARAMS = 5_000_000
@@ -133,7 +134,7 @@ class TrainConfig(BaseModel):
     eval_every_samples: int | None = Field(None, ge=1)  # counts training samples instead; None: eval_every
     eval_batch_size: int = Field(256, ge=1)
     eval_sample_size: int | None = Field(512, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     device: Device = "auto"
     cudnn_benchmark: bool = False
     length_grouping: bool = False

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 from hpo._errors import UserError
+from trial_executor import SEED_RANGE
 
-SEED_RANGE = (0, 2**32 - 1)  # what numpy's and Optuna's samplers' seeds accept
 # Optuna's studies.study_name column is String(512) (MAX_INDEXED_STRING_LENGTH); PostgreSQL
 # refuses a longer name, so refuse it here first, on every database alike.
 MAX_STUDY_NAME_LENGTH = 512

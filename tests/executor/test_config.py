@@ -22,6 +22,9 @@ from trial_executor import TrainConfig
         ({"eval_sample_size": 0}, "eval_sample_size must be >= 1 or null (every row)"),
         ({"fp_precision": "fp8"}, "fp_precision must be one of fp32, tf32, fp16, bf16"),
         ({"model": "  "}, "model must not be empty"),
+        # numpy's seed range: a run would fail inside np.random.seed after the trial started.
+        ({"seed": -1}, "seed must be in [0, 4294967295]"),
+        ({"seed": 2**32}, "seed must be in [0, 4294967295]"),
         ({"max_length": 4}, "max_length must be an int >= 8 or 'auto'"),
         ({"prefetch_factor": 2}, "prefetch_factor needs num_workers > 0"),
         ({"batch_size": 0, "warmup_ratio": 1.0}, "batch_size must be >= 1; warmup_ratio must be in [0, 1)"),
