@@ -10,10 +10,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trial_executor._config import TASKS
 from trial_executor.data._files import DataError, Records, has_validation_split, read_records
 from trial_executor.data._messages import bounded_list
 from trial_executor.data._values import (
@@ -53,6 +55,9 @@ class TextClassificationData:
     dropped_empty: int = 0
     task: str = CLASSIFICATION
 
+    def __post_init__(self) -> None:
+        _check_in_memory(self)
+
     @property
     def num_labels(self) -> int:
         return len(self.label_names)
@@ -65,6 +70,51 @@ class TextClassificationData:
         for part in (*parts, self.train_pairs, self.valid_pairs):
             digest.update(json.dumps(part, ensure_ascii=False).encode())
         return digest.hexdigest()[:16]
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+
+
+def _target_problem(task: str, value: object, num_labels: int) -> str | None:
+    """Why ``value`` is not a target of ``task`` (the form :class:`TextClassificationData` documents), or None."""
+    if task == CLASSIFICATION:
+        if type(value) is not int or not 0 <= value < num_labels:  # not bool, not numpy's ints (no JSON for the fingerprint)
+            return f"classification targets are class ids, Python ints 0..{num_labels - 1} (one per label name)"
+    elif task == REGRESSION:
+        if not isinstance(value, float) or not math.isfinite(value):
+            return "regression targets are finite Python floats (write a whole number as 3.0)"
+    elif not isinstance(value, (list, tuple)) or len(value) != num_labels or any(v not in (0, 1) or isinstance(v, bool) for v in value):
+        return f"multi_label targets are rows of {num_labels} values, 1.0 for each of the row's labels and 0.0 for the others"
+    return None
+
+
+def _check_in_memory(data: TextClassificationData) -> None:
+    """The documented form, for data built in Python (files are checked as they are read): the first problem, one line."""
+    if data.task not in TASKS:
+        raise DataError(f"task must be one of {', '.join(TASKS)}, got {data.task!r}")
+    if not data.label_names or not all(isinstance(name, str) for name in data.label_names):
+        raise DataError(f"label_names must name each output with a str, got {data.label_names!r}"[:200])
+    if data.task == REGRESSION and data.num_labels != 1:
+        raise DataError(f"regression has one output: label_names names it alone, got {data.num_labels} names")
+    if data.task != REGRESSION and data.num_labels < 2:
+        raise DataError(f"{data.task} needs at least two label_names, got {data.label_names!r}")
+    for split in ("train", "valid"):
+        texts, labels, pairs = getattr(data, f"{split}_texts"), getattr(data, f"{split}_labels"), getattr(data, f"{split}_pairs")
+        if len(texts) != len(labels) or (pairs is not None and len(pairs) != len(texts)):
+            shown = "" if pairs is None else f", {split}_pairs {len(pairs)}"
+            raise DataError(f"{split}_texts has {len(texts)} rows, {split}_labels {len(labels)}{shown}; give one of each per row")
+        if not texts:
+            raise DataError(f"{split}_texts is empty; give at least one row")
+        for column, values in ((f"{split}_texts", texts), (f"{split}_pairs", pairs or ())):
+            odd = next((i for i, text in enumerate(values) if not isinstance(text, str)), None)
+            if odd is not None:
+                raise DataError(f"{column}[{odd}] is a {_type_name(values[odd])}; texts are str")
+        for i, value in enumerate(labels):
+            problem = _target_problem(data.task, value, data.num_labels)
+            if problem is not None:
+                raise DataError(f"{split}_labels[{i}] is {str(value)[:60]} ({_type_name(value)}); {problem}")
 
 
 @dataclass

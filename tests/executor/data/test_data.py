@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import write_tsv
 
-from trial_executor import DataError, load_text_classification
+from trial_executor import DataError, TextClassificationData, load_text_classification
 
 
 def test_tsv_with_string_labels(tmp_path: Path) -> None:
@@ -110,3 +110,35 @@ def test_bad_data_on_the_command_line_is_one_line_and_writes_nothing(tmp_path: P
     err = capsys.readouterr().err
     assert "has no column 'label' (found: 'text', 'gold'); set --label-column" in err
     assert len(err.strip().splitlines()) == 1 and not db.exists()
+
+
+REVIEWS = ["good", "bad", "fine"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        # Whole-number regression targets as ints were taken as class ids (int64), truncating 2.5 to 2 in the same tensor.
+        ({"train_labels": [3, 2.5, 0.5], "label_names": ["score"], "task": "regression"},
+         "train_labels[0] is 3 (int); regression targets are finite Python floats (write a whole number as 3.0)"),
+        ({"train_labels": [1, 0, 2]}, "train_labels[2] is 2 (int); classification targets are class ids, Python ints 0..1 (one per label name)"),
+        ({"train_labels": [1, 0, True]}, "train_labels[2] is True (bool); classification targets are class ids, Python ints 0..1 (one per label name)"),
+        ({"valid_labels": [0.0, 1.0, 1.0]}, "valid_labels[0] is 0.0 (float); classification targets are class ids, Python ints 0..1 (one per label name)"),
+        ({"train_labels": [1, 0]}, "train_texts has 3 rows, train_labels 2; give one of each per row"),
+        ({"valid_texts": ["ok", None, "no"]}, "valid_texts[1] is a NoneType; texts are str"),
+        ({"task": "regresion"}, "task must be one of classification, regression, multi_label, got 'regresion'"),
+        ({"train_labels": [[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]], "task": "multi_label"},
+         "train_labels[1] is [0.0, 2.0] (list); multi_label targets are rows of 2 values, 1.0 for each of the row's labels and 0.0 for the others"),
+        ({"label_names": ["only"]}, "classification needs at least two label_names, got ['only']"),
+    ],
+)
+def test_data_built_in_python_is_checked_against_its_documented_form(fields: dict[str, object], expected: str) -> None:
+    given: dict[str, object] = {
+        "train_texts": REVIEWS, "train_labels": [1, 0, 1], "valid_texts": REVIEWS, "valid_labels": [1, 0, 0],
+        "label_names": ["negative", "positive"], **fields,
+    }
+    if given.get("task") == "regression":
+        given["valid_labels"] = [1.0, 0.5, 2.0]
+    with pytest.raises(DataError) as raised:
+        TextClassificationData(**given)  # type: ignore[arg-type]
+    assert str(raised.value) == expected
