@@ -194,7 +194,7 @@ def check_storage_url(url: str, *, wait_for_server: bool = False) -> None:
     if parsed.drivername == "sqlite":
         if not parsed.database or parsed.database == ":memory:":
             # Each process would get its own empty database, gone when it ends: no study to resume, share or browse.
-            raise StorageError(f"storage {url!r} is an in-memory SQLite database, lost when the run ends; "
+            raise StorageError(f"storage {mask_url(url)!r} is an in-memory SQLite database, lost when the run ends; "
                                "give a file, e.g. sqlite:///hpo-studies.db")
         parent = Path(parsed.database).expanduser().resolve().parent
         if not parent.is_dir():

@@ -41,13 +41,20 @@ def mask_url(url: str) -> str:
     return f"{scheme}://{user}:***@{host}"
 
 
+def _standing_alone(secret: str) -> re.Pattern[str]:
+    """``secret`` where it is not part of a longer word: a password ``p`` is not masked out of "supported"."""
+    before = r"(?<!\w)" if re.match(r"\w", secret) else ""
+    after = r"(?!\w)" if re.match(r"\w", secret[-1]) else ""
+    return re.compile(before + re.escape(secret) + after)
+
+
 def mask_secrets(text: str, url: str) -> str:
-    """``text`` with the passwords of ``url`` (and the raw URL) masked wherever they appear, as typed or decoded."""
+    """``text`` with the passwords of ``url`` (and the raw URL) masked wherever they stand alone, as typed or decoded."""
     text = text.replace(url, mask_url(url))
     parts = split_credentials(url)
     secrets = [parts[2]] if parts and parts[2] else []
     secrets += [value for _, value in _QUERY_SECRET.findall(url) if value]
     for secret in secrets:
         for form in sorted({secret, unquote(secret)}, key=len, reverse=True):
-            text = text.replace(form, "***")
+            text = _standing_alone(form).sub("***", text)
     return text

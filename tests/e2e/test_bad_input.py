@@ -26,7 +26,7 @@ from conftest import ROOT, SMALL_SPACE
 from optuna.trial import TrialState
 from test_errors import _hpo, assert_one_clean_line
 
-from hpo import create_storage, make_objective, mask_url, open_study, parse_search_space, run_to_budget
+from hpo import StorageError, create_storage, make_objective, mask_url, open_study, optimize, parse_search_space, run_to_budget
 from hpo.reporting._run_lines import trial_line
 from hpo.storage._storage import mask_secrets
 from trial_executor import demo_dataset
@@ -215,6 +215,22 @@ def test_a_password_in_the_query_is_masked_too() -> None:
     url = f"postgresql://127.0.0.1:5432/hpo?user=u&password={SECRET_TAIL}&sslmode=prefer&sslpassword=k%40{SECRET_TAIL}"
     assert mask_url(url) == "postgresql://127.0.0.1:5432/hpo?user=u&password=***&sslmode=prefer&sslpassword=***"
     assert SECRET_TAIL not in mask_secrets(f"failed on {url}: password {SECRET_TAIL} or k@{SECRET_TAIL} rejected", url)
+
+
+def test_a_short_password_is_masked_where_it_stands_alone_not_out_of_other_words() -> None:
+    url = "mysql://u:p@h/db"
+    message = "storage 'mysql://u:p@h/db' is not supported; use sqlite:///path.db or postgresql://u:p@h/db (password p)"
+    assert mask_secrets(message, url) == (
+        "storage 'mysql://u:***@h/db' is not supported; use sqlite:///path.db or postgresql://u:***@h/db (password ***)"
+    )
+    # A password that ends in a non-word character is masked whatever follows it.
+    assert mask_secrets("rejected pw!x and (pw!)", "postgresql://u:pw!@h/db") == "rejected ***x and (***)"
+
+
+def test_the_python_api_never_shows_the_password_of_a_refused_url() -> None:
+    with pytest.raises(StorageError) as refused:
+        optimize(SMALL_SPACE, demo_dataset(n_train=40, n_valid=10), storage=f"sqlite://u:{SECRET_TAIL}@/")
+    assert SECRET_TAIL not in str(refused.value) and "sqlite://u:***@/" in str(refused.value)
 
 
 @pytest.mark.postgres
