@@ -76,3 +76,29 @@ def test_a_trial_resolves_its_model_name_once(tmp_path: Path) -> None:
     finally:
         del ALIASES["test-saved-tiny"]
     assert resolve_model(resolve_model("tiny-bert")) == ModelSource("tiny-bert", "tiny-bert")
+
+
+@pytest.mark.parametrize("architecture", ["bert", "roberta"])  # the output layer: classifier, classifier.out_proj
+def test_a_head_saved_for_the_same_labels_in_another_order_keeps_each_labels_rows(tmp_path: Path, architecture: str) -> None:
+    """from_pretrained names the outputs after the data but loads the rows as saved: unreordered, a
+    head saved for [positive, negative] predicted each class as the other."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    data = demo_dataset(n_train=64, n_valid=16)  # classes negative, positive
+    _, tokenizer = load_model("tiny-bert", data.label_names, data.train_texts)
+    config = AutoConfig.for_model(
+        architecture, vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=80, id2label={0: "positive", 1: "negative"}, label2id={"positive": 0, "negative": 1},
+    )
+    saved = AutoModelForSequenceClassification.from_config(config)
+    saved.save_pretrained(tmp_path / "saved")
+    tokenizer.save_pretrained(tmp_path / "saved")
+    saved_rows = {name: p for name, p in saved.named_parameters() if name.startswith("classifier") and p.shape[0] == 2}
+
+    loaded, _ = load_model(str(tmp_path / "saved"), data.label_names, data.train_texts)
+    assert loaded.config.id2label == {0: "negative", 1: "positive"}
+    rows = {name: p for name, p in loaded.named_parameters() if name in saved_rows}
+    assert rows.keys() == saved_rows.keys() and rows
+    for name, p in rows.items():
+        torch.testing.assert_close(p, saved_rows[name].flip(0), rtol=0, atol=0)
