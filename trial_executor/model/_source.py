@@ -107,8 +107,12 @@ def resolve_model(name: str | ModelSource) -> ModelSource:
     if name in PRESETS:
         return ModelSource(name, name)
     path = ALIASES[name]() if name in ALIASES else name
-    _check_source(path)
-    return ModelSource(name, path, directory_signature(path))
+    signature = directory_signature(path)
+    if Path(path).is_dir():
+        _CHECKED_DIRECTORIES.get_or_make((path, signature), lambda: _check_directory(Path(path)))
+    else:
+        _check_source(path)
+    return ModelSource(name, path, signature)
 
 
 def check_model_name(name: str | ModelSource) -> None:
@@ -116,11 +120,62 @@ def check_model_name(name: str | ModelSource) -> None:
     resolve_model(name)
 
 
+# What from_pretrained reads from a directory besides config.json: weights (whole or sharded) and a tokenizer.
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+
+
+def _first_line(err: Exception) -> str:
+    sentence = str(err).strip().split(". ")[0].splitlines()[0][:200] if str(err).strip() else ""
+    return f"{type(err).__name__}: {sentence}" if sentence else type(err).__name__
+
+
+def _check_directory(path: Path) -> None:
+    """A directory holds what a trial loads: a readable config, weights whose files are whole, a tokenizer.
+
+    Found here, before a study is written, not as a failed trial (an empty tokenizer, one that
+    turns every word into [UNK], even trains without a word of complaint).
+    """
+    if not (path / "config.json").is_file():
+        raise ModelNotFoundError(f"model directory {path} has no config.json; point at a directory saved with save_pretrained")
+    try:
+        AutoConfig.from_pretrained(str(path))
+    except (OSError, ValueError) as err:  # bad JSON, a model_type this transformers does not know
+        raise ModelNotFoundError(
+            f"model directory {path}: its config.json cannot be read ({_first_line(err)}); point at a directory saved with save_pretrained"
+        ) from None
+    if not any((path / name).is_file() for name in _WEIGHT_FILES):
+        raise ModelNotFoundError(f"model directory {path} has no weights ({' or '.join(_WEIGHT_FILES[::2])}); save the model into it with save_pretrained")
+    if not any((path / name).is_file() for name in _TOKENIZER_FILES):
+        raise ModelNotFoundError(
+            f"model directory {path} has no tokenizer ({', '.join(_TOKENIZER_FILES[:3])}, ...); "
+            f"save the tokenizer beside the model with tokenizer.save_pretrained"
+        )
+    for file in sorted(path.glob("*.safetensors")):
+        _safetensors_header(file)
+
+
+_MAX_SAFETENSORS_HEADER = 100_000_000  # the safetensors format's own limit
+
+
+def _safetensors_header(file: Path) -> dict[str, dict[str, object]]:
+    """The tensors a safetensors file declares; :class:`ModelNotFoundError` when it is cut short or is no safetensors file."""
+    size, fix = file.stat().st_size, "save the model again with save_pretrained"
+    try:
+        with file.open("rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            if length > _MAX_SAFETENSORS_HEADER:
+                raise ValueError(f"its first 8 bytes declare a header of {length} bytes")
+            header = json.loads(handle.read(length)) if 8 + length <= size else {}
+        end = max((t["data_offsets"][1] for name, t in header.items() if name != "__metadata__"), default=0)
+    except (struct.error, ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+        raise ModelNotFoundError(f"weights file {file} is not a whole safetensors file ({_first_line(err)}); {fix}") from None
+    if 8 + length + end > size:
+        raise ModelNotFoundError(f"weights file {file} is cut short ({size} of at least {8 + length + end} bytes); {fix}")
+    return header
+
+
 def _check_source(name: str) -> None:
-    if Path(name).is_dir():
-        if not (Path(name) / "config.json").is_file():
-            raise ModelNotFoundError(f"model directory {name} has no config.json; point at a directory saved with save_pretrained")
-        return
     if Path(name).exists() or name.startswith((".", "/", "~")):
         raise ModelNotFoundError(f"model {name!r} is not a directory; pass a directory saved with save_pretrained or a preset ({', '.join(PRESETS)})")
     try:
@@ -157,6 +212,7 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 
 # What a model's config and weights say, by (path, directory signature): once per process and
 # version of the directory, not once per trial.
+_CHECKED_DIRECTORIES: BoundedCache[tuple[str, Signature], None] = BoundedCache("model.checked_directories", size=8)
 _MAX_POSITIONS: BoundedCache[tuple[str, Signature], int | None] = BoundedCache("model.max_positions", size=8)
 _CHECKPOINT_DTYPES: BoundedCache[tuple[str, Signature], str | None] = BoundedCache("model.checkpoint_dtypes", size=8)
 
@@ -202,9 +258,7 @@ def _checkpoint_dtype(name: str) -> str | None:
     source = Path(name)
     found: set[str] = set()
     for file in sorted(source.glob("*.safetensors")) if source.is_dir() else []:
-        with file.open("rb") as handle:
-            (size,) = struct.unpack("<Q", handle.read(8))
-            header = json.loads(handle.read(size))
+        header = _safetensors_header(file)
         found |= {_SAFETENSORS_DTYPES[t["dtype"]] for t in header.values() if t.get("dtype") in _SAFETENSORS_DTYPES}
     if found:
         return found.pop() if len(found) == 1 else "mixed"

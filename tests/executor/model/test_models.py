@@ -102,3 +102,33 @@ def test_a_head_saved_for_the_same_labels_in_another_order_keeps_each_labels_row
     assert rows.keys() == saved_rows.keys() and rows
     for name, p in rows.items():
         torch.testing.assert_close(p, saved_rows[name].flip(0), rtol=0, atol=0)
+
+
+def _break_by_removing(directory: Path, names: tuple[str, ...]) -> None:
+    for name in names:
+        (directory / name).unlink()
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        # transformers 5 built an empty tokenizer for a directory without one: every word [UNK], and the trial trained.
+        (lambda d: _break_by_removing(d, ("tokenizer.json", "tokenizer_config.json")), "has no tokenizer (tokenizer.json, tokenizer_config.json, vocab.txt, ...); save the tokenizer beside"),
+        (lambda d: _break_by_removing(d, ("model.safetensors",)), "has no weights (model.safetensors or pytorch_model.bin); save the model into it"),
+        (lambda d: (d / "config.json").write_text("{not json"), ": its config.json cannot be read (OSError: "),
+        (lambda d: (d / "config.json").write_text('{"model_type": "frobnicator"}'), "model type `frobnicator` but Transformers does not recognize this architecture)"),
+        (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:4000]), "model.safetensors is cut short (4000 of "),
+        (lambda d: (d / "model.safetensors").write_bytes(b"\x10" + bytes(7) + b"not a json header"), "is not a whole safetensors file (JSONDecodeError: "),
+    ],
+    ids=["no tokenizer", "no weights", "config not json", "unknown model type", "weights cut short", "weights not safetensors"],
+)
+def test_a_directory_missing_what_a_trial_loads_is_refused_before_any_trial(tmp_path: Path, damage: object, expected: str) -> None:
+    data = demo_dataset(n_train=64, n_valid=16)
+    model, tokenizer = load_model("tiny-bert", data.label_names, data.train_texts)
+    model.save_pretrained(tmp_path / "saved")
+    tokenizer.save_pretrained(tmp_path / "saved")
+    check_model_name(str(tmp_path / "saved"))
+    damage(tmp_path / "saved")  # type: ignore[operator]
+    with pytest.raises(ModelNotFoundError) as refused:
+        check_model_name(str(tmp_path / "saved"))
+    assert expected in str(refused.value) and "\n" not in str(refused.value), refused.value
