@@ -147,13 +147,13 @@ def _columns(
     empty: list[int] = []
     for number, row in zip(records.numbers, records.rows, strict=True):
         where = f"data file {path} {records.unit} {number}"
-        label = label_set(row.get(label_column), where) if multi_label else label_value(row.get(label_column), where)
         # Texts go on exactly as given; only the test for an empty text ignores whitespace.
         text = text_value(row, text_column, where)
         pair = text_value(row, pair_column, where) if pair_column else None
         if not text.strip() or (pair is not None and not pair.strip()):
-            empty.append(number)
+            empty.append(number)  # its label unread: a spreadsheet's trailing row of empty cells is an empty text too
             continue
+        label = label_set(row.get(label_column), where) if multi_label else label_value(row.get(label_column), where)
         rows.texts.append(text)
         rows.labels.append(label)
         rows.places.append(where)

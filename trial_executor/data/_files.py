@@ -10,10 +10,12 @@ first column's name.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import stat
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -124,6 +126,16 @@ def _bad_byte_line(path: Path) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _whole_fields() -> Iterator[None]:
+    """The csv module refuses a field over 131,072 characters by default (a long document is no bad CSV)."""
+    before = csv.field_size_limit(sys.maxsize)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(before)
+
+
 @register_format("CSV", ".csv")
 def _read_csv(path: Path, handle: IO[str]) -> Records:
     return _read_delimited(path, csv.reader(handle), "CSV", "quote fields that hold a comma, a quote or a line break")
@@ -138,6 +150,11 @@ def _read_tsv(path: Path, handle: IO[str]) -> Records:
 
 def _read_delimited(path: Path, reader: Any, kind: str, fix: str) -> Records:
     """The rows of a ``csv.reader`` whose first row is the header; ``kind`` and ``fix`` word its errors."""
+    with _whole_fields():
+        return _delimited_rows(path, reader, kind, fix)
+
+
+def _delimited_rows(path: Path, reader: Any, kind: str, fix: str) -> Records:
     rows: list[dict[str, Any]] = []
     numbers: list[int] = []
     try:
@@ -162,6 +179,33 @@ def _read_delimited(path: Path, reader: Any, kind: str, fix: str) -> Records:
     return Records(rows, numbers, "line")
 
 
+class _KeyTwice(ValueError):
+    pass
+
+
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json keeps the last of a key given twice, silently: which one the user meant is theirs to say.
+    row = dict(pairs)
+    if len(row) != len(pairs):
+        twice = next(key for i, (key, _) in enumerate(pairs) if key in dict(pairs[:i]))
+        raise _KeyTwice(f"the key {twice!r} twice in one object")
+    return row
+
+
+def _json_problem(err: Exception) -> str:
+    """What a JSON parse error says, for a message: a value json cannot take as it is (an integer of
+    over 4,300 digits, nesting deeper than the interpreter's stack) is no decode error."""
+    if isinstance(err, json.JSONDecodeError):
+        return err.msg
+    if isinstance(err, RecursionError):
+        return "nested too deeply"
+    return str(err) if isinstance(err, _KeyTwice) else str(err).split(":")[0]
+
+
+def _parse_json(text: str) -> Any:
+    return json.loads(text, object_pairs_hook=_one_value_per_key)
+
+
 @register_format("JSONL", ".jsonl", ".json")
 def _read_json(path: Path, handle: IO[str]) -> Records:
     """JSON Lines (one object per line), or a file holding one JSON array of objects."""
@@ -169,9 +213,11 @@ def _read_json(path: Path, handle: IO[str]) -> Records:
     handle.seek(0)
     if head.startswith("["):
         try:
-            items = json.load(handle)
+            items = _parse_json(handle.read())
         except json.JSONDecodeError as err:
             raise DataError(f"data file {path} is not valid JSON ({err.msg} on line {err.lineno}); fix it") from None
+        except (ValueError, RecursionError) as err:
+            raise DataError(f"data file {path} cannot be read as JSON ({_json_problem(err)}); fix it") from None
         for number, item in enumerate(items, start=1):
             if not isinstance(item, dict):
                 raise DataError(f"data file {path} item {number} of its JSON array is not an object; make every item an object")
@@ -182,9 +228,11 @@ def _read_json(path: Path, handle: IO[str]) -> Records:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = _parse_json(line)
         except json.JSONDecodeError as err:
             raise DataError(_bad_json_line(path, handle, number, err)) from None
+        except (ValueError, RecursionError) as err:
+            raise DataError(f"data file {path} line {number} cannot be read as JSON ({_json_problem(err)}); fix that line") from None
         if not isinstance(row, dict):
             raise DataError(f"data file {path} line {number} is not a JSON object; write one object per line")
         rows.append(row)
@@ -198,7 +246,7 @@ def _bad_json_line(path: Path, handle: IO[str], number: int, err: json.JSONDecod
         handle.seek(0)
         try:
             whole = json.load(handle)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             whole = None
         if isinstance(whole, dict):
             return (f"data file {path} holds one JSON object, not one record per line; "
@@ -230,7 +278,12 @@ def _read_dataset_dir(path: Path, split: str | None) -> Records:
     # ClassLabel columns store ids; their names are the labels users know.
     for column, feature in loaded.features.items():
         if isinstance(feature, datasets.ClassLabel):
-            for row in rows:
+            for number, row in enumerate(rows, start=1):
+                if not 0 <= row[column] < feature.num_classes:  # -1: no label (a test split)
+                    raise DataError(
+                        f"dataset {path} row {number} has class id {row[column]} in column {column!r}, which names no class "
+                        f"(-1 is a row without a label, as in a test split); pass a labelled split or drop those rows"
+                    )
                 row[column] = feature.int2str(row[column])
     return Records(rows, list(range(1, len(rows) + 1)), "row")
 

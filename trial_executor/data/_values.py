@@ -62,8 +62,12 @@ def label_value(value: Any, where: str) -> Label:
         return label_set(value, where)
     if isinstance(value, str):
         value = value.strip()
+        _check_encodable(value, where)
         if _INTEGER.fullmatch(value):
-            return int(value)
+            try:
+                return int(value)
+            except ValueError:  # over sys.get_int_max_str_digits() (4,300) digits
+                raise DataError(f"{where} has label {_shown(value)}, an integer of {len(value)} digits; fix the label") from None
         return _finite(float(value), value, where) if _NUMBER.fullmatch(value) else value
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -124,7 +128,19 @@ def text_value(row: dict[str, Any], column: str, where: str) -> str:
         raise DataError(
             f"{where} has {_shown(value)} in column {column!r}, {_kind_name(value)}, not a text; write it as a string"
         )
+    _check_encodable(value, f"{where} column {column!r}")
     return value
+
+
+def _check_encodable(text: str, where: str) -> None:
+    """A JSON escape can give a lone surrogate (``"\\ud800"``), which is no Unicode character: no tokenizer or store takes it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise DataError(
+            f"{where} holds {text[err.start:err.end]!a}, half of a UTF-16 surrogate pair, no character; "
+            "write the whole pair or the character itself"
+        ) from None
 
 
 def label_kind(label: Label) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -99,6 +100,11 @@ def test_saved_datasets_directory_with_class_labels_and_validation_split(tmp_pat
     assert data.label_names == ["neg", "pos"]
     assert data.train_texts == ["good", "bad", "great", "awful"] and data.train_labels == [1, 0, 1, 0]
     assert data.valid_texts == ["fine"] and data.valid_labels == [1]
+    # A test split's rows carry class id -1, no label: named, not a traceback from ClassLabel.int2str.
+    unlabelled = datasets.Dataset.from_dict({"text": ["good", "bad", "meh"], "label": [1, 0, -1]}, features=features)
+    unlabelled.save_to_disk(str(tmp_path / "test-split"))
+    with pytest.raises(DataError, match=r"row 3 has class id -1 in column 'label', which names no class \(-1 is a row without a label"):
+        load_text_classification(tmp_path / "test-split")
 
 
 def test_bad_data_on_the_command_line_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -110,6 +116,49 @@ def test_bad_data_on_the_command_line_is_one_line_and_writes_nothing(tmp_path: P
     err = capsys.readouterr().err
     assert "has no column 'label' (found: 'text', 'gold'); set --label-column" in err
     assert len(err.strip().splitlines()) == 1 and not db.exists()
+
+
+ROWS = [{"sentence": f"text {i}", "label": i % 2} for i in range(6)]
+
+
+def _jsonl(*extra: str) -> bytes:
+    return "".join([*(json.dumps(row) + "\n" for row in ROWS), *extra]).encode()
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        # Each was a traceback, or (the key given twice) the last value taken silently.
+        ("data.jsonl", _jsonl('{"sentence": "x", "label": 1, "label": 0}\n'), "line 7 cannot be read as JSON (the key 'label' twice in one object); fix that line"),
+        ("data.jsonl", _jsonl('{"sentence": "x", "label": 1' + "0" * 5000 + "}\n"), "line 7 cannot be read as JSON (Exceeds the limit (4300 digits) for integer string conversion)"),
+        ("data.json", b"[" * 100_000 + b"]" * 100_000, "cannot be read as JSON (nested too deeply); fix it"),
+        ("data.jsonl", _jsonl('{"sentence": "half \\ud800 a pair", "label": 1}\n'), "line 7 column 'sentence' holds '\\ud800', half of a UTF-16 surrogate pair"),
+        ("data.tsv", b"sentence\tlabel\nx\t1\ny\t0\nz\t" + b"1" * 5000 + b"\n", "line 4 has label \"1111"),
+    ],
+    ids=["key twice", "json integer too long", "nested too deeply", "lone surrogate", "label integer too long"],
+)
+def test_json_and_labels_a_parser_cannot_take_as_they_are_are_one_line(tmp_path: Path, name: str, content: bytes, expected: str) -> None:
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(DataError) as refused:
+        load_text_classification(tmp_path / name, text_column="sentence", valid_fraction=0.34)
+    assert expected in str(refused.value), refused.value
+
+
+def test_a_csv_text_longer_than_the_csv_modules_default_field_limit_is_read_whole(tmp_path: Path) -> None:
+    long_text = "word " * 40_000  # 200,000 characters: the csv module's default limit is 131,072
+    path = tmp_path / "data.csv"
+    path.write_text(f'sentence,label\n"{long_text}",1\nshort,0\nother,1\nmore,0\n', encoding="utf-8")
+    data = load_text_classification(path, text_column="sentence", valid_fraction=0.25)
+    assert long_text in data.train_texts + data.valid_texts
+    assert csv.field_size_limit() == 131_072  # the process's own setting comes back
+
+
+def test_a_trailing_row_of_empty_cells_is_an_empty_text_not_a_missing_label(tmp_path: Path) -> None:
+    path = tmp_path / "data.csv"
+    path.write_text("sentence,label\ngood,1\nbad,0\nfine,1\nawful,0\n,\n", encoding="utf-8")
+    assert load_text_classification(path, text_column="sentence", valid_fraction=0.25, empty_text="drop").dropped_empty == 1
+    with pytest.raises(DataError, match="1 rows with empty text"):
+        load_text_classification(path, text_column="sentence", valid_fraction=0.25, empty_text="fail")
 
 
 REVIEWS = ["good", "bad", "fine"]
