@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from hpo._errors import UserError, bounded_list
 from hpo.space._measures import Strict
@@ -33,6 +33,14 @@ class _Membership(Strict):
 
 
 class _NumericRange(_Membership):
+    @field_validator("low", "high", "step", "default", mode="before", check_fields=False)
+    @classmethod
+    def _a_number(cls, value: Any) -> Any:
+        # pydantic's lax mode takes YAML's `true` as 1 and a quoted "8" as 8: neither is a bound anyone writes on purpose.
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"must be a number, got {value!r}")
+        return value
+
     def problem_with(self, value: Any, *, within: str = "") -> str | None:
         return _range_problem(self, value, within)  # type: ignore[arg-type]  # FloatParam and IntParam only
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:  # `<<: *anchor`: its keys may be overridden here, that is what merging is for
+                continue
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             if key in seen:
@@ -41,6 +44,15 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
+
+# YAML 1.1 (PyYAML) reads 1e-5 (no dot) and 1.0e5 (no exponent sign) as strings; YAML 1.2 and every ML
+# config reader take them as the floats users mean. Appended, so tried after the 1.1 forms.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 _TAGS = {"categorical", "float", "int", "none", "median", "hyperband", "successive_halving", "tpe", "random"}
 

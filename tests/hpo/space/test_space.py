@@ -38,6 +38,9 @@ BAD_SPACES = {
     "unknown precision": (_bad(params__fp_precision={"type": "categorical", "choices": ["fp32", "fp8"]}), "unknown precision 'fp8'"),
     "unknown pruner": (_bad(pruner={"type": "asha"}), "pruner: unknown type 'asha'"),
     "unknown key": (_bad(params__learning_rat={"type": "float", "low": 1e-3, "high": 1e-2}), "did you mean 'learning_rate'"),
+    # pydantic's lax mode took YAML's true as the bound 1 (learning rates up to 2 were then sampled).
+    "boolean bound": (_bad(params__learning_rate={"type": "float", "low": True, "high": 2}), "params.learning_rate.low: must be a number, got True"),
+    "quoted bound": (_bad(params__batch_size={"type": "int", "low": "8", "high": 32}), "params.batch_size.low: must be a number, got '8'"),
 }
 
 
@@ -67,6 +70,28 @@ def test_yaml_syntax_error_names_line_and_column(tmp_path: Path, capsys: pytest.
     assert main(["--space", str(space_file), "--storage", f"sqlite:///{tmp_path / 's.db'}"]) == 2
     err = capsys.readouterr().err
     assert "line 3, column" in err and "fix the YAML syntax" in err
+
+
+def test_yaml_as_ml_configs_write_it_exponents_without_a_dot_and_merge_keys(tmp_path: Path) -> None:
+    """PyYAML (YAML 1.1) reads 1e-5 as a string: fixed.weight_decay: 1e-2 was refused as "must be float,
+    got '1e-2'". A merge key (<<: *anchor) was refused as a syntax error."""
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(
+        "params:\n"
+        "  learning_rate: &rate {type: float, low: 1e-5, high: 3.0e-4, log: true}\n"
+        "  weight_decay: {<<: *rate, low: 1E-6, log: false}\n"
+        "  batch_size: {type: categorical, choices: [16, 32]}\n"
+        "fixed: {max_grad_norm: 1e0, warmup_ratio: .5e-1}\n"
+    )
+    space = load_search_space(space_file)
+    rate, decay = space.params["learning_rate"], space.params["weight_decay"]
+    assert (rate.low, rate.high, rate.log) == (1e-5, 3e-4, True)
+    assert (decay.low, decay.high, decay.log) == (1e-6, 3e-4, False)
+    assert space.fixed == {"max_grad_norm": 1.0, "warmup_ratio": 0.05}
+    # A key given twice beside a merge is still refused: merging overrides, repeating is a slip.
+    space_file.write_text("params:\n  lr: &r {type: float, low: 1e-5, high: 1e-3}\n  wd: {<<: *r, low: 0.0, low: 0.1}\n")
+    with pytest.raises(Exception, match="duplicate key 'low'"):
+        load_search_space(space_file)
 
 
 def test_bad_space_in_a_real_process_prints_no_traceback(tmp_path: Path) -> None:
