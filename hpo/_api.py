@@ -24,7 +24,7 @@ from hpo.reporting._dashboard_view import name_objectives, note_skipped
 from hpo.reporting._tracking import Tracker, Tracking, make_trackers
 from hpo.reporting._verdict import Verdict, build_verdict, store_verdict
 from hpo.reporting._verdict_cost import verdict_cost_line
-from hpo.space._resolving import SpaceLike, check_models, choose_space, resolve_space
+from hpo.space._resolving import SpaceLike, check_models, check_precisions, choose_space, resolve_space
 from hpo.space._space import DEFAULT_SPACE, SearchSpace
 from hpo.storage._best_model import keep_if_best, keeping_best_model
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
@@ -109,6 +109,7 @@ def open_run(space: SpaceLike | None, data: DataLike, options: RunOptions, *, an
     check_storage_url(options.url, wait_for_server=worker)
     if not worker:
         check_models(resolved)
+        check_precisions(resolved, options.device if options.ray is False else None)  # Ray's workers: their own devices
     trackers = make_trackers(options.track, options.study_name)
     cluster = connect(None if options.ray is True else options.ray, options.url) if options.ray is not False else None
     if space is None and announce is not None:  # once the checks pass: a bad --model gets its one line, no claim about it first

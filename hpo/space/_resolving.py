@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo._errors import UserError
+from hpo.space._fixes import canonical_precision
 from hpo.space._params import SearchSpaceError
 from hpo.space._space import DEFAULT_SPACE, FINETUNE_SPACE, SearchSpace
 from hpo.space._space_loading import checked, load_search_space, parse_search_space
@@ -109,3 +110,26 @@ def check_models(space: SearchSpace) -> None:
             check_max_length(str(name), longest)  # resolves and checks the name first, once
         except (ModelNotFoundError, ModelLimitError) as err:
             raise UserError(str(err)) from None
+
+
+def check_precisions(space: SearchSpace, device: str | None) -> None:
+    """At least one precision the run can sample runs on this machine's ``device``; else :class:`UserError`.
+
+    A trial of a precision the device cannot run is skipped and counts nothing toward the budget:
+    with no other precision to sample, the run would skip trial after trial, for ever. ``None``:
+    the trials run elsewhere (Ray's workers), on devices this machine cannot judge.
+    """
+    if device is None:
+        return
+    from trial_executor import TrainConfig, precision_support, resolve_device
+
+    pinned = space.fixes.get("fp_precision")
+    choices = getattr(space.params.get("fp_precision"), "choices", None)
+    sampled = [pinned] if pinned else choices or [space.fixed.get("fp_precision", TrainConfig.defaults()["fp_precision"])]
+    resolved = resolve_device(device)
+    support = precision_support(resolved)
+    reasons = {p: support.get(canonical_precision(p)) for p in sampled}
+    if all(reasons.values()):
+        why = "; ".join(f"{p}: {reason}" for p, reason in reasons.items())
+        fix = "pin one it runs (--fix fp_precision=fp32)" if pinned else "add one it runs (fp32 runs everywhere) to fp_precision"
+        raise UserError(f"no precision this run can sample runs on this machine's {resolved.type} ({why}); {fix}, or run where they run")

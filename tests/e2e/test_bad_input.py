@@ -105,6 +105,11 @@ CASES: dict[str, tuple[Any, str]] = {
     "unresolvable PostgreSQL host": (
         lambda c: ["--storage", f"postgresql://u:{SECRET_TAIL}@db.invalid:5432/hpo"],
         "cannot resolve the host 'db.invalid' of the storage URL"),
+    # Each of its trials was skipped and counted nothing: the run made skipped trials for ever.
+    "only a precision the machine cannot run": (
+        lambda c: ["--fix", "fp_precision=tf32"],
+        "no precision this run can sample runs on this machine's cpu (tf32: TF32 is a mode of NVIDIA tensor cores; this trial "
+        "runs on the CPU); pin one it runs (--fix fp_precision=fp32), or run where they run"),
     "in-memory SQLite": (lambda c: ["--storage", "sqlite:///:memory:"], "is an in-memory SQLite database, lost when the run ends; give a file"),
     "unreachable Ray address": (lambda c: ["--ray", "127.0.0.1:1"], "--ray 127.0.0.1:1: nothing answers there (Connection refused); start"),
     "Ray address without a port": (lambda c: ["--ray", "head.invalid"], "--ray head.invalid: not an address; give host:port"),
