@@ -109,6 +109,13 @@ def export_best_model(study: optuna.Study, store_path: str, directory: Path) -> 
             f"study {study.study_name!r} kept no model: trials keep the best one when run by `python -m hpo run` "
             "with an artifact store and a single objective; rerun the study, or retrain with `best --format space`"
         )
+    best = best_trials(study)
+    if best and best[0].number != kept["trial"] and best[0].value != kept.get("value"):
+        raise UserError(
+            f"the model study {study.study_name!r} kept is trial {kept['trial']}'s ({kept.get('value')}), but its best trial is now "
+            f"{best[0].number} ({best[0].value}), whose model was not kept (it ran without an artifact store, or storing it failed); "
+            f"retrain trial {best[0].number} from `best --format space`"
+        )
     from hpo.storage._checkpoints import existing_artifact_store  # here: that module imports this one
 
     store = existing_artifact_store(store_path)

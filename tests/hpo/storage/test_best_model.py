@@ -72,6 +72,12 @@ def test_the_best_model_replaces_the_previous_and_best_save_model_writes_it(tmp_
         assert line in capfd.readouterr().err and not (tmp_path / "new").exists()
     assert hpo_main(["best", "--study-name", "b", "--storage", url, "--artifact-store", str(store), "--save-model", str(tmp_path / "b.db")]) == 2
     assert f"--save-model {tmp_path / 'b.db'} is a file, not a directory" in capfd.readouterr().err
+    # A better trial whose model was not kept (run without an artifact store): the kept one is not the best's.
+    best = study.best_trial
+    study.add_trial(optuna.trial.create_trial(params=best.params, distributions=best.distributions, value=2.0))
+    assert hpo_main(["best", "--study-name", "b", "--storage", url, "--artifact-store", str(store), "--save-model", str(tmp_path / "stale")]) == 2
+    assert (f"the model study 'b' kept is trial {kept['trial']}'s ({kept['value']}), but its best trial is now 3 (2.0), whose "
+            "model was not kept") in capfd.readouterr().err and not (tmp_path / "stale").exists()
 
 
 def test_lora_keeps_the_merged_model(tmp_path: Path) -> None:
