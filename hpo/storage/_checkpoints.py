@@ -87,8 +87,13 @@ class TrialCheckpoints:
             resume_from = self.scratch / "resume.pt"
             try:
                 download_artifact(artifact_store=self.store, file_path=str(resume_from), artifact_id=self.inherited["artifact_id"])
-            except Exception:  # a lost checkpoint means starting over, not failing
+            except Exception as err:  # a lost checkpoint means starting over, not failing; said, as it costs the work
                 resume_from = None
+                _logger.warning(
+                    "trial %d: the checkpoint it would resume from (trial %d, step %d) is not in this artifact store (%s); "
+                    "it starts over from step 0 (to resume, run with the --artifact-store the interrupted trial used)",
+                    self.trial.number, self.inherited["trial"], self.inherited["step"], type(err).__name__,
+                )
             else:
                 self.trial.set_user_attr(RESUMED_FROM_TRIAL_ATTR, self.inherited["trial"])
                 self.trial.set_user_attr(RESUMED_AT_STEP_ATTR, self.inherited["step"])

@@ -126,3 +126,18 @@ def test_a_finished_trial_leaves_no_checkpoint_and_names_none(study: optuna.Stud
     checkpoints.close(finished=True)
     assert _files(tmp_path / "artifacts") == set()
     assert trial.user_attrs[CHECKPOINT_ATTR] is None and trial.user_attrs[CHECKPOINT_UPLOADING_ATTR] is None
+
+
+def test_a_retry_run_with_another_artifact_store_starts_over_and_says_so(
+    study: optuna.Study, checkpoint_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The same command rerun from another directory takes another (relative) default store: the work since
+    step 0 is lost, which was said nowhere."""
+    retry = _killed_then_retried(study, DyingStore(tmp_path / "artifacts", die_on_write=3), checkpoint_file, saves=3)
+    elsewhere = DyingStore(tmp_path / "another-directory" / "hpo-artifacts")
+    with caplog.at_level("WARNING", logger="hpo.storage._checkpoints"):
+        assert TrialCheckpoints(retry, elsewhere).checkpointing().resume_from is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"trial {retry.number}: the checkpoint it would resume from (trial 0, step 20) is not in this artifact store "
+        "(ArtifactNotFound); it starts over from step 0 (to resume, run with the --artifact-store the interrupted trial used)"
+    ]
