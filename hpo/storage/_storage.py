@@ -92,16 +92,19 @@ def _explain_connection_error(url: URL, error: Exception) -> str:
     text = str(getattr(error, "orig", error) or error)
     if "password authentication failed" in text or "no password supplied" in text:
         return f"password authentication failed for user {url.username!r} on {where}; check the password in the storage URL"
-    if re.search(r'database ".*" does not exist', text):
+    missing = re.search(r'database "(.*)" does not exist', text)
+    if missing:  # the server's name for it: a URL without one gets libpq's default, the user's name
         return (
-            f"database {url.database!r} does not exist on {where}; create it with "
-            f"`createdb -h {url.host or 'localhost'} -p {url.port or 5432} -U {url.username or 'postgres'} {url.database}`"
+            f"database {missing.group(1)!r} does not exist on {where}; create it with "
+            f"`createdb -h {url.host or 'localhost'} -p {url.port or 5432} -U {url.username or 'postgres'} {missing.group(1)}`"
         )
     if "Connection refused" in text or "could not connect" in text or "timeout expired" in text:
         return f"cannot reach {where} (is the server running?); start it or fix --storage / ${STORAGE_ENV}"
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
     if "resolve host" in text or "translate host name" in text:
-        return f"cannot resolve the host {url.host!r} of the storage URL ({first}); fix the host in --storage / ${STORAGE_ENV}"
+        named = re.search(r"""(?:resolve host|translate host name) ["']([^"']*)["']""", text)  # a ?host= in the query wins over the URL's
+        host = named.group(1) if named else url.host
+        return f"cannot resolve the host {host!r} of the storage URL ({first}); fix the host in --storage / ${STORAGE_ENV}"
     return f"cannot connect to {where}: {first}; check --storage / ${STORAGE_ENV}"
 
 

@@ -95,6 +95,29 @@ def test_missing_database_names_the_fix(tmp_path: Path, pg_server: str) -> None:
     assert proc.returncode == 2 and "database 'hpo_no_such_db' does not exist" in proc.stderr and "createdb" in proc.stderr
 
 
+
+def test_connection_errors_name_what_the_server_was_asked_for(pg_server: str) -> None:
+    """The URL's own fields are not what libpq used: without a database it takes the user's name, and a
+    ?host= in the query wins over the URL's host. The messages named None and 127.0.0.1."""
+    from hpo import StorageError
+    from hpo.storage._storage import check_storage_url
+
+    server = pg_server.rsplit("/", 1)[0]
+    with pytest.raises(StorageError, match=r"cannot resolve the host 'db\.invalid' of the storage URL"):
+        check_storage_url(f"{pg_server}?host=db.invalid")
+    engine = sqlalchemy.create_engine(pg_server, isolation_level="AUTOCOMMIT", poolclass=sqlalchemy.pool.NullPool)
+    with engine.connect() as connection:
+        connection.execute(sqlalchemy.text("CREATE ROLE hpo_test_no_own_db LOGIN"))
+    try:
+        with pytest.raises(StorageError) as refused:
+            check_storage_url(server.replace("postgres@", "hpo_test_no_own_db@", 1))
+        assert "database 'hpo_test_no_own_db' does not exist" in str(refused.value)
+        assert str(refused.value).endswith("-U hpo_test_no_own_db hpo_test_no_own_db`"), refused.value
+    finally:
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text("DROP ROLE hpo_test_no_own_db"))
+
+
 WORKER = """
 import sys
 import optuna
