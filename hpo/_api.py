@@ -318,10 +318,10 @@ def optimize(
     """
     options = RunOptions(
         storage=storage, study_name=study_name, n_trials=n_trials, timeout=timeout, seed=seed, device=device, model=model,
-        fix=tuple(fix), text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
+        fix=fix, text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
         valid_data=valid_data, valid_fraction=valid_fraction, empty_text=empty_text, cache_dir=cache_dir,
         artifact_store=artifact_store, keep_checkpoints=keep_checkpoints, max_retry=max_retry,
-        track=tuple(t if isinstance(t, str) else tuple(t) for t in track), warm_start=warm_start,
+        track=track, warm_start=warm_start,
         warm_start_trials=warm_start_trials, ray=ray, workers=workers, gpus_per_trial=gpus_per_trial, verdict=verdict,
     )
     run = open_run(space, data, options)

@@ -80,8 +80,10 @@ def resolve_space(
         resolved = space
     elif isinstance(space, Mapping):
         resolved = parse_search_space(dict(space))
-    else:
+    elif isinstance(space, (str, Path)):
         resolved = load_search_space(Path(space))
+    else:
+        raise UserError(f"space must be a YAML file's path, a mapping or an hpo.SearchSpace, got {space!r}"[:200] + "; pass one of them")
     if model is not None:
         resolved = with_model(resolved, model)
     if fix:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
 from hpo._errors import UserError
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
@@ -46,7 +46,8 @@ class RunOptions(BaseModel):
     address; ``verdict``: seeds of the verdict after the budget (``None``: the space's ``verdict:``).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Strict: a Python caller's "2" or True is not a trial count, as the command line's parser says of its flags.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
     storage: str | None = None
     study_name: str = DEFAULT_STUDY_NAME
@@ -76,6 +77,17 @@ class RunOptions(BaseModel):
     gpus_per_trial: float | None = None
     verdict: int | None = None
 
+    @field_validator("fix", "track", mode="before")
+    @classmethod
+    def _a_list(cls, value: Any, info: ValidationInfo) -> Any:
+        # A str is a sequence too: fix="batch_size=16" would be read one character at a time.
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            example = "['batch_size=16']" if info.field_name == "fix" else "['mlflow']"
+            raise UserError(f"{info.field_name} must be a list, e.g. {example} (got {value!r}); pass one")
+        if info.field_name == "track":
+            return tuple(t if isinstance(t, str) else tuple(t) if isinstance(t, (list, tuple)) else t for t in value)
+        return tuple(value)
+
     def __init__(self, **values: Any) -> None:
         try:
             super().__init__(**values)
@@ -93,8 +105,13 @@ class RunOptions(BaseModel):
         check_study_name(self.study_name)
         check_seed(self.seed)
         check_heartbeat(self.heartbeat_interval, self.grace_period)
-        if self.n_trials < 1:  # the command's flag is checked by its parser; optimize() arrives here
-            raise UserError(f"n_trials must be at least 1, got {self.n_trials}")
+        # The command's flags are checked by its parser; optimize()'s arguments arrive here.
+        least_values = (("n_trials", self.n_trials, 1), ("max_retry", self.max_retry, 0), ("workers", self.workers, 1), ("gpus_per_trial", self.gpus_per_trial, 0))
+        for name, value, least in least_values:
+            if value is not None and value < least:
+                raise UserError(f"{name} must be at least {least}, got {value}")
+        if self.timeout is not None and self.timeout <= 0:
+            raise UserError(f"timeout must be a positive number of seconds, got {self.timeout}")
         if self.warm_start_trials < 1:
             raise UserError(f"warm_start_trials must be at least 1, got {self.warm_start_trials}")
         if self.verdict is not None and not 2 <= self.verdict <= MAX_VERDICT_SEEDS:

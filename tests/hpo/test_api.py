@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -65,6 +66,30 @@ def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path: Path) -> 
     assert not db.exists()
     with pytest.raises(hpo.UserError, match="no SQLite database"):
         hpo.load("nb", storage=f"sqlite:///{db}")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        # Each ran before: "2" and True as 2 and 1 trials, a fix read one character at a time ("--fix 'l'"),
+        # a negative timeout making an empty study, a TypeError for a space that is no space.
+        ({"n_trials": "2"}, "n_trials: Input should be a valid integer (got '2'); pass a value of that type"),
+        ({"n_trials": True}, "n_trials: Input should be a valid integer (got True)"),
+        ({"fix": "learning_rate=0.002"}, "fix must be a list, e.g. ['batch_size=16'] (got 'learning_rate=0.002'); pass one"),
+        ({"timeout": -1}, "timeout must be a positive number of seconds, got -1"),
+        ({"timeout": float("nan")}, "timeout: Input should be a finite number (got nan)"),
+        ({"max_retry": -1}, "max_retry must be at least 0, got -1"),
+        ({"workers": 0}, "workers must be at least 1, got 0"),
+        ({"gpus_per_trial": -1.0}, "gpus_per_trial must be at least 0, got -1.0"),
+        ({"track": [5]}, "track.0.str: Input should be a valid string (got 5)"),
+        ({"space": [1, 2]}, "space must be a YAML file's path, a mapping or an hpo.SearchSpace, got [1, 2]; pass one of them"),
+    ],
+)
+def test_python_arguments_the_command_line_would_refuse_are_refused(tmp_path: Path, arguments: dict[str, Any], message: str) -> None:
+    db = tmp_path / "bad.db"
+    with pytest.raises(hpo.UserError) as refused:
+        hpo.optimize(**{"space": TINY, "storage": f"sqlite:///{db}", **arguments})
+    assert message in str(refused.value) and not db.exists()
 
 
 def test_cli_model_flag_overrides_the_space_and_keeps_transformers_quiet(tmp_path: Path, small_data: Path) -> None:

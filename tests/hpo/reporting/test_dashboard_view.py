@@ -25,19 +25,17 @@ SPACE = {**TINY, "params": {**TINY["params"], "fp_precision": {"type": "categori
 def test_metric_names_note_on_a_skipped_precision_and_readable_attrs(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'd.db'}"
     data = demo_dataset(n_train=120, n_valid=32, seed=1)
-    # tf32 needs an Ampere GPU: on this CPU the trial is skipped at once.
-    study = hpo.optimize(SPACE, data, storage=url, study_name="d", n_trials=1, timeout=1, device="cpu", fix=["fp_precision=tf32"],
-                         artifact_store=str(tmp_path / "a"))
+    # tf32 needs an Ampere GPU: on this CPU the enqueued tf32 trial is skipped at once; the fp32 baseline then runs.
+    space = {**SPACE, "enqueue": [{"fp_precision": "tf32"}]}
+    study = hpo.optimize(space, data, storage=url, study_name="d", n_trials=1, device="cpu", artifact_store=str(tmp_path / "a"))
     assert study.metric_names == ["accuracy"]
-    # Skipped trials never count toward the budget: the timeout ends the run.
+    # Skipped trials never count toward the budget: the fp32 trial after it is the one of the budget.
     skipped = next(t for t in study.get_trials() if t.user_attrs.get("skip_reason") == "unsupported_precision")
     assert skipped.state == TrialState.PRUNED
     note = optuna_dashboard.get_note(optuna.Trial(study, skipped._trial_id))
     assert note.startswith(f"## {SKIP_HEADINGS['unsupported_precision']}") and "tf32" in note
 
     # The dashboard's view: one row per leaf, each short; the storage itself keeps the nested dicts.
-    study = hpo.optimize(SPACE, data, storage=url, study_name="d", n_trials=1, device="cpu", fix=["fp_precision=fp32"],
-                         artifact_store=str(tmp_path / "a"))
     complete = study.get_trials(states=(TrialState.COMPLETE,))[0]
     assert isinstance(complete.user_attrs["hardware"], dict)
     view = ReadableStorage(study._storage)
