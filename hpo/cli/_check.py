@@ -151,7 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if device.type == "cuda":
             print("\n".join(host_table(rows)))
     if device.type == "cpu":
-        print("\nPeak memory on the CPU is the process's peak RSS (python and torch included), as trials record it.")
+        print("\nPeak memory on the CPU is the process's peak RSS (python and torch included); a trial records its own "
+              "peak above what the process held when it began.")
     return 0
 
 
