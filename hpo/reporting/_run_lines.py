@@ -63,17 +63,20 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
     trials = [t for t in everything if not is_verdict_trial(t)]  # the search's; the verdict's are counted apart
     by_state = {s: sum(t.state == s for t in trials) for s in TrialState}
     verdict = Counter(t.state.name.lower() for t in everything if is_verdict_trial(t))
-    verdict_note = f"; verdict trials: {', '.join(f'{s} {n}' for s, n in sorted(verdict.items()))}, not counted" if verdict else ""
+    verdict_note = f", verdict trials ({', '.join(f'{s} {n}' for s, n in sorted(verdict.items()))})" if verdict else ""
     skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in trials)
     diverged = sum(skip_reason_of(t) == SKIP_NON_FINITE for t in trials)
     oom = sum(skip_reason_of(t) == SKIP_OOM for t in trials)
     why = f" ({diverged} {SKIP_NON_FINITE}, {oom} {SKIP_OOM})" if diverged or oom else ""
     shown = mask_url(url)
+    finished = finished_count(study)
+    # A study never shrinks: run again with a smaller --n-trials, it has more than that budget.
+    of_budget = f"{finished} of {budget} budgeted" if finished <= budget else f"{finished} (more than the {budget} budgeted)"
     lines = [
         "",
-        f"Study {study.study_name!r} in {shown}: {finished_count(study)} of {budget} budgeted trials finished "
-        f"({by_state[TrialState.COMPLETE]} complete, {by_state[TrialState.PRUNED] - skipped} pruned{why}, "
-        f"{by_state[TrialState.FAIL]} failed; {skipped} skipped as unsupported on this machine, not counted{verdict_note})",
+        f"Study {study.study_name!r} in {shown}: {of_budget} trials finished "
+        f"({by_state[TrialState.COMPLETE]} complete, {by_state[TrialState.PRUNED] - skipped} pruned{why}); not counted: "
+        f"{by_state[TrialState.FAIL]} failed, {skipped} skipped as unsupported on this machine{verdict_note}",
     ]
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     # Among trials meeting the space's constraints: the best trial, or the Pareto front.

@@ -52,7 +52,9 @@ def test_a_verdict_trial_that_scored_higher_is_not_the_best_anywhere() -> None:
     summary = run_summary(study, "sqlite:///x.db", 2, ["accuracy"])
     assert "Best trial 0: accuracy=0.7\n" in summary and "Best trial 3" not in summary
     # The search's counts, and the verdict trials apart.
-    assert "(2 complete, 0 pruned, 0 failed; 0 skipped as unsupported on this machine, not counted; verdict trials: complete 2, not counted)" in summary
+    assert "2 of 2 budgeted trials finished (2 complete, 0 pruned); not counted: 0 failed, 0 skipped as unsupported on this machine, verdict trials (complete 2)" in summary
+    # Rerun with a smaller budget: a study never shrinks ("2 of 1 budgeted" read as a count gone wrong).
+    assert ": 2 (more than the 1 budgeted) trials finished (2 complete" in run_summary(study, "sqlite:///x.db", 1, ["accuracy"])
     report = build_report(study, "sqlite:///x.db")
     assert [t.number for t in report.front] == [0] and [t.number for t in report.trials] == [0, 1]
     assert [(r.precision, r.trials) for r in report.rows] == [("fp32", 2)]  # bf16 ran in the verdict only
