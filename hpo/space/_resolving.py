@@ -7,6 +7,7 @@ once, after its cheap checks and before anything is written.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +93,8 @@ def resolve_space(
 
 
 def check_models(space: SearchSpace) -> None:
-    """Every model ``space`` can train exists and takes the longest ``max_length`` a trial can get; else :class:`UserError`.
+    """Every model ``space`` can train exists, takes the longest ``max_length`` a trial can get and (LoRA) has the modules
+    its adapters target; else :class:`UserError`.
 
     Seconds (it imports transformers): a run calls it once, after the cheap checks of its
     flags, data and storage URL (:func:`hpo._api.open_run`).
@@ -101,8 +103,7 @@ def check_models(space: SearchSpace) -> None:
     from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_max_length
 
     defaults = TrainConfig.defaults()
-    model = space.params.get("model")
-    names = getattr(model, "choices", None) or [space.fixed.get("model", defaults["model"])]
+    names = _candidates(space, "model")
     # The longest max_length a trial can get: a model must take it (auto adapts by itself).
     length = space.params.get("max_length")
     lengths = getattr(length, "choices", None) or [getattr(length, "high", space.fixed.get("max_length", defaults["max_length"]))]
@@ -112,6 +113,20 @@ def check_models(space: SearchSpace) -> None:
             check_max_length(str(name), longest)  # resolves and checks the name first, once
         except (ModelNotFoundError, ModelLimitError) as err:
             raise UserError(str(err)) from None
+    if "lora" in _candidates(space, "finetune"):
+        from trial_executor.model import lora_target_problem
+
+        for name, targets in itertools.product(names, _candidates(space, "lora_target_modules")):
+            problem = lora_target_problem(str(name), targets)
+            if problem:
+                raise UserError(problem)
+
+
+def _candidates(space: SearchSpace, field: str) -> list[Any]:
+    """The values a trial of ``space`` can get for ``field``: a searched param's choices, else the fixed or default value."""
+    from trial_executor import TrainConfig
+
+    return getattr(space.params.get(field), "choices", None) or [space.fixed.get(field, TrainConfig.defaults()[field])]
 
 
 def check_precisions(space: SearchSpace, device: str | None) -> None:
@@ -123,11 +138,10 @@ def check_precisions(space: SearchSpace, device: str | None) -> None:
     """
     if device is None:
         return
-    from trial_executor import TrainConfig, precision_support, resolve_device
+    from trial_executor import precision_support, resolve_device
 
     pinned = space.fixes.get("fp_precision")
-    choices = getattr(space.params.get("fp_precision"), "choices", None)
-    sampled = [pinned] if pinned else choices or [space.fixed.get("fp_precision", TrainConfig.defaults()["fp_precision"])]
+    sampled = [pinned] if pinned else _candidates(space, "fp_precision")
     resolved = resolve_device(device)
     support = precision_support(resolved)
     reasons = {p: support.get(canonical_precision(p)) for p in sampled}

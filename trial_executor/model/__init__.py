@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         LoraUnavailableError,
         apply_lora,
         load_trainable_state_dict,
+        lora_target_problem,
         parameter_counts,
         peft_available,
         trainable_state_dict,
@@ -46,8 +47,8 @@ if TYPE_CHECKING:
 _MODELING = {
     "trial_executor.model._forward": ("PaddingMaskForward", "enable_activation_checkpointing", "select_forward", "uses_token_types"),
     "trial_executor.model._loading": ("load_model", "preload_model", "train_wordpiece_tokenizer"),
-    "trial_executor.model._lora": ("INSTALL_HINT", "LoraUnavailableError", "apply_lora", "load_trainable_state_dict", "parameter_counts",
-                                   "peft_available", "trainable_state_dict"),
+    "trial_executor.model._lora": ("INSTALL_HINT", "LoraUnavailableError", "apply_lora", "load_trainable_state_dict", "lora_target_problem",
+                                   "parameter_counts", "peft_available", "trainable_state_dict"),
     "trial_executor.model._packed": ("PackedBertClassifier", "supports_packed_forward", "varlen_attention_available"),
     "trial_executor.model._saving": ("save_final_model",),
 }
@@ -70,6 +71,7 @@ __all__ = [
     "enable_activation_checkpointing",
     "load_model",
     "load_trainable_state_dict",
+    "lora_target_problem",
     "parameter_counts",
     "peft_available",
     "preload_model",

@@ -47,17 +47,8 @@ def apply_lora(model: PreTrainedModel, config: TrainConfig) -> PreTrainedModel:
         from peft import LoraConfig, get_peft_model
     except ImportError:
         raise LoraUnavailableError(INSTALL_HINT) from None
-    model_type = model.config.model_type
-    default_targets, head = TARGETS.get(model_type, (None, ["classifier", "score"]))
-    if config.lora_target_modules is not None:
-        targets = [name.strip() for name in config.lora_target_modules.split(",") if name.strip()]
-    elif default_targets is None:
-        raise ValueError(
-            f"finetune: lora has no default target modules for model type {model_type!r}; "
-            "set lora_target_modules (comma-separated module names, e.g. q_proj,v_proj)"
-        )
-    else:
-        targets = default_targets
+    targets = lora_targets(model.config.model_type, config.lora_target_modules)
+    head = TARGETS.get(model.config.model_type, (None, ["classifier", "score"]))[1]
     alpha = config.lora_alpha if config.lora_alpha is not None else 2 * config.lora_rank
     lora = LoraConfig(
         r=config.lora_rank, lora_alpha=alpha, lora_dropout=config.lora_dropout,
@@ -68,6 +59,48 @@ def apply_lora(model: PreTrainedModel, config: TrainConfig) -> PreTrainedModel:
         warnings.simplefilter("ignore", FutureWarning)
         # The wrapper only routes calls; the base model now holds the LoRA layers itself.
         return get_peft_model(model, lora).get_base_model()
+
+
+def lora_targets(model_type: str, target_modules: str | None) -> list[str]:
+    """The module names LoRA adapts: ``target_modules`` (comma-separated), else the architecture's; ``ValueError`` without either."""
+    if target_modules is not None:
+        return [name.strip() for name in target_modules.split(",") if name.strip()]
+    if model_type not in TARGETS:
+        raise ValueError(
+            f"finetune: lora has no default target modules for model type {model_type!r}; "
+            "set lora_target_modules (comma-separated module names, e.g. q_proj,v_proj)"
+        )
+    return TARGETS[model_type][0]
+
+
+def lora_target_problem(model: str, target_modules: str | None) -> str | None:
+    """Why LoRA cannot adapt ``model`` with ``target_modules`` (``None``: the architecture's), or ``None``.
+
+    Read from the model's modules built on the meta device (no weights, no memory): a name peft
+    would not find fails every trial, so a run asks this before its study is written.
+    """
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from trial_executor.model._source import PRESETS, resolve_model
+
+    source = resolve_model(model)
+    config = PRESETS[source.name](_PRESET_VOCAB) if source.preset else AutoConfig.from_pretrained(source.path)
+    try:
+        targets = lora_targets(config.model_type, target_modules)
+    except ValueError as err:
+        return str(err)
+    with torch.device("meta"):
+        built = AutoModelForSequenceClassification.from_config(config)
+    names = [name for name, _ in built.named_modules()]
+    missing = [t for t in targets if not any(name == t or name.endswith(f".{t}") for name in names)]  # peft's rule
+    if not missing:
+        return None
+    linear = sorted({name.rsplit(".", 1)[-1] for name, m in built.named_modules() if isinstance(m, torch.nn.Linear)})
+    return (f"lora_target_modules: {', '.join(missing)} names no module of model {model!r}; "
+            f"name some of its linear layers ({', '.join(linear)})")
+
+
+_PRESET_VOCAB = 1000  # a preset's vocabulary is fitted to the data; its module names do not depend on it
 
 
 def parameter_counts(model: torch.nn.Module) -> tuple[int, int]:

@@ -123,3 +123,22 @@ def test_missing_peft_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "pip install 'precision-hpo[lora]'" in proc.stderr
     assert not (tmp_path / "s.db").exists()
+
+
+def test_target_modules_a_model_lacks_are_refused_before_the_study_is_written(tmp_path: Path) -> None:
+    """peft refused them in every trial (three FAIL trials and their tracebacks), after the study was written."""
+    from hpo import UserError, optimize
+
+    space = {
+        "params": {"learning_rate": {"type": "float", "low": 1e-3, "high": 2e-3}},
+        "fixed": {"finetune": "lora", "lora_target_modules": "query,q_proj", "max_steps": 2, "eval_every": 0},
+    }
+    with pytest.raises(UserError) as refused:
+        optimize(space, demo_dataset(n_train=40, n_valid=10), storage=f"sqlite:///{tmp_path / 's.db'}", device="cpu")
+    assert str(refused.value) == (
+        "lora_target_modules: q_proj names no module of model 'tiny-bert'; name some of its linear layers (classifier, dense, key, query, value)"
+    )
+    assert not (tmp_path / "s.db").exists()
+    from trial_executor.model import lora_target_problem
+
+    assert lora_target_problem("tiny-distilbert", None) is None  # the architecture's own targets (q_lin, v_lin)
