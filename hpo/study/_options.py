@@ -106,14 +106,12 @@ class RunOptions(BaseModel):
         check_seed(self.seed)
         check_heartbeat(self.heartbeat_interval, self.grace_period)
         # The command's flags are checked by its parser; optimize()'s arguments arrive here.
-        least_values = (("n_trials", self.n_trials, 1), ("max_retry", self.max_retry, 0), ("workers", self.workers, 1), ("gpus_per_trial", self.gpus_per_trial, 0))
-        for name, value, least in least_values:
-            if value is not None and value < least:
-                raise UserError(f"{name} must be at least {least}, got {value}")
+        least = {"n_trials": 1, "warm_start_trials": 1, "max_retry": 0, "workers": 1, "gpus_per_trial": 0}
+        for name, low in least.items():
+            if getattr(self, name) is not None and getattr(self, name) < low:
+                raise UserError(f"{name} must be at least {low}, got {getattr(self, name)}")
         if self.timeout is not None and self.timeout <= 0:
             raise UserError(f"timeout must be a positive number of seconds, got {self.timeout}")
-        if self.warm_start_trials < 1:
-            raise UserError(f"warm_start_trials must be at least 1, got {self.warm_start_trials}")
         if self.verdict is not None and not 2 <= self.verdict <= MAX_VERDICT_SEEDS:
             # Before the study trains, not after: the verdict comes once the budget is reached.
             raise UserError(f"--verdict must be between 2 and {MAX_VERDICT_SEEDS} paired seeds, got {self.verdict}")
