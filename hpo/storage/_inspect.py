@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
+import sqlalchemy
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from hpo._attrs import stored_space
 from hpo._errors import UserError, bounded_list
-from hpo.storage._storage import create_storage, mask_url
+from hpo.storage._storage import GRPC_SCHEME, create_storage, mask_url
 
 
 def _require_sqlite_file(url: str) -> None:
@@ -25,9 +26,28 @@ def _require_sqlite_file(url: str) -> None:
             raise UserError(f"no SQLite database at {path}; pass the --storage the study was run with")
 
 
+def _require_optuna_tables(url: str) -> None:
+    # Opening a database through Optuna's storage creates its tables: a reading command would write
+    # the schema into a database no study ran in (a mistyped database name, say).
+    try:
+        parsed = make_url(url)
+        wait = {"connect_timeout": 10} if parsed.drivername.startswith("postgresql") else {}
+        engine = sqlalchemy.create_engine(parsed, poolclass=sqlalchemy.pool.NullPool, connect_args=wait)
+        with engine.connect() as connection:
+            found = sqlalchemy.inspect(connection).has_table("studies")
+        engine.dispose()
+    except (ArgumentError, ValueError, ImportError, sqlalchemy.exc.SQLAlchemyError):
+        return  # create_storage explains what is wrong with the URL or the server
+    if not found:
+        raise UserError(f"no study in {mask_url(url)}: it holds no Optuna tables; pass the --storage the study was run with")
+
+
 def open_existing_storage(url: str) -> optuna.storages.BaseStorage:
-    """The storage at ``url`` through :func:`hpo.create_storage`; a missing SQLite file is an error, not created."""
+    """The storage at ``url`` through :func:`hpo.create_storage`; a missing SQLite file or a database without Optuna's
+    tables is an error, never created."""
     _require_sqlite_file(url)
+    if not url.startswith(GRPC_SCHEME):  # a proxy's database is the proxy's
+        _require_optuna_tables(url)
     return create_storage(url)
 
 

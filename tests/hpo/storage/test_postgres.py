@@ -118,6 +118,18 @@ def test_connection_errors_name_what_the_server_was_asked_for(pg_server: str) ->
             connection.execute(sqlalchemy.text("DROP ROLE hpo_test_no_own_db"))
 
 
+
+@pytest.mark.parametrize("command", ["status", "report", "best", "dashboard"])
+def test_reading_commands_never_write_optunas_tables_into_a_database_no_study_ran_in(
+    pg_database: str, command: str, capfd: pytest.CaptureFixture[str],
+) -> None:
+    from hpo.__main__ import main as hpo_main
+
+    assert hpo_main([command, "--storage", pg_database]) == 2
+    assert f"no study in {pg_database}: it holds no Optuna tables; pass the --storage the study was run with" in capfd.readouterr().err
+    assert _tables(pg_database) == []  # a mistyped database name got the schema written into it
+
+
 WORKER = """
 import sys
 import optuna
