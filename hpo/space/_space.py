@@ -194,18 +194,19 @@ class SearchSpace(Strict):
         return not self.is_multi_objective and self.objective_names[0] in METRICS
 
     def check_task(self, task: str) -> None:
-        """Refuse an objective or early-stopping metric that ``task``'s data (see ``TASK_METRICS``) does not measure."""
+        """Refuse an objective, constraint or early-stopping metric that ``task``'s data (see ``TASK_METRICS``) does not measure."""
         measured = TASK_METRICS[task]
         where = "objective.metric" if self.objectives is None else "objectives"
         searched = self.params.get("early_stopping_metric")
         stopping = searched.choices if isinstance(searched, CategoricalParam) else [self.fixed.get("early_stopping_metric")]
-        named = [(where, name) for name in self.objective_names] + [("early_stopping_metric", m) for m in stopping]
-        for key, name in named:
+        objective_example = f"objective: {{metric: {measured[0]}}}"
+        named = [(where, name, objective_example) for name in self.objective_names]
+        named += [("early_stopping_metric", name, objective_example) for name in stopping]
+        # A constraint's key is max_<name> or min_<name>.
+        named += [(f"constraints.{key}", key[4:], f"{key[:4]}{measured[0]}") for key in self.constraints]
+        for key, name, example in named:
             if name in METRICS and name not in measured:
-                raise SearchSpaceError(
-                    f"{key}: {name!r} is not measured on {task} data; use one of {', '.join(measured)} "
-                    f"(e.g. objective: {{metric: {measured[0]}}})"
-                )
+                raise SearchSpaceError(f"{key}: {name!r} is not measured on {task} data; use one of {', '.join(measured)} (e.g. {example})")
 
     @property
     def fixes(self) -> dict[str, Any]:

@@ -193,6 +193,10 @@ def test_an_objective_the_task_does_not_measure_is_refused_before_anything_is_wr
             {**space, "task": "multi_label", "objective": {"metric": "micro_f1"}, "fixed": {"early_stopping_metric": "rmse"}},
             _multi_label_jsonl(tmp_path / "m.jsonl"), storage=f"sqlite:///{storage}", device="cpu",
         )
+    # A constraint on such a metric was taken: each trial trained, then failed on KeyError: 'accuracy'.
+    with pytest.raises(hpo.UserError, match=r"constraints.min_accuracy: 'accuracy' is not measured on regression data; use one of rmse, .* \(e.g. min_rmse\)"):
+        hpo.optimize({**space, "objective": {"metric": "rmse"}, "constraints": {"min_accuracy": 0.5}},
+                     _regression_csv(tmp_path / "r.csv"), label_column="score", storage=f"sqlite:///{storage}", device="cpu")
     assert not storage.exists()
 
 
