@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,7 @@ from trial_executor import (
 )
 
 CONFIG_FILE = "config.json"
+OOM_FALLBACK_CONFIG_FILE = "config-oom-fallback.json"  # the config an oom_fallback retry trained with
 _SEED_MODULUS = 2**32  # trial seeds (base seed + trial number) wrap into numpy's seed range
 
 _logger = logging.getLogger(__name__)
@@ -92,10 +93,10 @@ def _skip(trial: optuna.Trial, reason: str, detail: str, **attrs: Any) -> optuna
     return optuna.TrialPruned(f"{reason}: {detail}")
 
 
-def _upload_config(trial: optuna.Trial, store: FileSystemArtifactStore, config: TrainConfig) -> None:
+def _upload_config(trial: optuna.Trial, store: FileSystemArtifactStore, config: TrainConfig, name: str = CONFIG_FILE) -> None:
     # The trial's resolved config as a file artifact: optuna-dashboard lists it under the trial's Artifacts.
     with tempfile.TemporaryDirectory(prefix=f"hpo-trial-{trial.number}-config-") as scratch:
-        path = Path(scratch) / CONFIG_FILE
+        path = Path(scratch) / name
         path.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
         upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial, mimetype="application/json")
 
@@ -247,7 +248,8 @@ class Objective:
             _logger.warning("trial %d runs without checkpoints: the artifact store cannot be written (%s)", trial.number, err)
             return None
 
-    def _report(self, trial: optuna.Trial, config: TrainConfig) -> Callable[[int, dict[str, float]], bool]:
+    def _report(self, trial: optuna.Trial, config: TrainConfig, taken: Collection[int] = ()) -> Callable[[int, dict[str, float]], bool]:
+        """The executor's ``report``; ``taken``: steps an earlier attempt reported (Optuna keeps the first value of a step)."""
         metric = self.space.objective_names[0]
         reported_step = _reported_step(config, samples=self.space.reports_samples)
         # A verdict trial trains to the end: the pruner neither stops it nor learns from it.
@@ -258,7 +260,7 @@ class Objective:
                 self.on_evaluation(trial, step, metrics)
             if not reports:
                 return False
-            if math.isfinite(metrics[metric]):
+            if math.isfinite(metrics[metric]) and reported_step(step) not in taken:
                 trial.report(metrics[metric], reported_step(step))
             return trial.should_prune()
 
@@ -273,13 +275,20 @@ class Objective:
             if not self.space.oom_fallback or config.batch_size < 2 or trial.user_attrs.get(OOM_FALLBACK_ATTR):
                 raise  # (a retry that starts at half the batch already: falls back once, not twice)
         smaller = _halved(config)  # the executor released the first attempt's memory
-        fallback = {"from_batch_size": config.batch_size, "to_batch_size": smaller.batch_size, "grad_accum_steps": smaller.grad_accum_steps}
+        fallback: dict[str, Any] = {"from_batch_size": config.batch_size, "to_batch_size": smaller.batch_size, "grad_accum_steps": smaller.grad_accum_steps}
+        # The same config and seed at half the micro-batch: the curve keeps the first attempt's points, which Optuna cannot replace.
+        taken = set(trial.storage.get_trial(trial._trial_id).intermediate_values)
+        if taken:
+            fallback["curve_from_first_attempt_until_step"] = max(taken)
         trial.set_user_attr(OOM_FALLBACK_ATTR, fallback)
         trial.set_user_attr(CONFIG_ATTR, smaller.to_dict())
+        if self.checkpoints is not None and checkpointing is not None:  # config.json is the config that ran out of memory
+            with contextlib.suppress(OSError):
+                _upload_config(trial, self.checkpoints, smaller, OOM_FALLBACK_CONFIG_FILE)
         _logger.warning("trial %d ran out of memory at batch size %d; retrying with %s", trial.number, config.batch_size, fallback)
         # A fresh start: the checkpoint to resume from, if any, belongs to the larger batch.
         fresh = dataclasses.replace(checkpointing, resume_from=None) if checkpointing else None
-        return run(smaller, report=self._report(trial, smaller), checkpointing=fresh)
+        return run(smaller, report=self._report(trial, smaller, taken), checkpointing=fresh)
 
     def _finish(self, trial: optuna.Trial, config: TrainConfig, result: TrialResult) -> float | tuple[float, ...]:
         record_result(trial, result)

@@ -8,8 +8,10 @@ finally); an unexpected error from the same hook raising ``ValueError``.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,16 +37,20 @@ def _study(tmp_path: Path, params: dict[str, Any], **extra: Any) -> tuple[optuna
 
 
 @contextlib.contextmanager
-def _classifier_hook(error: type[Exception], over: int = 0, times: int | None = None) -> Iterator[list[int]]:
+def _classifier_hook(error: type[Exception], over: int = 0, times: int | None = None, after: int = 0) -> Iterator[list[int]]:
     """Raise ``error`` when the classification head sees a training batch of more than ``over`` rows.
 
-    Yields the batch sizes it raised on; ``times`` caps how often it raises.
+    Yields the batch sizes it raised on; ``times`` caps how often it raises; the first ``after`` such batches pass.
     """
     raised: list[int] = []
+    passed = [0]
 
     def hook(module: torch.nn.Module, args: Any, output: torch.Tensor) -> None:
         is_head = isinstance(module, torch.nn.Linear) and module.out_features == DATA.num_labels
-        if is_head and module.training and output.shape[0] > over and (times is None or len(raised) < times):
+        if not (is_head and module.training and output.shape[0] > over):
+            return
+        passed[0] += 1
+        if passed[0] > after and (times is None or len(raised) < times):
             raised.append(output.shape[0])
             raise error(f"injected: batch of {output.shape[0]} rows")
 
@@ -93,7 +99,7 @@ def test_nan_loss_and_unsupported_precision_are_pruned_and_the_study_goes_on(tmp
     assert not counts_toward_budget(tf32)
     assert math.isfinite(healthy.value) and finished_count(study) == 4
     summary = run_summary(study, "sqlite:///f.db", 4, ["accuracy"])
-    assert "(1 complete, 3 pruned (3 non_finite_loss, 0 oom), 0 failed; 1 skipped as unsupported" in summary
+    assert "(1 complete, 3 pruned (3 non_finite_loss, 0 oom)); not counted: 0 failed, 1 skipped as unsupported" in summary
 
 
 def test_oom_is_pruned_with_its_batch_size_and_counts(tmp_path: Path) -> None:
@@ -127,6 +133,32 @@ def test_oom_fallback_retries_once_with_half_the_batch(tmp_path: Path) -> None:
     assert raised == [16, 8] and last.state == TrialState.PRUNED
     assert last.user_attrs["skip_reason"] == "oom" and last.user_attrs["oom_batch_size"] == 8
     assert last.user_attrs["oom_fallback"]["to_batch_size"] == 8
+
+
+def test_an_oom_fallback_after_an_evaluation_keeps_that_point_and_lists_the_config_it_trained(tmp_path: Path) -> None:
+    """Out of memory at step 2, after step 1 was evaluated and reported: the retry's own report of step 1 was
+    refused by Optuna with a warning, and config.json (the only config artifact) named the batch that ran out."""
+    from optuna.artifacts import FileSystemArtifactStore, download_artifact, get_all_artifact_meta
+
+    space = parse_search_space({"params": {"fp_precision": {"type": "categorical", "choices": ["fp32"]}},
+                                "fixed": {**FIXED, "eval_every": 1}, "oom_fallback": True})
+    study = open_study(create_storage(f"sqlite:///{tmp_path / 'f.db'}"), "f", space, DATA, seed=0)
+    (tmp_path / "store").mkdir()
+    store = FileSystemArtifactStore(str(tmp_path / "store"))
+    objective = make_objective(space, DATA, base_seed=0, device="cpu", checkpoints=store)
+    with _classifier_hook(MemoryError, over=8, after=1), warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # Optuna's "already reported" would fail the run here
+        run_to_budget(study, objective, 1)
+    (trial,) = study.get_trials()
+    assert trial.state == TrialState.COMPLETE and sorted(trial.intermediate_values) == [1, 2, 3]
+    assert trial.user_attrs["oom_fallback"] == {
+        "from_batch_size": 16, "to_batch_size": 8, "grad_accum_steps": 2, "curve_from_first_attempt_until_step": 1,
+    }
+    artifacts = {meta.filename: meta.artifact_id for meta in get_all_artifact_meta(trial, storage=study._storage)}
+    assert set(artifacts) == {"config.json", "config-oom-fallback.json"}
+    download_artifact(artifact_store=store, file_path=str(tmp_path / "trained.json"), artifact_id=artifacts["config-oom-fallback.json"])
+    trained = json.loads((tmp_path / "trained.json").read_text())
+    assert (trained["batch_size"], trained["grad_accum_steps"]) == (8, 2) == (trial.user_attrs["config"]["batch_size"], 2)
 
 
 def test_a_retry_of_a_trial_that_fell_back_starts_at_half_the_batch(tmp_path: Path) -> None:
