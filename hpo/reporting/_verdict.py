@@ -159,8 +159,10 @@ def build_verdict(study: optuna.Study, source_trial: int, seeds: list[int], prec
     return Verdict(study.study_name, source_trial, metric, unit, list(seeds), rows, dict(unsupported), devices)
 
 
-def _signed(value: float) -> str:
-    return f"{value:+.2f}"
+def _signed(value: float, unit: str) -> str:
+    # Points (the metric x 100) read well at 2 decimals; a metric in its own unit (rmse on targets
+    # of 1e-3, a loss) can differ in its fourth: 3 significant digits, never a "-0.00..+0.00".
+    return f"{value:+.2f}" if unit == "points" else f"{value:+.3g}"
 
 
 def verdict_line(row: PrecisionVerdict, metric: str, unit: str, higher_is_better: bool) -> str:
@@ -175,7 +177,7 @@ def verdict_line(row: PrecisionVerdict, metric: str, unit: str, higher_is_better
     memory = "" if row.memory_ratio is None else f", {row.memory_ratio:.2f}x memory"
     if row.difference is None:  # its trials, and fp32's, recorded no value of the metric
         return f"{row.precision}: {speed}{memory}; no {metric} recorded to compare" + _notes(row)
-    change = f"{metric} {_signed(row.difference)}{' ' + unit if unit else ''}"
+    change = f"{metric} {_signed(row.difference, unit)}{' ' + unit if unit else ''}"
     if row.learned_nothing:  # equal scores of models that learned nothing say nothing of the precision
         return (f"{row.precision}: {speed}{memory}; no verdict on {metric}: in every seed both {row.precision} and fp32 "
                 f"learned nothing (majority class); {MAJORITY_CLASS_HINT}") + _notes(row)
@@ -186,8 +188,8 @@ def verdict_line(row: PrecisionVerdict, metric: str, unit: str, higher_is_better
     meaning = "loss" if worse else "gain" if better else "no measurable loss on this model and data"
     worst = -low if higher_is_better else high  # the largest loss the interval still allows
     if not (worse or better) and worst > 0:
-        meaning += f" (a loss of up to {worst:.2f}{' ' + unit if unit else ''} is not ruled out: more seeds narrow it)"
-    return f"{row.precision}: {speed}{memory}, {change} (95% CI {_signed(low)}..{_signed(high)}): {meaning}" + _notes(row) + _caveats(row)
+        meaning += f" (a loss of up to {_signed(worst, unit)[1:]}{' ' + unit if unit else ''} is not ruled out: more seeds narrow it)"
+    return f"{row.precision}: {speed}{memory}, {change} (95% CI {_signed(low, unit)}..{_signed(high, unit)}): {meaning}" + _notes(row) + _caveats(row)
 
 
 def _notes(row: PrecisionVerdict) -> str:
@@ -216,8 +218,8 @@ def verdict_table(verdict: Verdict) -> list[str]:
             r.precision, f"{r.paired_seeds} of {len(verdict.seeds)} ({', '.join(map(str, r.trials.values()))})", _fmt(r.samples_per_s),
             f"{r.speed_ratio:.2f}x{spread}" if r.speed_ratio is not None else "-", _fmt(r.peak_memory_mb),
             f"{r.memory_ratio:.2f}x" if r.memory_ratio is not None else "-", _fmt(r.objective_mean),
-            "-" if r.precision == "fp32" or r.difference is None else _signed(r.difference),
-            f"{_signed(r.interval[0])}..{_signed(r.interval[1])}" if r.interval and r.precision != "fp32" else "-",
+            "-" if r.precision == "fp32" or r.difference is None else _signed(r.difference, verdict.unit),
+            f"{_signed(r.interval[0], verdict.unit)}..{_signed(r.interval[1], verdict.unit)}" if r.interval and r.precision != "fp32" else "-",
             _fmt(r.skipped_steps) if r.precision == "fp16" else "-", ", ".join(map(str, r.host_limited)) or "no",
         ])
     rows += [[p, "not run", *(["-"] * 8), f"unsupported here: {why}"] for p, why in verdict.unsupported.items()]

@@ -436,3 +436,16 @@ def test_a_several_objective_verdict_compares_the_quality_metric_and_says_when_i
     assert other_best(study, verdict) == (
         "This verdict is of trial 0, no longer on the study's Pareto front (trials 1, 6); "
         "`python -m hpo verdict --study-name " + study.study_name + " --trial N` makes the verdict of one of them.")
+
+
+def test_a_metric_in_its_own_unit_keeps_three_significant_digits() -> None:
+    """rmse on targets of 1e-3 printed 'rmse -0.00 (95% CI -0.00..+0.00)' at two decimals."""
+    from hpo.reporting._verdict import PrecisionVerdict, verdict_line
+
+    row = PrecisionVerdict("bf16", {"0": 3, "1": 4}, speed_ratio=1.5, difference=-0.000123, interval=[-0.000456, 0.000211], paired_seeds=2)
+    line = verdict_line(row, "rmse", "", higher_is_better=False)
+    assert line == ("bf16: 1.50x faster, rmse -0.000123 (95% CI -0.000456..+0.000211): no measurable loss on this model and data "
+                    "(a loss of up to 0.000211 is not ruled out: more seeds narrow it)")
+    points = verdict_line(PrecisionVerdict("bf16", {"0": 3, "1": 4}, speed_ratio=1.5, difference=-0.1, interval=[-0.6, 0.4], paired_seeds=2),
+                          "accuracy", "points", higher_is_better=True)
+    assert "accuracy -0.10 points (95% CI -0.60..+0.40)" in points
