@@ -166,7 +166,8 @@ def _baseline(trials: list[FrozenTrial]) -> tuple[float | None, str]:
         base = measured[0]
         speed = throughput_of(base)
         return speed, f"trial {base.number}, the enqueued fp32 baseline ({speed:.1f} samples/s)"
-    why = f"the fp32 baseline trial {marked[0].number} ended {outcome(marked[0])}" if marked else "the study has no fp32 baseline trial"
+    why = (f"the fp32 baseline trial {marked[0].number} {'ended' if marked[0].state in _DONE else 'has not finished: it is'} "
+           f"{outcome(marked[0])}") if marked else "the study has no fp32 baseline trial"
     fp32 = [throughput_of(t) for t in trials if precision_of(t) == "fp32" and _measured(t)]
     if fp32:
         speed = statistics.median(fp32)
@@ -185,7 +186,7 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
     objectives, constraints = _objectives(study)
     metric, direction = quality_objective(objectives)
     maximize = direction == "maximize"
-    base_speed, baseline = _baseline(trials)
+    base_speed, baseline = _baseline([t for t in every if not is_verdict_trial(t)])  # a baseline still waiting is named
     matched = _matched_speedups(trials)
     found = {precision_of(t) for t in trials}
     order = [p for p in PRECISIONS if p in found] + sorted(found - set(PRECISIONS))
@@ -199,8 +200,7 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
         ratios = [matched[t.number] for t in measured if t.number in matched]
         rows.append(PrecisionRow(
             precision=precision, trials=len(mine), completed=len(complete),
-            best=(max if maximize else min)(scores) if scores else None,
-            median=statistics.median(scores) if scores else None,
+            best=(max if maximize else min)(scores) if scores else None, median=statistics.median(scores) if scores else None,
             median_samples_per_s=speed,
             speedup=speed / base_speed if speed is not None and base_speed else None,
             matched_speedup=statistics.median(ratios) if ratios else None, matched_trials=len(ratios),

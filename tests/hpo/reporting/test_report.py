@@ -107,3 +107,15 @@ def test_unknown_study_lists_the_studies_found(tmp_path: Path, capsys: pytest.Ca
     # A missing SQLite file is reported, not created.
     assert main(["--storage", f"sqlite:///{tmp_path / 'missing.db'}", "--study-name", "x"]) == 2
     assert "no SQLite database at" in capsys.readouterr().err and not (tmp_path / "missing.db").exists()
+
+
+def test_a_baseline_still_waiting_is_named_not_called_missing() -> None:
+    """Enqueued trials that took the whole budget leave the baseline waiting: 'the study has no fp32 baseline trial' was untrue."""
+    from hpo._attrs import BASELINE_ATTR
+
+    study = optuna.create_study(direction="maximize")
+    choice = optuna.distributions.CategoricalDistribution(["fp32", "bf16"])
+    study.add_trial(optuna.trial.create_trial(value=0.8, params={"fp_precision": "bf16"}, distributions={"fp_precision": choice}))
+    study.enqueue_trial({"fp_precision": "fp32"}, user_attrs={BASELINE_ATTR: True})
+    report = build_report(study, "sqlite:///x.db")
+    assert report.baseline == "none: no fp32 trial was measured (the fp32 baseline trial 1 has not finished: it is waiting)"
