@@ -309,8 +309,10 @@ class Objective:
 
 
 def _halved(config: TrainConfig) -> TrainConfig:
-    """``oom_fallback``'s config: the same effective batch, half the activation memory."""
-    return config.replace(batch_size=config.batch_size // 2, grad_accum_steps=config.grad_accum_steps * 2)
+    """``oom_fallback``'s config: the same effective batch, half the activation memory (evaluation's too: it may be what ran out)."""
+    return config.replace(
+        batch_size=config.batch_size // 2, grad_accum_steps=config.grad_accum_steps * 2, eval_batch_size=max(1, config.eval_batch_size // 2),
+    )
 
 
 def _reported_step(config: TrainConfig, *, samples: bool) -> Callable[[int], int]:

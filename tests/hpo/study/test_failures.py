@@ -124,6 +124,7 @@ def test_oom_fallback_retries_once_with_half_the_batch(tmp_path: Path) -> None:
     assert raised == [16] and trial.state == TrialState.COMPLETE
     assert trial.user_attrs["oom_fallback"] == {"from_batch_size": 16, "to_batch_size": 8, "grad_accum_steps": 2}
     assert (trial.user_attrs["config"]["batch_size"], trial.user_attrs["config"]["grad_accum_steps"]) == (8, 2)
+    assert trial.user_attrs["config"]["eval_batch_size"] == 4  # evaluation may be what ran out of memory: halved too
     assert "skip_reason" not in trial.user_attrs and math.isfinite(trial.value)
 
     # Out of memory again at half the batch: pruned as oom, with the retry recorded.
