@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import socket
 import sys
 import threading
@@ -123,6 +124,27 @@ def check_reachable(address: str | None) -> None:
         ) from None
 
 
+def _init(ray: ModuleType, address: str | None) -> None:
+    """``ray.init``, with this process's signal handlers kept and a refused connection said in one line."""
+    # ray.init installs its own SIGTERM handler (sys.exit): the command's, which checkpoints and
+    # re-queues the running trials, must stay (a SIGTERM otherwise left them RUNNING).
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    # log_to_driver: each worker's warnings show on the driver's terminal. A cluster started here gives
+    # its node the loopback address (Ray's own servers may still listen on every address of the machine).
+    local = {"_node_ip_address": "127.0.0.1"} if address is None else {}
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False, **local)
+    except (ConnectionError, TimeoutError) as err:  # `auto` with no cluster running, a cluster refusing this driver
+        first = str(err).strip().split(". ")[0].splitlines()[0] if str(err).strip() else type(err).__name__  # Ray's advice names its own flags
+        flag = f"--ray {address}" if address else "--ray"
+        raise UserError(f"{flag}: {first}; start the cluster (`ray start --head`) or fix --ray") from None
+    finally:
+        for number, handler in handlers.items():
+            if handler is not None:
+                signal.signal(number, handler)
+
+
 def connect(address: str | None, storage_url: str) -> RayCluster:
     """Connect to the Ray cluster at ``address`` (``auto``, ``host:port``, ``ray://host:port``), or start one here.
 
@@ -135,10 +157,7 @@ def connect(address: str | None, storage_url: str) -> RayCluster:
     ray = require_ray()
     started_here = address is None and not already
     if not already:
-        # log_to_driver: each worker's warnings show on the driver's terminal. A cluster started here
-        # serves this run alone: it listens on loopback, not on every address of the machine.
-        local = {"_node_ip_address": "127.0.0.1"} if address is None else {}
-        ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False, **local)
+        _init(ray, address)
     total = ray.cluster_resources()
     cluster = RayCluster(
         ray=ray, address=address or "a local Ray cluster", nodes=sum(bool(node.get("Alive")) for node in ray.nodes()),
