@@ -37,6 +37,7 @@ from hpo._attrs import (
 )
 from hpo._ranking import best_trials
 from hpo.space._measures import measured_value, quality_objective
+from hpo.study._outcomes import never_ran
 from trial_executor import PRECISIONS
 
 _COLOURS = {"fp32": "tab:blue", "tf32": "tab:purple", "fp16": "tab:orange", "bf16": "tab:green"}
@@ -208,9 +209,8 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
             outcomes=dict(Counter(outcome(t) for t in mine if t.state != TrialState.COMPLETE)),
         ))
     front_label = "Pareto front (no other feasible trial is at least as good in every objective)" if len(objectives) > 1 else "Best trial"
-    hardware = [hardware_of(t) for t in done]
-    devices = sorted({f"{h.get('device_name')} ({h.get('device_type')}, torch {h.get('torch_version')})" for h in hardware if h})
-    states = Counter(t.state.name for t in every if not is_verdict_trial(t))
+    devices = sorted({f"{h.get('device_name')} ({h.get('device_type')}, torch {h.get('torch_version')})" for h in map(hardware_of, done) if h})
+    states = Counter("NOT_RUN" if never_ran(t) else t.state.name for t in every if not is_verdict_trial(t))
     return StudyReport(
         study_name=study.study_name, storage=storage_shown, objectives=objectives, constraints=constraints,
         metric=metric, maximize_metric=maximize, states=dict(states), devices=devices, baseline=baseline,
@@ -285,7 +285,7 @@ def summary_lines(report: StudyReport) -> list[str]:
     lines = [
         f"Study {report.study_name!r} in {report.storage}",
         f"Objectives: {objectives}" + (f"; constraints: {report.constraints}" if report.constraints else ""),
-        "Trials: " + (", ".join(f"{n} {s.lower()}" for s, n in sorted(report.states.items())) or "none yet")
+        "Trials: " + (", ".join(f"{n} {s.lower().replace('_', ' ')}" for s, n in sorted(report.states.items())) or "none yet")
         + (f"; {report.verdict_trials} verdict trials (the precision verdict's, left out here)" if report.verdict_trials else ""),
         f"Speedups are against {report.baseline}.",
     ]

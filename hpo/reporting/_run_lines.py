@@ -22,7 +22,7 @@ from hpo._attrs import (
 from hpo._ranking import best_trials
 from hpo.space._measures import measured_value
 from hpo.storage._storage import STORAGE_ENV, mask_url
-from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED
+from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, never_ran
 from hpo.study._study import finished_count
 
 
@@ -41,6 +41,8 @@ def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
     attrs = trial.user_attrs
     if skip_reason_of(trial) == SKIP_UNSUPPORTED:
         return f"trial {trial.number:>3}  SKIPPED   {params}  ({attrs.get(SKIP_DETAIL_ATTR)})"
+    if never_ran(trial):
+        return f"trial {trial.number:>3}  NOT RUN   (other workers' running trials held the rest of the budget; not counted)"
     if skip_reason_of(trial) in (SKIP_NON_FINITE, SKIP_OOM):
         return f"trial {trial.number:>3}  PRUNED    {params}  ({skip_reason_of(trial)}: {attrs.get(SKIP_DETAIL_ATTR)})"
     if trial.state == TrialState.FAIL:
@@ -65,6 +67,7 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
     verdict = Counter(t.state.name.lower() for t in everything if is_verdict_trial(t))
     verdict_note = f", verdict trials ({', '.join(f'{s} {n}' for s, n in sorted(verdict.items()))})" if verdict else ""
     skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in trials)
+    not_run = sum(never_ran(t) for t in trials)
     diverged = sum(skip_reason_of(t) == SKIP_NON_FINITE for t in trials)
     oom = sum(skip_reason_of(t) == SKIP_OOM for t in trials)
     why = f" ({diverged} {SKIP_NON_FINITE}, {oom} {SKIP_OOM})" if diverged or oom else ""
@@ -75,8 +78,9 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
     lines = [
         "",
         f"Study {study.study_name!r} in {shown}: {of_budget} trials finished "
-        f"({by_state[TrialState.COMPLETE]} complete, {by_state[TrialState.PRUNED] - skipped} pruned{why}); not counted: "
-        f"{by_state[TrialState.FAIL]} failed, {skipped} skipped as unsupported on this machine{verdict_note}",
+        f"({by_state[TrialState.COMPLETE]} complete, {by_state[TrialState.PRUNED] - skipped - not_run} pruned{why}); not counted: "
+        f"{by_state[TrialState.FAIL]} failed, {skipped} skipped as unsupported on this machine"
+        f"{f', {not_run} not run (the budget was held by running trials)' if not_run else ''}{verdict_note}",
     ]
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     # Among trials meeting the space's constraints: the best trial, or the Pareto front.

@@ -14,7 +14,7 @@ from hpo._ranking import best_trials
 from hpo.storage._heartbeats import heartbeat_ages
 from hpo.storage._inspect import objective_names
 from hpo.study._liveness import worker_is_gone
-from hpo.study._outcomes import SKIP_UNSUPPORTED
+from hpo.study._outcomes import SKIP_UNSUPPORTED, never_ran
 
 
 @dataclass
@@ -32,6 +32,7 @@ class StudyStatus:
     objectives: list[tuple[str, str]]
     counts: dict[str, int]
     skipped: int = 0
+    not_run: int = 0  # over_budget placeholders: pruned, never trained
     best: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     running: list[RunningTrial] = field(default_factory=list)
     host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
@@ -58,6 +59,7 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     counts = {state.name: sum(t.state == state for t in trials) for state in TrialState}
     status = StudyStatus(study.study_name, [(n, d.name.lower()) for n, d in zip(names, study.directions, strict=True)], counts)
     status.skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in trials)
+    status.not_run = sum(never_ran(t) for t in trials)
     status.best = _best(study, names)
     status.host_limited = sorted(t.number for t in trials if is_host_limited(t))
     status.majority_class = sorted(t.number for t in trials if is_majority_class(t))
@@ -93,8 +95,9 @@ def status_lines(status: StudyStatus) -> list[str]:
     goal = ", ".join(f"{direction} {name}" for name, direction in status.objectives)
     order = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
     shown = [f"{state.lower()} {status.counts[state]}" for state in order if status.counts[state] or state != "WAITING"]
-    if status.skipped:
-        shown[1] += f" ({status.skipped} of them skipped as unsupported)"
+    apart = [f"{n} {what}" for n, what in ((status.skipped, "skipped as unsupported"), (status.not_run, "not run: the budget was held")) if n]
+    if apart:
+        shown[1] += f" (of them, {', '.join(apart)})"
     lines = [f"{status.name}  ({goal})", f"  trials: {sum(status.counts.values())}: {', '.join(shown)}"]
     if not status.best:
         lines.append("  best: none yet (no completed trial meets the objectives and constraints)")

@@ -35,6 +35,11 @@ SKIP_REASONS: tuple[str, ...] = (SKIP_UNSUPPORTED, SKIP_NON_FINITE, SKIP_OOM)
 INTERRUPTED = "interrupted"
 
 
+def never_ran(trial: FrozenTrial) -> bool:
+    """Whether ``trial`` is an ``over_budget`` placeholder: started when the budget was already held, it never trained."""
+    return trial.user_attrs.get("skip_reason") == SKIP_OVER_BUDGET
+
+
 def was_interrupted(trial: FrozenTrial) -> bool:
     """Whether ``trial`` ended FAIL because its worker got SIGINT/SIGTERM (checkpointed, and re-queued by the run)."""
     return trial.state == TrialState.FAIL and fail_reason_of(trial) == INTERRUPTED

@@ -38,3 +38,23 @@ def test_a_majority_class_trial_line_names_both_causes() -> None:
     trial = optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.11, user_attrs={MAJORITY_CLASS_ATTR: True})
     line = trial_line(trial, ["accuracy"])
     assert "(majority class: learned nothing; the learning rate may be too high, or the training too short for it)" in line
+
+
+def test_an_over_budget_placeholder_is_shown_and_counted_as_not_run_everywhere() -> None:
+    """A worker that started a trial when the budget was already held printed 'trial 6 PRUNED accuracy=None',
+    and the summary, status and report counted it as pruned: '5 of 5 finished (5 complete, 1 pruned)'."""
+    from hpo.reporting._report import build_report, summary_lines
+    from hpo.reporting._run_lines import run_summary, trial_line
+    from hpo.reporting._status import status_lines, study_status
+
+    study = optuna.create_study(direction="maximize")
+    for value in (0.7, 0.8):
+        study.add_trial(optuna.trial.create_trial(value=value))
+    study.add_trial(optuna.trial.create_trial(state=TrialState.PRUNED, user_attrs={"skip_reason": "over_budget"}))
+    placeholder = study.get_trials()[-1]
+    assert trial_line(placeholder, ["accuracy"]).startswith("trial   2  NOT RUN   (other workers' running trials held the rest")
+    summary = run_summary(study, "sqlite:///x.db", 2, ["accuracy"])
+    assert "2 of 2 budgeted trials finished (2 complete, 0 pruned); not counted: 0 failed, 0 skipped as unsupported on this machine, " \
+           "1 not run (the budget was held by running trials)" in summary
+    assert "pruned 1 (of them, 1 not run: the budget was held)" in status_lines(study_status(study._storage, study))[1]
+    assert "Trials: 2 complete, 1 not run" in summary_lines(build_report(study, "sqlite:///x.db"))[2]
