@@ -21,7 +21,7 @@ from hpo._attrs import (
 )
 from hpo._ranking import best_trials
 from hpo.space._measures import measured_value
-from hpo.storage._storage import STORAGE_ENV, mask_url
+from hpo.storage._storage import GRPC_SCHEME, STORAGE_ENV, mask_url
 from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, never_ran
 from hpo.study._study import finished_count
 
@@ -93,7 +93,9 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
         lines.append("No trial has completed yet.")
     elif not front:
         lines.append("No completed trial meets the space's constraints.")
-    lines.append(f"Browse it:  optuna-dashboard {shown}")
+    # optuna-dashboard opens database URLs only; through the storage proxy, the project's command serves it.
+    browse = f"python -m hpo dashboard --storage {shown}" if url.startswith(GRPC_SCHEME) else f"optuna-dashboard {shown}"
+    lines.append(f"Browse it:  {browse}")
     if shown != url:
         lines.append(f"  (the password is masked: run `optuna-dashboard \"${STORAGE_ENV}\"` with ${STORAGE_ENV} set to the full URL)")
     return "\n".join(lines)

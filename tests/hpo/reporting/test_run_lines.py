@@ -58,3 +58,13 @@ def test_an_over_budget_placeholder_is_shown_and_counted_as_not_run_everywhere()
            "1 not run (the budget was held by running trials)" in summary
     assert "pruned 1 (of them, 1 not run: the budget was held)" in status_lines(study_status(study._storage, study))[1]
     assert "Trials: 2 complete, 1 not run" in summary_lines(build_report(study, "sqlite:///x.db"))[2]
+
+
+def test_the_browse_hint_works_for_the_storage_it_names() -> None:
+    """optuna-dashboard cannot open grpc:// (NoSuchModuleError: sqlalchemy.dialects:grpc): the hint failed for proxy studies."""
+    from hpo.reporting._run_lines import run_summary
+
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=0.7))
+    assert "Browse it:  python -m hpo dashboard --storage grpc://127.0.0.1:13000" in run_summary(study, "grpc://127.0.0.1:13000", 1, ["a"])
+    assert "Browse it:  optuna-dashboard sqlite:///x.db" in run_summary(study, "sqlite:///x.db", 1, ["a"])
