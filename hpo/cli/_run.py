@@ -42,7 +42,7 @@ from hpo.study._run_checks import check_gpus
 from hpo.study._study import TooManyFailuresError, finished_count
 from hpo.study._verdict import verdict_after_budget, verdict_due, verdict_not_started
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
-from hpo.study._workers import StopSignal, run_workers, worker_index
+from hpo.study._workers import StopSignal, exit_described, run_workers, worker_index
 from trial_executor import DEVICES, MIXED_PRECISION, DataError
 
 PROG = command_prog("run")
@@ -196,10 +196,13 @@ def _start_line(run: Run) -> str:
             f"validating on {len(prepared.data.valid_texts)}.")
 
 
-def _run_workers(run: Run, argv: Sequence[str], args: argparse.Namespace) -> int:
+def _run_workers(run: Run, argv: Sequence[str], args: argparse.Namespace, stop: StopSignal) -> int:
     """``--workers N``: the workers run the trials and print their lines; this process shows the study bar,
     and says once what the run starts from and, when every worker is done, the summary and the verdict."""
     study, names = run.prepared.study, run.prepared.space.objective_names
+    if stop.requested():  # a signal while the run was being prepared: no worker is started
+        print(stopped_line(PROG, []), file=sys.stderr, flush=True)
+        return stop.exit_code
     print(f"Starting {args.workers} workers on study {args.study_name!r}", flush=True)
     print(_start_line(run), flush=True)
     progress = StudyProgress(args.n_trials, finished_count(study), bars=StudyProgress.wants_bars(sys.stdout, args.quiet), quiet=args.quiet)
@@ -210,15 +213,23 @@ def _run_workers(run: Run, argv: Sequence[str], args: argparse.Namespace) -> int
             progress.study_position(finished_count(study), best_so_far(study, names))
 
     with progress.showing():
-        code = run_workers(
+        codes = run_workers(
             _without_workers_flag(argv), args.workers, args.gpus,
-            output=lambda index, line: progress.line(f"[worker {index}] {line}"), tick=tick,
+            output=lambda index, line: progress.line(f"[worker {index}] {line}"),
+            errors=lambda index, line: progress.error_line(f"[worker {index}] {line}"), tick=tick,
         )
         tick()
-    if code == 0:
+    if stop.requested():
+        return max(codes)  # each worker said what it interrupted
+    for index, code in enumerate(codes):
+        if code != 0:  # a worker killed from outside (the OOM killer, SIGKILL) says nothing itself
+            print(f"{PROG}: worker {index} exited with {exit_described(code)}", file=sys.stderr, flush=True)
+    # The others (or its own retry) finished the budget: the study is whole, the fault was recovered.
+    if max(codes) == 0 or finished_count(study) >= run.options.n_trials:
         print(run_summary(study, run.prepared.url, run.options.n_trials, names), flush=True)
         _print_stored_verdict(run)
-    return code
+        return 0
+    return max(codes)
 
 
 def _print_stored_verdict(run: Run) -> None:
@@ -241,7 +252,8 @@ def _run_here(run: Run, quiet: bool, stop: StopSignal) -> int:
     prepared, options = run.prepared, run.options
     study, names, url = prepared.study, prepared.space.objective_names, prepared.url
     worker = worker_index()
-    if stop.requested():
+    if stop.requested():  # a signal while the run was being prepared: no trial is started
+        print(stopped_line(PROG, []), file=sys.stderr, flush=True)
         return stop.exit_code
     if worker is None:
         print(_start_line(run), flush=True)
@@ -331,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _print_stored_verdict(run)
             return code
         if (args.workers or 1) > 1:
-            return _run_workers(run, argv, args)
+            return _run_workers(run, argv, args, stop)
         return _run_here(run, args.quiet, stop)
 
     try:

@@ -122,6 +122,14 @@ class StudyProgress:
             else:
                 print(text, file=self.stream, flush=True)
 
+    def error_line(self, text: str) -> None:
+        """Print ``text`` whole on stderr, above the bars if any; safe from several threads."""
+        with self._lock:
+            if self.bars:
+                tqdm.write(text, file=sys.stderr)
+            else:
+                print(text, file=sys.stderr, flush=True)
+
     def close(self) -> None:
         self._close_trial_bar()
         if self._study_bar is not None:

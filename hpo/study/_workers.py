@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -56,15 +57,18 @@ class StopSignal:
 
 def run_workers(
     argv: Sequence[str], workers: int, gpus: Sequence[str] | None, *,
-    output: Callable[[int, str], None] | None = None, tick: Callable[[], None] | None = None, tick_every: float = 2.0,
-) -> int:
-    """Run ``python -m hpo.run ARGV`` in ``workers`` processes of this machine; return the worst exit code.
+    output: Callable[[int, str], None] | None = None, errors: Callable[[int, str], None] | None = None,
+    tick: Callable[[], None] | None = None, tick_every: float = 2.0,
+) -> list[int]:
+    """Run ``python -m hpo.run ARGV`` in ``workers`` processes of this machine; return each one's exit code
+    (the shell's way: 128 + N for a worker killed by signal N).
 
     With ``gpus``, worker ``i`` sees only ``gpus[i % len(gpus)]`` (``CUDA_VISIBLE_DEVICES``).
     The machine's cores are shared out (``OMP_NUM_THREADS``, unless already set).
     SIGINT/SIGTERM are passed on to every worker, each of which checkpoints its trial and stops.
-    With ``output``, each line a worker prints goes to ``output(index, line)`` instead of
-    straight to stdout; ``tick()`` is called every ``tick_every`` seconds while workers run.
+    With ``output`` (``errors``), each line a worker prints to stdout (stderr) goes to
+    ``output(index, line)`` (``errors(index, line)``) instead; ``tick()`` is called every
+    ``tick_every`` seconds while workers run.
     """
     children = []
     # Each worker's torch would otherwise start one thread per core: N workers on one machine
@@ -79,11 +83,12 @@ def run_workers(
         # Own session: a terminal Ctrl-C reaches the workers once, through forward(), not twice.
         children.append(subprocess.Popen(
             [sys.executable, "-m", "hpo.run", *argv, "--workers", "1"], env=env, start_new_session=True,
-            stdout=subprocess.PIPE if output else None, text=True,
+            stdout=subprocess.PIPE if output else None, stderr=subprocess.PIPE if errors else None, text=True,
         ))
     readers = [
-        threading.Thread(target=_relay, args=(index, child.stdout, output), daemon=True)
-        for index, child in enumerate(children) if output is not None and child.stdout is not None
+        threading.Thread(target=_relay, args=(index, stream, relay), daemon=True)
+        for index, child in enumerate(children)
+        for stream, relay in ((child.stdout, output), (child.stderr, errors)) if relay is not None and stream is not None
     ]
     for reader in readers:
         reader.start()
@@ -109,9 +114,16 @@ def run_workers(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    failed = [code for code in codes if code != 0]
     # A child killed by a signal reports -N; report it the shell's way.
-    return max((128 - code if code < 0 else code) for code in failed) if failed else 0
+    return [128 - code if code < 0 else code for code in codes]
+
+
+def exit_described(code: int) -> str:
+    """A worker's exit code in words: ``code 1``, ``signal 9 (SIGKILL)``."""
+    if code > 128:
+        with contextlib.suppress(ValueError):
+            return f"signal {code - 128} ({signal.Signals(code - 128).name})"
+    return f"code {code}"
 
 
 def _relay(index: int, stream: IO[str], output: Callable[[int, str], None]) -> None:

@@ -217,3 +217,27 @@ def test_without_study_name_the_commands_read_the_storages_only_study(
     for command in ("best", "export", "report"):
         assert hpo_main([command, "--storage", url, *(["--format", "csv"] if command == "export" else [])]) == 2
         assert capsys.readouterr().err.strip() == f"python -m hpo.{command}: error: {url} holds 2 studies: only, other; pass one with --study-name"
+
+
+def test_a_signal_while_the_run_is_prepared_starts_nothing_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With --workers N, a SIGINT before the workers started was ignored: the whole study ran to its budget and
+    exited 0. In one process, the run exited 130 with nothing said."""
+    import argparse
+    import signal
+
+    from hpo._api import RunOptions, open_run
+    from hpo.cli._run import _run_here, _run_workers
+    from hpo.study._workers import StopSignal
+
+    options = RunOptions(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="early", n_trials=2, device="cpu", artifact_store=None)
+    run = open_run(SMALL_SPACE, demo_dataset(n_train=40, n_valid=10), options, announce=None)
+    stop = StopSignal()
+    stop.signum = signal.SIGINT  # as its handler records a Ctrl-C that came while the space, data and models were read
+    assert _run_here(run, quiet=True, stop=stop) == 130
+    args = argparse.Namespace(workers=2, study_name="early", n_trials=2, gpus=None, quiet=True)
+    assert _run_workers(run, [], args, stop) == 130
+    shown = capsys.readouterr()
+    assert shown.out == "" and shown.err.splitlines() == [
+        "python -m hpo.run: stopped by a signal between trials, none interrupted: rerun the same command to resume the study"
+    ] * 2
+    assert {t.state for t in run.prepared.study.get_trials()} <= {TrialState.WAITING}  # the enqueued baseline, not run
