@@ -63,12 +63,11 @@ def run_workers(
     """Run ``python -m hpo.run ARGV`` in ``workers`` processes of this machine; return each one's exit code
     (the shell's way: 128 + N for a worker killed by signal N).
 
-    With ``gpus``, worker ``i`` sees only ``gpus[i % len(gpus)]`` (``CUDA_VISIBLE_DEVICES``).
-    The machine's cores are shared out (``OMP_NUM_THREADS``, unless already set).
-    SIGINT/SIGTERM are passed on to every worker, each of which checkpoints its trial and stops.
-    With ``output`` (``errors``), each line a worker prints to stdout (stderr) goes to
-    ``output(index, line)`` (``errors(index, line)``) instead; ``tick()`` is called every
-    ``tick_every`` seconds while workers run.
+    With ``gpus``, worker ``i`` sees only ``gpus[i % len(gpus)]`` (``CUDA_VISIBLE_DEVICES``). The machine's
+    cores are shared out (``OMP_NUM_THREADS``, unless already set). SIGINT/SIGTERM are passed on to every
+    worker, each of which checkpoints its trial and stops. With ``output`` (``errors``), each line a worker
+    prints to stdout (stderr) goes to ``output(index, line)`` (``errors(index, line)``) instead; ``tick()``
+    is called every ``tick_every`` seconds while workers run.
     """
     children = []
     # Each worker's torch would otherwise start one thread per core: N workers on one machine
