@@ -25,7 +25,7 @@ import re
 
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._attrs import fail_reason_of
+from hpo._attrs import fail_reason_of, skip_reason_of
 
 SKIP_UNSUPPORTED = "unsupported_precision"
 SKIP_NON_FINITE = "non_finite_loss"
@@ -37,7 +37,7 @@ INTERRUPTED = "interrupted"
 
 def never_ran(trial: FrozenTrial) -> bool:
     """Whether ``trial`` is an ``over_budget`` placeholder: started when the budget was already held, it never trained."""
-    return trial.user_attrs.get("skip_reason") == SKIP_OVER_BUDGET
+    return skip_reason_of(trial) == SKIP_OVER_BUDGET
 
 
 def was_interrupted(trial: FrozenTrial) -> bool:
