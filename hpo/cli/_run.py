@@ -216,7 +216,7 @@ def _run_workers(run: Run, argv: Sequence[str], args: argparse.Namespace, stop: 
         codes = run_workers(
             _without_workers_flag(argv), args.workers, args.gpus,
             output=lambda index, line: progress.line(f"[worker {index}] {line}"),
-            errors=lambda index, line: progress.error_line(f"[worker {index}] {line}"), tick=tick,
+            errors=lambda index, line: progress.line(f"[worker {index}] {line}", stderr=True), tick=tick,
         )
         tick()
     if stop.requested():

@@ -114,21 +114,14 @@ class StudyProgress:
                 self._study_bar.set_postfix_str(best, refresh=False)
                 self._study_bar.refresh()
 
-    def line(self, text: str) -> None:
-        """Print ``text`` whole, above the bars if any; safe from several threads."""
+    def line(self, text: str, *, stderr: bool = False) -> None:
+        """Print ``text`` whole (on stderr with ``stderr``), above the bars if any; safe from several threads."""
+        stream = sys.stderr if stderr else self.stream
         with self._lock:
             if self.bars:
-                tqdm.write(text, file=self.stream)
+                tqdm.write(text, file=stream)
             else:
-                print(text, file=self.stream, flush=True)
-
-    def error_line(self, text: str) -> None:
-        """Print ``text`` whole on stderr, above the bars if any; safe from several threads."""
-        with self._lock:
-            if self.bars:
-                tqdm.write(text, file=sys.stderr)
-            else:
-                print(text, file=sys.stderr, flush=True)
+                print(text, file=stream, flush=True)
 
     def close(self) -> None:
         self._close_trial_bar()

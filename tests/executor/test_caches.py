@@ -68,7 +68,7 @@ def test_clear_caches_empties_every_cache_of_the_process(tmp_path: Path) -> None
     tokens = tokenize_data(tokenizer, data, 16, percentile=99.5, max_positions=512, cache_dir=None)
     assert train_wordpiece_tokenizer(data.train_texts) is tokenizer
     assert tokenize_data(tokenizer, data, 16, percentile=99.5, max_positions=512, cache_dir=None).cache_hit
-    expected = {"test.cleared", "model.wordpiece_tokenizers", "batches.tokenized_data", "model.pretrained", "model.max_positions",
+    expected = {"test.cleared", "model.wordpiece_tokenizers", "batches.tokenized_data", "model.pretrained", "model.configs",
                 "model.checkpoint_dtypes", "train.collated_eval_batches", "train.unwritable_checkpoint_dirs"}
     assert expected <= set(cache_names())
     clear_caches()

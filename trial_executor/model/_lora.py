@@ -9,6 +9,7 @@ model again (pretrained weights, or a preset's seeded random init).
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -79,12 +80,13 @@ def lora_target_problem(model: str, target_modules: str | None) -> str | None:
     Read from the model's modules built on the meta device (no weights, no memory): a name peft
     would not find fails every trial, so a run asks this before its study is written.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification
 
-    from trial_executor.model._source import PRESETS, resolve_model
+    from trial_executor.model._source import PRESETS, resolve_model, saved_config
 
     source = resolve_model(model)
-    config = PRESETS[source.name](_PRESET_VOCAB) if source.preset else AutoConfig.from_pretrained(source.path)
+    # A copy of the shared config: from_config sets its dtype and attention.
+    config = PRESETS[source.name](_PRESET_VOCAB) if source.preset else copy.deepcopy(saved_config(source.path, source.signature))
     try:
         targets = lora_targets(config.model_type, target_modules)
     except ValueError as err:

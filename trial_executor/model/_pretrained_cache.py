@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from trial_executor._caches import BoundedCache
-from trial_executor.model._source import ModelNotFoundError, ModelSource, Signature
+from trial_executor.model._source import ModelNotFoundError, ModelSource, Signature, saved_config
 
 KEEP = 2  # models a worker keeps; a study usually tries one or two
 
@@ -51,25 +51,24 @@ def _from_pretrained(source: str, label_names: Sequence[str], problem_type: str 
         model, info = AutoModelForSequenceClassification.from_pretrained(source, **kwargs)
     missing = set(info["missing_keys"]) | {key for key, *_ in info["mismatched_keys"]}
     initialised = tuple(sorted({key.rpartition(".")[0] for key in missing}))
-    order = _head_order(source, label_names)
+    saved = [str(name) for _, name in sorted((saved_config(source, signature).id2label or {}).items())]
+    order = _head_order(saved, label_names)
     if order is not None:
-        _reorder_head(model, order, source, initialised)
+        _reorder_head(model, order, source, initialised, saved)
     # A private copy: weights loaded from safetensors may be pages of the file, which the trial's
     # memory window would count when a later copy first touches them.
     return _Entry(copy.deepcopy(model), AutoTokenizer.from_pretrained(source), initialised, signature)
 
 
-def _head_order(source: str, label_names: Sequence[str]) -> list[int] | None:
-    """Where each of ``label_names`` sits in the checkpoint's head when it was trained for the same labels in
-    another order (``None`` otherwise: other labels, default ``LABEL_i`` names, or the same order)."""
-    saved = AutoConfig.from_pretrained(source).id2label or {}
-    theirs = [str(saved[i]) for i in sorted(saved)]
-    if len(theirs) != len(label_names) or theirs == list(label_names) or sorted(theirs) != sorted(label_names):
+def _head_order(saved: list[str], label_names: Sequence[str]) -> list[int] | None:
+    """Where each of ``label_names`` sits in the checkpoint's head (its ``saved`` labels, in id order) when it was trained
+    for the same labels in another order (``None`` otherwise: other labels, default ``LABEL_i`` names, or the same order)."""
+    if saved == list(label_names) or sorted(saved) != sorted(label_names):
         return None
-    return [theirs.index(name) for name in label_names]
+    return [saved.index(name) for name in label_names]
 
 
-def _reorder_head(model: PreTrainedModel, order: list[int], source: str, initialised: tuple[str, ...]) -> None:
+def _reorder_head(model: PreTrainedModel, order: list[int], source: str, initialised: tuple[str, ...], saved: list[str]) -> None:
     """The head's output rows put in the data's label order, so each output keeps the label it was trained for.
 
     from_pretrained names the outputs after the data (``id2label``) but loads the rows as saved: a
@@ -83,7 +82,7 @@ def _reorder_head(model: PreTrainedModel, order: list[int], source: str, initial
         return  # not in the checkpoint: a new head, in the data's order from the start
     if len(outputs) != 1:
         raise ModelNotFoundError(
-            f"model directory {source} has a head trained for labels {list(AutoConfig.from_pretrained(source).id2label.values())} "
+            f"model directory {source} has a head trained for labels {saved} "
             "in another order than the data's, and its output layer cannot be told apart to reorder; "
             "save the checkpoint with its labels in sorted order"
         )

@@ -109,7 +109,7 @@ def resolve_model(name: str | ModelSource) -> ModelSource:
     path = ALIASES[name]() if name in ALIASES else name
     signature = directory_signature(path)
     if Path(path).is_dir():
-        _CHECKED_DIRECTORIES.get_or_make((path, signature), lambda: _check_directory(Path(path)))
+        _CHECKED_DIRECTORIES.get_or_make((path, signature), lambda: _check_directory(Path(path), signature))
     else:
         _check_source(path)
     return ModelSource(name, path, signature)
@@ -130,7 +130,7 @@ def _first_line(err: Exception) -> str:
     return f"{type(err).__name__}: {sentence}" if sentence else type(err).__name__
 
 
-def _check_directory(path: Path) -> None:
+def _check_directory(path: Path, signature: Signature) -> None:
     """A directory holds what a trial loads: a readable config, weights whose files are whole, a tokenizer.
 
     Found here, before a study is written, not as a failed trial (an empty tokenizer, one that
@@ -139,7 +139,7 @@ def _check_directory(path: Path) -> None:
     if not (path / "config.json").is_file():
         raise ModelNotFoundError(f"model directory {path} has no config.json; point at a directory saved with save_pretrained")
     try:
-        AutoConfig.from_pretrained(str(path))
+        saved_config(str(path), signature)
     except (OSError, ValueError) as err:  # bad JSON, a model_type this transformers does not know
         raise ModelNotFoundError(
             f"model directory {path}: its config.json cannot be read ({_first_line(err)}); point at a directory saved with save_pretrained"
@@ -213,8 +213,16 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 # What a model's config and weights say, by (path, directory signature): once per process and
 # version of the directory, not once per trial.
 _CHECKED_DIRECTORIES: BoundedCache[tuple[str, Signature], None] = BoundedCache("model.checked_directories", size=8)
-_MAX_POSITIONS: BoundedCache[tuple[str, Signature], int | None] = BoundedCache("model.max_positions", size=8)
+_CONFIGS: BoundedCache[tuple[str, Signature], PretrainedConfig] = BoundedCache("model.configs", size=8)
 _CHECKPOINT_DTYPES: BoundedCache[tuple[str, Signature], str | None] = BoundedCache("model.checkpoint_dtypes", size=8)
+
+
+def saved_config(path: str, signature: Signature = ()) -> PretrainedConfig:
+    """``AutoConfig.from_pretrained(path)``, read once per process and version of a directory (its ``signature``).
+
+    Shared: read it, never change it (``from_config`` does: give it a copy).
+    """
+    return _CONFIGS.get_or_make((path, signature), lambda: AutoConfig.from_pretrained(path))
 
 
 def max_positions(model: str | ModelSource) -> int | None:
@@ -222,9 +230,7 @@ def max_positions(model: str | ModelSource) -> int | None:
     model = resolve_model(model)
     if model.preset:
         return _TINY_MAX_POSITIONS
-    return _MAX_POSITIONS.get_or_make(
-        (model.path, model.signature), lambda: getattr(AutoConfig.from_pretrained(model.path), "max_position_embeddings", None)
-    )
+    return getattr(saved_config(model.path, model.signature), "max_position_embeddings", None)
 
 
 def check_max_length(model: str | ModelSource, max_length: int | str) -> None:
@@ -251,16 +257,16 @@ def checkpoint_dtype(model: str | ModelSource) -> str | None:
     model = resolve_model(model)
     if model.preset:
         return "float32"
-    return _CHECKPOINT_DTYPES.get_or_make((model.path, model.signature), lambda: _checkpoint_dtype(model.path))
+    return _CHECKPOINT_DTYPES.get_or_make((model.path, model.signature), lambda: _checkpoint_dtype(model))
 
 
-def _checkpoint_dtype(name: str) -> str | None:
-    source = Path(name)
+def _checkpoint_dtype(model: ModelSource) -> str | None:
+    source = Path(model.path)
     found: set[str] = set()
     for file in sorted(source.glob("*.safetensors")) if source.is_dir() else []:
         header = _safetensors_header(file)
         found |= {_SAFETENSORS_DTYPES[t["dtype"]] for t in header.values() if t.get("dtype") in _SAFETENSORS_DTYPES}
     if found:
         return found.pop() if len(found) == 1 else "mixed"
-    dtype = getattr(AutoConfig.from_pretrained(str(source)), "dtype", None)
+    dtype = getattr(saved_config(model.path, model.signature), "dtype", None)
     return str(dtype).removeprefix("torch.") if dtype is not None else None
