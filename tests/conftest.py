@@ -38,7 +38,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = str(_THREADS)
 PG_ADMIN_URL = os.environ.get("HPO_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
-# Small enough that a trial takes about a second on two cores, large enough to learn.
+# Small enough that a trial takes about a second on two cores: 20 steps, evaluated twice (a whole epoch of
+# the 800-row data is 21 or 43 steps, which tests that need a trial to run longer restore).
 SMALL_SPACE = {
     "objective": {"metric": "accuracy", "direction": "maximize"},
     "pruner": {"type": "none"},
@@ -48,7 +49,7 @@ SMALL_SPACE = {
         "learning_rate": {"type": "float", "low": 5e-4, "high": 2e-3, "log": True},
         "model": {"type": "categorical", "choices": ["tiny-bert", "tiny-distilbert"]},
     },
-    "fixed": {"epochs": 1, "max_length": 48, "eval_every": 10},
+    "fixed": {"epochs": 1, "max_steps": 20, "max_length": 48, "eval_every": 10},
 }
 
 

@@ -17,7 +17,7 @@ import optuna
 import pytest
 import yaml
 from _private_postgres import PrivatePostgres
-from conftest import ROOT, SMALL_SPACE, cli_args, run_cli
+from conftest import ROOT, SMALL_SPACE, cli_args
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo.cli._run import main as run_main
@@ -151,14 +151,16 @@ def test_sigterm_checkpoints_fails_and_requeues_the_trial_then_a_rerun_resumes_i
 
 
 def test_four_workers_started_together_on_a_fresh_database_keep_the_budget_then_share_the_verdict(
-    pg_database: str, small_data: Path, tmp_path: Path,
+    pg_database: str, small_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Trials of three steps: the test is about starting together, the shared budget and what is printed once.
     space = _space(tmp_path, {**SMALL_SPACE, "fixed": {**SMALL_SPACE["fixed"], "max_steps": 3, "eval_every": 0}})
     args = cli_args(pg_database, space, small_data, "--study-name", "four", "--n-trials", "6", "--workers", "4", "--gpus", "0,1",
                     "--verdict", "2")
-    result = run_cli(args, tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    monkeypatch.chdir(tmp_path)  # the default artifact store, relative to where the command runs
+    code = run_main(args)  # the launcher in this process, which has torch loaded already; the workers are processes
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
     trials = _trials(pg_database, "four")
     assert _finished(trials) == 6  # exactly: a worker starts a trial only while the budget has room (hpo.study._study)
     # 2 seeds x the 3 precisions a CPU runs, shared by the workers, each run once.
@@ -166,7 +168,6 @@ def test_four_workers_started_together_on_a_fresh_database_keep_the_budget_then_
     assert sorted((v["precision"], v["seed_index"]) for v in verdict) == [(p, i) for p in ("bf16", "fp16", "fp32") for i in (0, 1)]
     # Each worker prints its own trials; the command says once where the study starts, how it ended, and the
     # verdict's cost (worker 0) and table, after every worker's last line.
-    out = result.stdout
     assert out.count("0 of 6 budgeted trials already finished") == 1 and out.count("Verdict of trial") == 1
     assert out.count("6 of 6 budgeted trials finished") == 1 and out.count("Best trial") == 1 and out.count("| precision |") == 1
     assert out.rindex("[worker ") < out.index("6 of 6 budgeted trials finished") < out.index("| precision |")
@@ -184,7 +185,9 @@ def test_four_workers_started_together_on_a_fresh_database_keep_the_budget_then_
 
 
 def test_a_study_completes_across_a_database_restart(private_postgres: PrivatePostgres, small_data: Path, tmp_path: Path) -> None:
-    space = _space(tmp_path, {**SMALL_SPACE, "fixed": {**SMALL_SPACE["fixed"], "epochs": 2}})
+    # Whole epochs (no max_steps): trials long enough for one to run through the outage.
+    whole_epochs = {k: v for k, v in SMALL_SPACE["fixed"].items() if k != "max_steps"}
+    space = _space(tmp_path, {**SMALL_SPACE, "fixed": {**whole_epochs, "epochs": 2}})
     # Three trials: one finished before the outage, one running through it, one started after it.
     args = cli_args(private_postgres.url, space, small_data, "--study-name", "restart", "--n-trials", "3")
     worker = _start(args, tmp_path, tmp_path / "worker.log")

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import os
 import pty
 import struct
-import subprocess
-import sys
 import termios
-import time
+import threading
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
-from conftest import ROOT
 
 from hpo.cli._run import main
 from hpo.reporting._progress import StudyProgress, best_so_far
@@ -68,37 +66,41 @@ def test_plain_lines_name_the_study_position_and_show_steps_unless_quiet() -> No
         assert "\r" not in out.getvalue()
 
 
-def _run_in_terminal(args: list[str], cwd: Path, unset: tuple[str, ...] = ()) -> tuple[int, str]:
-    """``python -m hpo ARGS`` with stdout and stderr on a 120x40 pseudo-terminal; its exit code and output.
-
-    ``unset``: environment variables the run does not inherit from this test process.
-    """
+def _run_in_terminal(args: list[str]) -> tuple[int, str]:
+    """``python -m hpo.run ARGS`` in this process (torch already loaded), its stdout a 120x40 pseudo-terminal; its exit code and output."""
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {**{k: v for k, v in os.environ.items() if k not in unset}, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
-    proc = subprocess.Popen([sys.executable, "-m", "hpo", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=terminal, stderr=terminal, close_fds=True)
-    os.close(terminal)
-    chunks = []
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            chunk = os.read(controller, 65536)
-        except OSError:  # the process closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(controller)
-    return proc.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")
+    chunks: list[bytes] = []
+
+    def drain() -> None:  # a full terminal would block the run's writes
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the run's side is closed
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        with open(terminal, "w", encoding="utf-8") as screen, contextlib.redirect_stdout(screen):
+            code = main(args)
+        reader.join(timeout=60)
+    finally:
+        os.close(controller)
+    return code, b"".join(chunks).decode("utf-8", "replace")
 
 
-def test_bars_on_a_terminal_plain_lines_with_quiet_or_a_pipe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bars_on_a_terminal_plain_lines_with_quiet_or_a_pipe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(SPACE))
     common = ["--space", str(space), "--device", "cpu", "--storage", f"sqlite:///{tmp_path / 'studies.db'}", "--cache-dir", str(tmp_path / "cache")]
 
-    code, out = _run_in_terminal(["run", *common, "--n-trials", "2"], tmp_path)
+    code, out = _run_in_terminal([*common, "--n-trials", "2"])
     assert code == 0, out
     screen = out.replace("\r", "\n")
     # The study bar: finished of the budget, then the best so far; the trial bar: steps, loss, samples/s.
@@ -107,12 +109,12 @@ def test_bars_on_a_terminal_plain_lines_with_quiet_or_a_pipe(tmp_path: Path, cap
     # Each finished trial's line is printed above the bars, whole.
     assert "\ntrial   0  COMPLETE   accuracy=" in screen and "\ntrial   1  COMPLETE   accuracy=" in screen
 
-    code, out = _run_in_terminal(["run", *common, "--n-trials", "3", "--quiet"], tmp_path)
+    code, out = _run_in_terminal([*common, "--n-trials", "3", "--quiet"])
     assert code == 0, out
     assert "|" not in out and "steps" not in out  # no bar drawn
     assert "trial   2  COMPLETE" in out and "[3/3 finished; best accuracy=" in out
 
-    # Not a terminal (pytest captures the output, as a pipe would): plain lines. In this process, which has torch loaded already.
+    # Not a terminal (pytest captures the output, as a pipe would): plain lines.
     assert main([*common, "--n-trials", "4"]) == 0
     piped = capsys.readouterr().out
     assert "\r" not in piped and "steps |" not in piped
@@ -120,7 +122,8 @@ def test_bars_on_a_terminal_plain_lines_with_quiet_or_a_pipe(tmp_path: Path, cap
 
     # --workers 2: this process draws the study bar and prints each worker's lines above it. The run
     # shares out the cores itself, not told how by the OMP_NUM_THREADS this test process sets.
-    code, out = _run_in_terminal(["run", *common, "--n-trials", "7", "--workers", "2"], tmp_path, unset=("OMP_NUM_THREADS",))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    code, out = _run_in_terminal([*common, "--n-trials", "7", "--workers", "2"])
     assert code == 0, out
     screen = out.replace("\r", "\n")
     assert "study 4/7 |" in screen and "study 7/7 |" in screen
