@@ -73,9 +73,9 @@ def _tokenize_in_process(cache_dir: str) -> list[list[int]]:
 
 
 def test_concurrent_writers_leave_one_valid_entry(tmp_path: Path) -> None:
-    with multiprocessing.get_context("spawn").Pool(3) as pool:
-        results = pool.map(_tokenize_in_process, [str(tmp_path)] * 3)
-    assert results[0] == results[1] == results[2]
+    with multiprocessing.get_context("spawn").Pool(2) as pool:  # each process imports torch: two writers race as well as three
+        results = pool.map(_tokenize_in_process, [str(tmp_path)] * 2)
+    assert results[0] == results[1]
     assert [p.suffix for p in tmp_path.iterdir()] == [".npz"]  # no temporary files left behind
     assert _tokenize_in_process(str(tmp_path)) == results[0]
 
