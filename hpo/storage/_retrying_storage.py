@@ -39,7 +39,6 @@ import contextlib
 import logging
 import math
 import os
-import random
 import sqlite3
 import time
 import uuid
@@ -54,13 +53,13 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError, InternalError, OperationalError
+from sqlalchemy.exc import InternalError, OperationalError
 
+from hpo.storage._backoff import Backoff, retry_seconds
 from hpo.storage._db_errors import (
     StorageFailedError,
     committed_row_conflict,
     error_chain,
-    is_creation_collision,
     is_lost_connection,
     sqlite_error_in,
 )
@@ -69,9 +68,6 @@ from hpo.storage._url_secrets import mask_url
 from hpo.storage._write_tokens import WriteTokens
 
 _logger = logging.getLogger("hpo.storage")
-# Long enough for a database restart or a short network outage; a longer one stops the worker.
-RETRY_SECONDS = 300.0
-_FIRST_DELAY, _MAX_DELAY = 0.5, 10.0
 _T = TypeVar("_T")
 
 
@@ -84,49 +80,11 @@ def storage_failure_in(err: BaseException) -> StorageFailedError | None:
     return next((link for link in error_chain(err) if isinstance(link, StorageFailedError)), None)
 
 
-class Backoff:
-    """The one retry schedule of this package: exponential, jittered, given up after ``RETRY_SECONDS``."""
-
-    def __init__(self, what: str, deadline: float | None = None) -> None:
-        """``deadline``: when to give up (``time.monotonic()``), by default ``RETRY_SECONDS`` from now."""
-        self.what = what
-        self.attempt = 0
-        self.deadline = time.monotonic() + RETRY_SECONDS if deadline is None else deadline
-        self._delay = _FIRST_DELAY
-
-    def wait(self, err: BaseException) -> bool:
-        """Sleep before the next attempt after ``err`` (a lost connection, or a collision while opening); ``False`` (no sleep) once the bound is reached."""
-        if time.monotonic() + self._delay > self.deadline:
-            return False
-        self.attempt += 1
-        why = next((str(link).strip().splitlines()[0] for link in error_chain(err) if isinstance(link, DBAPIError) and str(link).strip()), "")
-        happened = "met another worker creating the schema" if is_creation_collision(err) else "lost its database connection"
-        _logger.warning("%s %s (%s); retry %d in %.1f s", self.what, happened, why[:200], self.attempt, self._delay)
-        time.sleep(self._delay * (0.5 + random.random()))  # jitter: workers do not reconnect in lockstep
-        self._delay = min(self._delay * 2, _MAX_DELAY)
-        return True
-
-
-def retry_lost_connection(what: str, call: Callable[[], _T], *, lost: Callable[[BaseException], bool] | None = None) -> _T:
-    """``call()``, repeated on the :class:`Backoff` schedule while it loses the database connection.
-
-    For work outside a storage's calls, such as opening one; the last error is raised after the
-    bound. ``lost``: which errors count as a lost connection (default :func:`is_lost_connection`).
-    """
-    backoff = Backoff(what)
-    while True:
-        try:
-            return call()
-        except Exception as err:
-            if not (lost or is_lost_connection)(err) or not backoff.wait(err):
-                raise
-
-
 class RetryingStorage(BaseStorage, BaseHeartbeat):
     """Optuna's cached RDB storage, whose calls wait out a lost connection (see the module docstring).
 
-    Every call, heartbeats included, is retried with exponential backoff for up to
-    ``RETRY_SECONDS`` when the connection fails (a PostgreSQL restart, a network blip); a trial
+    Every call, heartbeats included, is retried on :mod:`hpo.storage._backoff`'s schedule (up to
+    ``RETRY_SECONDS``) when the connection fails (a PostgreSQL restart, a network blip); a trial
     in flight keeps training meanwhile and records its result once the database is back.
     """
 
@@ -205,7 +163,7 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
                     continue
                 self._outage_deadline = time.monotonic()  # given up: the outage's later calls too, without waiting
                 raise StorageFailedError(
-                    f"storage {self._shown_url} unreachable for {RETRY_SECONDS:.0f} s (storage call {name}), longer than "
+                    f"storage {self._shown_url} unreachable for {retry_seconds():.0f} s (storage call {name}), longer than "
                     "a worker waits; bring the database back, then rerun the same command to resume"
                 ) from err
 

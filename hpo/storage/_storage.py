@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import optuna
@@ -20,11 +20,15 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from hpo._errors import UserError
+from hpo.storage._backoff import retry_lost_connection
 from hpo.storage._bulk_reads import BulkReadingRDBStorage
 from hpo.storage._db_errors import is_creation_collision, is_lost_connection
-from hpo.storage._retrying_storage import RetryingStorage, retry_lost_connection
+from hpo.storage._retrying_storage import RetryingStorage
 from hpo.storage._sqlite_lock import sqlite_file_lock
 from hpo.storage._url_secrets import mask_secrets, mask_url, split_credentials
+
+if TYPE_CHECKING:
+    from hpo.storage._proxy_client import ProxyStorage
 
 DEFAULT_SQLITE_FILE = "hpo-studies.db"
 STORAGE_ENV = "HPO_STORAGE"
@@ -232,7 +236,7 @@ def _server_answered(err: BaseException) -> bool:
 
 def create_storage(
     url: str, *, heartbeat: Heartbeat | None = None, wait_for_server: bool = False
-) -> RetryingStorage | optuna.storages.GrpcStorageProxy:
+) -> RetryingStorage | ProxyStorage:
     """Open (and on first use create) Optuna's RDB storage at ``url``.
 
     Connections are checked before use (``pool_pre_ping``) and calls that lose their
@@ -242,18 +246,21 @@ def create_storage(
     heartbeats and a trial whose worker died is failed and re-queued (WAITING) by the next
     worker that starts a trial. ``grpc://host:port`` connects to a storage proxy
     (``python -m hpo.proxy``) instead, which holds the database connections; heartbeats need
-    the database itself and are not available through it.
+    the database itself and are not available through it. Its calls have a deadline and wait
+    out a proxy restart where repeating them is safe (:class:`~hpo.storage._proxy_client.ProxyStorage`).
 
     Opening (the table-creation lock, Optuna's CREATE TABLEs and its first reads) waits out a
     lost connection, or a collision with another worker's table creation
     (:func:`~hpo.storage._db_errors.is_creation_collision`), with the same bounded backoff as
-    every call (:func:`~hpo.storage._retrying_storage.retry_lost_connection`); a database still down
+    every call (:func:`~hpo.storage._backoff.retry_lost_connection`); a database still down
     after the bound is one :class:`StorageError`. ``wait_for_server``: see :func:`check_storage_url`.
     """
     check_storage_url(url, wait_for_server=wait_for_server)
     if url.lower().startswith(GRPC_SCHEME):
+        from hpo.storage._proxy_client import ProxyStorage  # gRPC loaded for grpc:// workers only
+
         host, port = _parse_grpc(url)
-        return optuna.storages.GrpcStorageProxy(host=host, port=port)
+        return ProxyStorage(host=host, port=port)
     parsed = _parse(url)
     lock_engine = None
     if parsed.drivername != "sqlite":

@@ -33,7 +33,7 @@ from hpo._attrs import (
 from hpo._errors import UserError
 from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError
-from hpo.storage._retrying_storage import retry_lost_connection
+from hpo.storage._backoff import retry_lost_connection
 from hpo.storage._sqlite_lock import sqlite_file_lock
 from hpo.study._data import data_flags
 from hpo.study._liveness import fail_dead_local_trials

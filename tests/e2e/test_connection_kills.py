@@ -111,8 +111,8 @@ def test_a_worker_waits_for_a_database_that_stays_down_then_fails_in_one_line(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A worker of --workers N (wait_for_server) retries even a refused connection, within the bound.
-    monkeypatch.setattr("hpo.storage._retrying_storage.RETRY_SECONDS", 1.5)
-    monkeypatch.setattr("hpo.storage._retrying_storage._FIRST_DELAY", 0.1)
+    monkeypatch.setattr("hpo.storage._backoff.RETRY_SECONDS", 1.5)
+    monkeypatch.setattr("hpo.storage._backoff._FIRST_DELAY", 0.1)
     with caplog.at_level(logging.WARNING, logger="hpo.storage"), pytest.raises(StorageError) as raised:
         create_storage("postgresql://postgres:pw-secret@127.0.0.1:1/hpo", wait_for_server=True)
     assert str(raised.value).startswith("cannot reach PostgreSQL at 127.0.0.1:1 (is the server running?)")

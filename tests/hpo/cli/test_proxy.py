@@ -4,55 +4,28 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
 import optuna
 import pytest
+from _proxy_process import PROXY, free_port, start_proxy, wait_listening
 from conftest import ROOT
 from optuna.trial import TrialState
 
 from hpo import StorageError, create_storage
 
 SECRET = "Sup3rSecretPw"
-PROXY = [sys.executable, "-m", "hpo.proxy"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _start(*args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([*PROXY, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _wait_listening(proc: subprocess.Popen[str], port: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"the proxy exited with {proc.returncode} before listening:\n{out}\n{err}")
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    pytest.fail(f"the proxy did not listen on port {port} within {timeout} s")
 
 
 @pytest.fixture
 def proxy(pg_database: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """A proxy serving ``pg_database`` (URL given with a password, which must never be shown)."""
-    port = _free_port()
+    port = free_port()
     url = pg_database.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@")
-    proc = _start("--storage", url, "--port", str(port))
+    proc = start_proxy("--storage", url, "--port", str(port))
     try:
-        _wait_listening(proc, port)
+        wait_listening(proc, port)
         yield proc, port
     finally:
         if proc.poll() is None:
@@ -91,7 +64,7 @@ def test_bad_storage_is_one_line_exit_2() -> None:
         f"postgresql://postgres:{SECRET}@127.0.0.1:1/hpo": "cannot reach PostgreSQL at 127.0.0.1:1",
         "grpc://127.0.0.1:13000": "not another proxy",
     }
-    procs = {url: _start("--storage", url, "--port", str(_free_port())) for url in cases}  # in parallel: each imports torch
+    procs = {url: start_proxy("--storage", url, "--port", str(free_port())) for url in cases}  # in parallel: each imports torch
     for url, proc in procs.items():
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 2, (url, out, err)
@@ -108,6 +81,6 @@ def test_malformed_grpc_url_names_the_form(url: str) -> None:
 def test_unreachable_proxy_is_a_storage_error(monkeypatch: pytest.MonkeyPatch) -> None:
     # The wait for a proxy that never answers, shortened from 10 s: the outcome is the same, sooner.
     monkeypatch.setattr("hpo.storage._storage._GRPC_CONNECT_TIMEOUT", 1.0)
-    port = _free_port()
+    port = free_port()
     with pytest.raises(StorageError, match=rf"cannot reach the storage proxy at 127.0.0.1:{port} .*hpo.proxy"):
         create_storage(f"grpc://127.0.0.1:{port}")

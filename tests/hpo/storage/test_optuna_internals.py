@@ -13,12 +13,15 @@
 Elsewhere in ``hpo``: ``FrozenTrial._trial_id`` (status, liveness, the dashboard's notes, the
 kept best model address trials by storage id) and the ``trial_heartbeats`` table's
 ``trial_id``/``heartbeat`` columns (``hpo status`` reads heartbeat ages in one query).
+``hpo/storage/_proxy_client.py``: ``GrpcStorageProxy._setup`` building ``_stub`` and ``_cache``
+(also when unpickled), ``GrpcClientCache(stub)``, and the stub's method names.
 The idempotence of the other writes (Optuna's upserts, its ignored duplicate parameter row)
 is pinned by tests/hpo/storage/test_storage_faults.py.
 """
 
 from __future__ import annotations
 
+import pickle
 import time
 from pathlib import Path
 
@@ -27,12 +30,14 @@ import pytest
 import sqlalchemy
 from optuna.storages import RDBStorage, _CachedStorage
 from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
+from optuna.storages._grpc.client import GrpcClientCache
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.storages._rdb import models
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from hpo import create_storage
+from hpo.storage._proxy_client import IDEMPOTENT_CALLS, ProxyStorage, _BoundedStub
 from hpo.storage._retrying_storage import RetryingStorage
 from hpo.storage._storage import Heartbeat
 from hpo.storage._write_tokens import TABLE_NAME
@@ -104,3 +109,13 @@ def test_a_frozen_trial_carries_its_storage_id_and_heartbeats_sit_in_their_table
     assert frozen._trial_id == live._trial_id == storage.get_trial_id_from_study_id_trial_number(study._study_id, frozen.number)
     columns = {c["name"] for c in sqlalchemy.inspect(storage.engine).get_columns("trial_heartbeats")}
     assert {"trial_id", "heartbeat"} <= columns
+
+
+def test_the_grpc_client_builds_its_stub_and_trial_cache_in_setup_also_when_unpickled() -> None:
+    """hpo/storage/_proxy_client.py wraps the stub ``GrpcStorageProxy._setup`` builds, and gives ``GrpcClientCache`` the wrapped one."""
+    storage = ProxyStorage(host="127.0.0.1", port=1)  # gRPC connects lazily: nothing is reached here
+    for client in (storage, pickle.loads(pickle.dumps(storage))):  # as Ray ships it to its actors
+        assert isinstance(client._stub, _BoundedStub) and isinstance(client._cache, GrpcClientCache)
+        assert client._cache.grpc_client is client._stub
+        assert set(IDEMPOTENT_CALLS) < set(dir(client._stub._stub))  # the stub's methods, by their names
+        client.close()

@@ -33,7 +33,7 @@ BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 @pytest.fixture(autouse=True)
 def _short_retry_delay(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("hpo.storage._retrying_storage._FIRST_DELAY", 0.05)  # the test is about what a retry does, not when
+    monkeypatch.setattr("hpo.storage._backoff._FIRST_DELAY", 0.05)  # the test is about what a retry does, not when
 
 
 @dataclass(frozen=True)

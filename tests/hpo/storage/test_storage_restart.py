@@ -136,8 +136,8 @@ def test_a_database_down_past_the_bound_stops_each_call_of_that_outage_at_once(
     private_postgres: PrivatePostgres, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
     """One outage, one bound: a worker whose database stays down stops after it, not after a bound per call."""
-    monkeypatch.setattr("hpo.storage._retrying_storage.RETRY_SECONDS", 2.0)
-    monkeypatch.setattr("hpo.storage._retrying_storage._FIRST_DELAY", 0.1)
+    monkeypatch.setattr("hpo.storage._backoff.RETRY_SECONDS", 2.0)
+    monkeypatch.setattr("hpo.storage._backoff._FIRST_DELAY", 0.1)
     storage = create_storage(private_postgres.url)
     study = optuna.create_study(storage=storage, study_name="down")
     trial = study.ask()

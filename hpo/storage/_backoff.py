@@ -1,0 +1,70 @@
+"""The one retry schedule of this package: a database worker's lost connection, its storage's opening, a lost proxy.
+
+Exponential and jittered, given up ``RETRY_SECONDS`` after the outage began: long enough for a
+database (or proxy) restart or a short network outage; a longer one stops the worker with one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlalchemy.exc import DBAPIError
+
+from hpo.storage._db_errors import error_chain, is_creation_collision, is_lost_connection
+
+_logger = logging.getLogger("hpo.storage")
+RETRY_SECONDS = 300.0
+_FIRST_DELAY, _MAX_DELAY = 0.5, 10.0
+_T = TypeVar("_T")
+
+
+def retry_seconds() -> float:
+    """The bound, read when needed (a test may shorten ``RETRY_SECONDS``)."""
+    return RETRY_SECONDS
+
+
+class Backoff:
+    """The one retry schedule of this package: exponential, jittered, given up after ``RETRY_SECONDS``."""
+
+    def __init__(self, what: str, deadline: float | None = None) -> None:
+        """``deadline``: when to give up (``time.monotonic()``), by default ``RETRY_SECONDS`` from now."""
+        self.what = what
+        self.attempt = 0
+        self.deadline = time.monotonic() + RETRY_SECONDS if deadline is None else deadline
+        self._delay = _FIRST_DELAY
+
+    def wait(self, err: BaseException, *, happened: str | None = None, why: str | None = None) -> bool:
+        """Sleep before the next attempt after ``err`` (a lost connection, or a collision while opening); ``False`` (no sleep) once the bound is reached.
+
+        ``happened`` and ``why`` word the warning for a storage other than a database (a lost proxy).
+        """
+        if time.monotonic() + self._delay > self.deadline:
+            return False
+        self.attempt += 1
+        if why is None:
+            why = next((str(link).strip().splitlines()[0] for link in error_chain(err) if isinstance(link, DBAPIError) and str(link).strip()), "")
+        if happened is None:
+            happened = "met another worker creating the schema" if is_creation_collision(err) else "lost its database connection"
+        _logger.warning("%s %s (%s); retry %d in %.1f s", self.what, happened, why[:200], self.attempt, self._delay)
+        time.sleep(self._delay * (0.5 + random.random()))  # jitter: workers do not reconnect in lockstep
+        self._delay = min(self._delay * 2, _MAX_DELAY)
+        return True
+
+
+def retry_lost_connection(what: str, call: Callable[[], _T], *, lost: Callable[[BaseException], bool] | None = None) -> _T:
+    """``call()``, repeated on the :class:`Backoff` schedule while it loses the database connection.
+
+    For work outside a storage's calls, such as opening one; the last error is raised after the
+    bound. ``lost``: which errors count as a lost connection (default :func:`is_lost_connection`).
+    """
+    backoff = Backoff(what)
+    while True:
+        try:
+            return call()
+        except Exception as err:
+            if not (lost or is_lost_connection)(err) or not backoff.wait(err):
+                raise
