@@ -55,6 +55,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import text
 from sqlalchemy.exc import InternalError, OperationalError
 
+from hpo._attrs import FAIL_REASON_ATTR, WORKER_DIED
 from hpo.storage._backoff import Backoff, retry_seconds
 from hpo.storage._db_errors import (
     StorageFailedError,
@@ -291,8 +292,12 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
         # trial, and this project's. A PostgreSQL server up for less than the grace period was restarted: no heartbeat
         # could land while it was down, so a trial silent for that long may be alive, its worker about to beat again.
         stale = self._call("_get_stale_trial_ids", lambda: self._cache._get_stale_trial_ids(study_id))
-        if stale and self._server_uptime() < (self._rdb.grace_period or 2 * (self.get_heartbeat_interval() or 0)):
+        grace = self._rdb.grace_period or 2 * (self.get_heartbeat_interval() or 0)
+        if stale and self._server_uptime() < grace:
             return []
+        for trial_id in stale:  # Optuna fails them with no reason; its run line, status and report then say why
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # another worker's sweep was first
+                self.set_trial_user_attr(trial_id, FAIL_REASON_ATTR, f"{WORKER_DIED}: no heartbeat for {grace} s (the grace period)")
         return stale
 
     def _server_uptime(self) -> float:

@@ -34,10 +34,10 @@ from hpo._attrs import (
     RAY_WORKER_KEY,
     TRIALS_PER_GPU_KEY,
     WORKER_ATTR,
+    WORKER_DIED,
 )
 from hpo.storage._heartbeats import heartbeat_ages
 
-WORKER_DIED = "worker_died"
 # Set by the launchers (--workers with --gpus, --ray with --gpus-per-trial): how many workers' trials share this worker's GPU.
 GPU_SHARED_ENV = "HPO_TRIALS_PER_GPU"
 

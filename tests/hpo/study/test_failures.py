@@ -216,6 +216,26 @@ def test_a_trial_whose_worker_died_claiming_it_is_failed_and_requeued_after_the_
     assert [t.state for t in trials if t.system_attrs.get("failed_trial") == orphan.number] == [TrialState.WAITING]
 
 
+def test_a_trial_failed_for_its_stale_heartbeat_says_why_on_its_line(tmp_path: Path) -> None:
+    """Optuna's own sweep (before each trial, in any worker) fails a silent trial with no reason: its line said "see the log above"."""
+    import time
+
+    from hpo.reporting._run_lines import trial_line
+    from hpo.storage._storage import Heartbeat
+
+    storage = create_storage(f"sqlite:///{tmp_path / 'stale.db'}", heartbeat=Heartbeat(interval=1, grace_period=1))
+    study = optuna.create_study(storage=storage, study_name="stale")
+    silent = study.ask()  # its worker beat once, then died on another machine (no process here to find gone)
+    storage.record_heartbeat(silent._trial_id)
+    time.sleep(2.1)
+    optuna.storages.fail_stale_trials(study)
+    optuna.storages.fail_stale_trials(study)  # another worker's sweep, after this one's: nothing more to do, no error
+    failed = study.get_trials()[silent.number]
+    assert failed.state == TrialState.FAIL
+    assert failed.user_attrs["fail_reason"] == "worker_died: no heartbeat for 1 s (the grace period)"
+    assert trial_line(failed, ["accuracy"]).endswith("FAIL        (worker_died: no heartbeat for 1 s (the grace period))")
+
+
 def test_a_trial_another_worker_failed_under_its_worker_is_left_to_its_retry(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A database outage longer than the grace period: another worker's sweep fails a trial that still runs here."""
     storage = create_storage(f"sqlite:///{tmp_path / 'swept.db'}")
