@@ -3,8 +3,9 @@
 import sys
 
 from hpo.cli._check import main
+from hpo.cli._parsing import exit_code_of
 
 __all__ = ["main"]
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code_of(main))

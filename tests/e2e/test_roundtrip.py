@@ -61,3 +61,10 @@ def test_report_into_a_closed_pipe_ends_quietly(finished_study: tuple[Path, str]
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
     assert proc.returncode == BROKEN_PIPE_EXIT
     assert (work / "rep" / "report.md").is_file()
+    # Each command's own module (`python -m hpo.status` is `python -m hpo status`) too: it printed a traceback, exit 1.
+    status = subprocess.Popen([sys.executable, "-m", "hpo.status", "--storage", url], cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert status.stdout is not None
+    status.stdout.close()
+    _, err = status.communicate(timeout=120)
+    assert "Traceback" not in err and status.returncode == BROKEN_PIPE_EXIT, err
