@@ -25,12 +25,14 @@ from hpo.study import counts_toward_budget
 
 pytestmark = pytest.mark.postgres
 
-# Trials of a few seconds (90 steps) that checkpoint every 10: long enough to be caught mid-run.
+# Trials of 180 steps that checkpoint every 10: long enough to be caught mid-run. With 90 (two epochs), a
+# trial ran in about a second on a quiet machine, less than a poll of the database took on a busy one:
+# it had completed when the signal landed.
 LONG_TRIALS = {
     "objective": {"metric": "accuracy", "direction": "maximize"},
     "pruner": {"type": "none"},
     "params": {"learning_rate": {"type": "float", "low": 5e-4, "high": 2e-3, "log": True}},
-    "fixed": {"model": "tiny-bert", "epochs": 2, "batch_size": 16, "max_length": 48, "eval_every": 10},
+    "fixed": {"model": "tiny-bert", "epochs": 4, "batch_size": 16, "max_length": 48, "eval_every": 10},
 }
 FAST_HEARTBEAT = ["--heartbeat-interval", "1", "--grace-period", "3"]
 
