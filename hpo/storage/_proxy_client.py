@@ -25,8 +25,9 @@ trial stays RUNNING (no heartbeats through a proxy) until the same command rerun
 machine finds its process gone, fails it and re-queues it from its checkpoint
 (:mod:`hpo.study._liveness`).
 
-Optuna internals relied on: ``GrpcStorageProxy._setup`` (which builds ``_stub`` and ``_cache``,
-also after unpickling) and ``GrpcClientCache``; pinned by ``tests/hpo/storage/test_optuna_internals.py``.
+Optuna internals relied on: ``GrpcStorageProxy._setup`` (which builds ``_channel``, ``_stub`` and ``_cache``,
+also after unpickling; replaced here), ``api_pb2_grpc.StorageServiceStub`` and ``GrpcClientCache``; pinned by
+``tests/hpo/storage/test_optuna_internals.py``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 
 import grpc
 from optuna.storages import GrpcStorageProxy
+from optuna.storages._grpc.auto_generated import api_pb2_grpc
 from optuna.storages._grpc.client import GrpcClientCache
 
 from hpo.storage._backoff import Backoff, retry_seconds
@@ -56,6 +58,7 @@ _OPTUNAS_OWN = frozenset({
 })
 # gRPC's words when it had no connection to send a call on (the call never reached the proxy).
 _NEVER_SENT = "failed to connect to all addresses"
+_MAX_RECONNECT_MS = 5000
 
 
 def call_deadline() -> float:
@@ -68,8 +71,12 @@ class ProxyStorage(GrpcStorageProxy):
     """:class:`~optuna.storages.GrpcStorageProxy` whose calls have a deadline and wait out a proxy restart (module docstring)."""
 
     def _setup(self) -> None:
-        super()._setup()
-        self._stub = _BoundedStub(self._stub, f"{self._host}:{self._port}")
+        # Optuna's channel, but reconnecting at least every few seconds: gRPC's own backoff grows to 120 s, and
+        # until its next attempt every call fails at once, so a worker gave up on a proxy back for a minute.
+        self._channel = grpc.insecure_channel(f"{self._host}:{self._port}", options=[
+            ("grpc.max_receive_message_length", -1), ("grpc.max_reconnect_backoff_ms", _MAX_RECONNECT_MS),
+        ])
+        self._stub = _BoundedStub(api_pb2_grpc.StorageServiceStub(self._channel), f"{self._host}:{self._port}")
         self._cache = GrpcClientCache(self._stub)  # type: ignore[arg-type]  # its trial reads go through the same rule
 
 
@@ -93,7 +100,7 @@ class _BoundedStub:
         backoff = Backoff(f"storage call {name}", self._outage_deadline)
         while True:
             try:
-                response = method(request, timeout=call_deadline())
+                response = method(request, timeout=self._timeout())
             except grpc.RpcError as err:
                 if err.code() in _OPTUNAS_OWN:
                     raise
@@ -104,6 +111,12 @@ class _BoundedStub:
                 raise self._failure(name, err, repeatable) from err
             self._outage_deadline = None
             return response
+
+    def _timeout(self) -> float:
+        """A whole deadline, or within an outage what is left of its bound (given up: a second, to fail at the first loss)."""
+        if self._outage_deadline is None:
+            return call_deadline()
+        return max(1.0, min(call_deadline(), self._outage_deadline - time.monotonic()))
 
     def _failure(self, name: str, err: grpc.RpcError, repeatable: bool) -> StorageFailedError:
         """The one line for ``err``; past the bound or a deadline, the outage's later calls fail at their first loss."""

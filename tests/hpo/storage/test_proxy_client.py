@@ -101,11 +101,16 @@ def test_a_hung_proxy_costs_one_deadline_and_a_call_lost_in_flight_is_not_repeat
         with pytest.raises(StorageFailedError, match=rf"storage proxy 127\.0\.0\.1:{port} did not answer within 3 s \(storage call GetAllStudies"):
             storage.get_all_studies()
         assert time.monotonic() - started < 10
+        started = time.monotonic()  # the same outage: the next call does not get a whole deadline again (it got five)
+        with pytest.raises(StorageFailedError, match="did not answer within"):
+            storage.get_study_directions(study_id)
+        assert time.monotonic() - started < 2.5
 
-        # A trial's creation sent, then the proxy killed before it answers: it may have been applied, so it is
-        # one line at once, not a second trial.
+        # Another worker's trial creation sent, then the proxy killed before it answers: it may have been applied,
+        # so it is one line at once, not a second trial.
+        other = ProxyStorage(host="127.0.0.1", port=port)
         outcome: list[BaseException] = []
-        caller = threading.Thread(target=lambda: outcome.append(_raised(lambda: storage.create_new_trial(study_id))))
+        caller = threading.Thread(target=lambda: outcome.append(_raised(lambda: other.create_new_trial(study_id))))
         caller.start()
         time.sleep(1.0)
         os.kill(proxy.pid, signal.SIGKILL)
