@@ -23,7 +23,8 @@ without a traceback; past the bound, the outage's later calls fail at their firs
 :class:`~hpo.storage._retrying_storage.RetryingStorage`'s do. The worker then exits; its
 trial stays RUNNING (no heartbeats through a proxy) until the same command rerun on the same
 machine finds its process gone, fails it and re-queues it from its checkpoint
-(:mod:`hpo.study._liveness`).
+(:mod:`hpo.study._liveness`); a trial whose claim or creation was the call lost in flight never
+recorded its worker, and stays RUNNING.
 
 Optuna internals relied on: ``GrpcStorageProxy._setup`` (which builds ``_channel``, ``_stub`` and ``_cache``,
 also after unpickling; replaced here), ``api_pb2_grpc.StorageServiceStub`` and ``GrpcClientCache``; pinned by

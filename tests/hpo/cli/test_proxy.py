@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import optuna
 import pytest
-from _proxy_process import PROXY, free_port, start_proxy, wait_listening
+from _proxy_process import PROXY, free_port, serve, start_proxy, stop
 from conftest import ROOT
 from optuna.trial import TrialState
 
@@ -22,15 +22,11 @@ SECRET = "Sup3rSecretPw"
 def proxy(pg_database: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """A proxy serving ``pg_database`` (URL given with a password, which must never be shown)."""
     port = free_port()
-    url = pg_database.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@")
-    proc = start_proxy("--storage", url, "--port", str(port))
+    proc = serve(pg_database.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@"), port)
     try:
-        wait_listening(proc, port)
         yield proc, port
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        stop(proc)
 
 
 @pytest.mark.postgres
@@ -64,7 +60,7 @@ def test_bad_storage_is_one_line_exit_2() -> None:
         f"postgresql://postgres:{SECRET}@127.0.0.1:1/hpo": "cannot reach PostgreSQL at 127.0.0.1:1",
         "grpc://127.0.0.1:13000": "not another proxy",
     }
-    procs = {url: start_proxy("--storage", url, "--port", str(free_port())) for url in cases}  # in parallel: each imports torch
+    procs = {url: start_proxy("--storage", url, "--port", str(free_port())) for url in cases}  # in parallel
     for url, proc in procs.items():
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 2, (url, out, err)
