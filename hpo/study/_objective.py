@@ -187,9 +187,11 @@ class Objective:
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]:
         saved: TrialCheckpoints | None = None
         interrupted = False
+        precision: str | None = None
         trial.set_user_attr(MEMORY_BEFORE_ATTR, self._memory_in_use())
         try:
             config, original = self._configure(trial)
+            precision = config.fp_precision
             saved = self._checkpoints(trial, config, original)
             result = self._train(trial, config, saved.checkpointing() if saved else None)
             return self._finish(trial, config, result)
@@ -197,9 +199,9 @@ class Objective:
             interrupted = isinstance(err, TrialInterrupted)
             raise _outcome(trial, err) from None
         finally:
-            # After training, so tf32_enabled is the state this trial ran with.
+            # tf32_enabled from the trial's precision: the process's own flags are back by now.
             with contextlib.suppress(RuntimeError):  # --device cuda without CUDA: nothing to describe
-                trial.set_user_attr(HARDWARE_ATTR, hardware_metadata(resolve_device(self.options.device)))
+                trial.set_user_attr(HARDWARE_ATTR, hardware_metadata(resolve_device(self.options.device), precision))
             # run_trial has released the trial's memory, whichever way it ended.
             trial.set_user_attr(MEMORY_AFTER_ATTR, self._memory_in_use())
             if saved is not None:

@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import torch
 
-from trial_executor.precision import emulated_precisions, precision_support, tf32_enabled
+from trial_executor.precision import emulated_precisions, precision_support, runs_in_tf32, tf32_enabled
 
 
 def resolve_device(name: str) -> torch.device:
@@ -60,8 +60,12 @@ def _nvidia_driver_version() -> str | None:
     return out.strip().splitlines()[0] if out.strip() else None
 
 
-def hardware_metadata(device: torch.device) -> dict[str, Any]:
-    """The facts that make a trial's speed and precision comparable across machines."""
+def hardware_metadata(device: torch.device, precision: str | None = None) -> dict[str, Any]:
+    """The facts that make a trial's speed and precision comparable across machines.
+
+    ``tf32_enabled``: with ``precision`` (a trial's), whether that trial ran in TF32; without, the
+    process's flags now.
+    """
     is_cuda = device.type == "cuda"
     if is_cuda:
         props = torch.cuda.get_device_properties(device)
@@ -84,7 +88,7 @@ def hardware_metadata(device: torch.device) -> dict[str, Any]:
         "transformers_version": _version("transformers"),
         "optuna_version": _version("optuna"),
         "bf16_supported": precision_support(device)["bf16"] is None,
-        "tf32_enabled": tf32_enabled(),
+        "tf32_enabled": tf32_enabled() if precision is None else runs_in_tf32(precision, device),
         "cpu_threads": torch.get_num_threads(),  # intra-op threads; workers on one machine share its cores
         # A CPU without bf16/fp16 matmul instructions emulates them: their speed says so, not the precision.
         "emulated_precisions": emulated_precisions(device),

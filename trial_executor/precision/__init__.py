@@ -14,6 +14,7 @@ from trial_executor.precision._policy import (
     global_state_kept,
     policy_class,
     precision_support,
+    runs_in_tf32,
     set_tf32,
     tf32_enabled,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "global_state_kept",
     "policy_class",
     "precision_support",
+    "runs_in_tf32",
     "set_tf32",
     "tf32_enabled",
 ]

@@ -66,6 +66,15 @@ def tf32_enabled() -> bool:
     return bool(torch.backends.cuda.matmul.allow_tf32)
 
 
+def runs_in_tf32(precision: str, device: torch.device) -> bool:
+    """Whether a trial in ``precision`` on ``device`` runs its float32 matmuls in TF32: what its policy sets for it.
+
+    The process-global flags say nothing about a finished trial: :func:`global_state_kept`
+    puts the caller's back when it ends.
+    """
+    return device.type == "cuda" and BY_NAME[precision].tf32 and precision_support(device)[precision] is None
+
+
 def _cpu_autocast_supports(dtype: torch.dtype) -> bool:
     if not torch.amp.autocast_mode.is_autocast_available("cpu"):
         return False
