@@ -9,8 +9,9 @@ issue. :class:`CompiledStep` compiles the step's two regions with ``torch.compil
 - clipping and the optimizer step (AdamW with its learning rate a tensor that the scheduler
   updates in place, so a new rate is no new graph).
 
-On CUDA both are compiled with ``mode="reduce-overhead"``: CUDA graphs, one set per bucket,
-replayed each step. On the CPU the default mode (CUDA graphs are CUDA only). Shapes come from
+On CUDA the forward with the loss (and its backward) is compiled with ``mode="reduce-overhead"``:
+CUDA graphs, one set per bucket, replayed each step. The update is compiled without CUDA graphs
+(:func:`compile_modes` says why). On the CPU the default mode (CUDA graphs are CUDA only). Shapes come from
 :class:`~trial_executor.batches._static.StaticCollation`, so a trial compiles once per bucket; the first
 steps of each shape are timed apart as ``compile_seconds`` and left out of throughput
 (:class:`~trial_executor.device._throughput.TrainClock`). :func:`release_compiled` drops the graphs,
@@ -38,6 +39,17 @@ from trial_executor.train._optimizer import LearningRateSchedule
 from trial_executor.train._step import STEP_RANGE, TrainStep, clip_grad_norm
 
 
+def compile_modes(device: torch.device) -> tuple[str | None, str | None]:
+    """``torch.compile``'s mode for the forward with the loss, and for clipping with the optimizer step, on ``device``."""
+    if device.type != "cuda":
+        return None, None
+    # The update under CUDA-graph trees killed the process on an H200 (torch 2.11, session 22: a
+    # segfault in its first CUDA-graph-tree run; benchmarks/RESULTS.md). pytorch/pytorch#192748 (open)
+    # reports such segfaults for tensors mutated in place across calls, as clipping and AdamW do.
+    # Inductor still fuses the update into few kernels; what capturing it would add is to be measured.
+    return "reduce-overhead", None
+
+
 def weighted_loss(logits: torch.Tensor, labels: torch.Tensor, row_weight: torch.Tensor, problem_type: str | None) -> torch.Tensor:
     """The HF head's loss for ``problem_type``, averaged over the rows with weight 1 (dummy rows weigh 0)."""
     rows = labels.shape[0]
@@ -63,11 +75,11 @@ class CompiledStep(TrainStep):
         super().__init__(model, forward, optimizer, scheduler, policy, max_grad_norm=max_grad_norm, device=device, loss_sum=loss_sum)
         self.problem_type = getattr(getattr(model, "config", None), "problem_type", None)
         self._raw_step = inspect.unwrap(type(optimizer).step)
-        mode = "reduce-overhead" if device.type == "cuda" else None
+        loss_mode, update_mode = compile_modes(device)
         # ``backend``: torch.compile's; "aot_eager" traces the same graphs without generating code
         # (how the tests check graph breaks, recompiles and eager equality in seconds).
-        self.compiled_loss = torch.compile(self._loss, dynamic=False, mode=mode, backend=backend)
-        self.compiled_update = torch.compile(self._update, dynamic=False, mode=mode, backend=backend)
+        self.compiled_loss = torch.compile(self._loss, dynamic=False, mode=loss_mode, backend=backend)
+        self.compiled_update = torch.compile(self._update, dynamic=False, mode=update_mode, backend=backend)
 
     def _loss(self, labels: torch.Tensor, row_weight: torch.Tensor, **inputs: torch.Tensor) -> torch.Tensor:
         with self.policy.autocast():

@@ -24,7 +24,7 @@ from trial_executor.device._throughput import SETUP_OCCURRENCES
 from trial_executor.precision._policy import PrecisionPolicy
 from trial_executor.train._build import TrialParts, build_trial
 from trial_executor.train._checkpoint import restore_trial, trial_state
-from trial_executor.train._compiled import CompiledStep
+from trial_executor.train._compiled import CompiledStep, compile_modes
 from trial_executor.train._early_stopping import EarlyStopping
 from trial_executor.train._loop import seed_everything
 from trial_executor.train._progress import RunProgress
@@ -178,3 +178,10 @@ def test_trials_record_the_compiled_step_or_why_not_and_release_its_graphs() -> 
     assert torch._C._dynamo.eval_frame._debug_get_cache_entry_list(CompiledStep._loss.__code__) == []
     refused = run_trial(config.replace(grad_accum_steps=2, batch_size=32), data)
     assert not refused.compiled_step and "grad_accum_steps=2" in refused.compile_refused
+
+
+def test_on_cuda_only_the_forward_with_its_loss_is_captured() -> None:
+    # The captured update crashed torch 2.11 on an H200 (benchmarks/RESULTS.md, session 22): it is
+    # compiled without CUDA graphs there; the CPU has no CUDA graphs at all.
+    assert compile_modes(torch.device("cuda")) == ("reduce-overhead", None)
+    assert compile_modes(CPU) == (None, None)
