@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU measurements issues 23 and 25 still need, one step per device call (each well under its 10 minutes).
+# The GPU measurements issue 23 still needs (step 6, issue 25's verdict, ran in session 22), one step per device call
+# (each well under its 10 minutes).
 #
 # Once, on your own machine, from the project root:  bash ../shared/gpu/prepare.sh .venv/bin/python
 # Then one device call per step, carrying .gpu:       bash benchmarks/gpu_plan.sh 1     (then 2, 3, ...)
@@ -8,7 +9,7 @@
 #
 # A dry run on the CPU (no kit): SKIP_SETUP=1 DEVICE=cpu MODEL=tiny-bert ROWS=400 OUT=/tmp/plan bash benchmarks/gpu_plan.sh 6
 set -uo pipefail
-step=${1:?"which step: 1, 1b, 2 to 8 (benchmarks/RESULTS.md lists them)"}
+step=${1:?"which step: 1, 1b, 1c, 2 to 8 (benchmarks/RESULTS.md lists them)"}
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-/tmp/minilm}        # all-MiniLM-L6-v2 in fp32, made by .gpu/setup.sh
 BERT=${BERT:-/tmp/bert-base}       # BERT-base, random init, made by .gpu/setup.sh
@@ -51,12 +52,12 @@ gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$
           # shellcheck disable=SC2086
           "$PY" -m hpo check --device "$DEVICE" $knob
         done ;;
-    1b) # The compiled step (a compile per precision and batch: its own call, to stay within 10 minutes).
-        for knob in "--compile-step on"; do
-          echo "== hpo check --device $DEVICE $knob"
-          # shellcheck disable=SC2086
-          "$PY" -m hpo check --device "$DEVICE" $knob
-        done ;;
+    1b|1c) # The compiled step at batch 32 (1b) or 256 (1c): a compile per precision and batch, so one
+        # batch a call. faulthandler: a crash inside torch (session 22: a segfault) shows its stack.
+        batch=32; [ "$step" = 1c ] && batch=256
+        echo "== hpo check --device $DEVICE --compile-step on --batch-size $batch"
+        "$PY" -X faulthandler -m hpo check --device "$DEVICE" --compile-step on --batch-size "$batch"
+        echo "exit status $?" ;;
     2)  # SST-2 rows at batch 32: the cells that miss today.
         gpu --rows 4000 --kinds sst2 --batches 32 --precisions fp32,bf16 \
             --tools ours,ours-compile-step,ours-master-weights,hf,plain,plain-compiled ;;
@@ -82,6 +83,6 @@ gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$
     7)  # The full matrix, first half (fp32, tf32); step 8 the second (fp16, bf16).
         gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp32,tf32 --tools ours-compile-step,hf,plain,plain-compiled ;;
     8)  gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp16,bf16 --tools ours-compile-step,hf,plain,plain-compiled ;;
-    *)  echo "unknown step $step: 1, 1b, 2 to 8" >&2; exit 2 ;;
+    *)  echo "unknown step $step: 1, 1b, 1c, 2 to 8" >&2; exit 2 ;;
   esac
 } 2>&1 | tee "$log"

@@ -63,7 +63,7 @@ _BY_KNOB: dict[str, dict[str, tuple[Any, str]]] = {
     },
     "compile_step": {
         "cpu": (False, "inductor compile per token bucket costs seconds per trial; not measured faster on a CPU"),
-        "cuda": (False, f"whole step as CUDA graphs per token bucket (issue 23); {PENDING_GPU}"),
+        "cuda": (False, f"H200, torch 2.11: the captured update segfaulted (session 22); forward captured, update not: {PENDING_GPU}"),
     },
     "master_weights": {
         "cpu": (False, "2-core Xeon with AMX, batch 32, packed: minilm-l6 107 ms/step against autocast's 103, tiny-bert 6.4 and 6.4"),
