@@ -19,7 +19,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import optuna
@@ -33,7 +33,9 @@ from hpo.cli._run_ray import add_ray_arguments, check_ray_flags, run_with_ray
 from hpo.reporting._progress import StudyProgress, best_so_far
 from hpo.reporting._run_lines import run_summary, stopped_line, trial_line
 from hpo.reporting._verdict import Verdict, verdict_table
+from hpo.storage._backoff import waiting_ends_on
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
+from hpo.storage._db_errors import error_chain
 from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
 from hpo.study._options import CACHE_ENV, DEFAULT_CACHE_DIR, DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions
 from hpo.study._outcomes import quiet_trial_failures, was_interrupted
@@ -318,6 +320,25 @@ def start_training_command(parser: argparse.ArgumentParser, argv: Sequence[str])
     return args, stop, resolve_storage_url(args.storage)
 
 
+def run_training(
+    prog: str, url: str, body: Callable[[], int], stop: StopSignal, *, failures: tuple[type[Exception], ...], resume: str,
+) -> int:
+    """:func:`run_guarded` for a command that trains, with ``stop`` (its SIGINT/SIGTERM) honoured everywhere.
+
+    Once a stop is requested, a storage outage is not waited out (``waiting_ends_on``). A second
+    Ctrl-C ends the command at once with one line, "rerun ... to resume ``resume``", also where Optuna
+    masked its KeyboardInterrupt with an error of its own (an UnboundLocalError in ``_run_trial``).
+    """
+    try:
+        with waiting_ends_on(stop.requested):
+            return run_guarded(prog, url, body, user_errors=(UserError, DataError), failures=failures)
+    except BaseException as err:
+        if not any(isinstance(link, KeyboardInterrupt) for link in error_chain(err)):
+            raise
+        print(f"{prog}: interrupted; rerun the same command to resume {resume}", file=sys.stderr)
+        return stop.exit_code or 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the study; return the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -346,11 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_workers(run, argv, args, stop)
         return _run_here(run, args.quiet, stop)
 
-    try:
-        return run_guarded(PROG, url, body, user_errors=(UserError, DataError), failures=(TooManyFailuresError, WorkerLostError))
-    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, the running trial marked FAIL by Optuna
-        print(f"{PROG}: interrupted; rerun the same command to resume the study", file=sys.stderr)
-        return stop.exit_code or 130
+    # A second Ctrl-C stops at once: Optuna marks the running trial FAIL (where the storage can be reached).
+    return run_training(PROG, url, body, stop, failures=(TooManyFailuresError, WorkerLostError), resume="the study")
 
 
 if __name__ == "__main__":

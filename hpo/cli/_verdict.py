@@ -23,9 +23,8 @@ from pathlib import Path
 
 from hpo._api import RunHooks, open_existing, run_verdict
 from hpo._attrs import stored_data_source
-from hpo._errors import UserError
-from hpo.cli._parsing import Parser, add_storage_argument, at_least, command_prog, run_guarded
-from hpo.cli._run import _add_data, start_training_command
+from hpo.cli._parsing import Parser, add_storage_argument, at_least, command_prog
+from hpo.cli._run import _add_data, run_training, start_training_command
 from hpo.reporting._run_lines import trial_line
 from hpo.reporting._verdict import write_verdict
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
@@ -35,7 +34,7 @@ from hpo.study._data import data_flags
 from hpo.study._options import RunOptions
 from hpo.study._study import TooManyFailuresError
 from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, MAX_VERDICT_SEEDS
-from trial_executor import DEVICES, DataError
+from trial_executor import DEVICES
 
 PROG = command_prog("verdict")
 
@@ -92,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(write_verdict(verdict, Path(args.out or f"hpo-verdict-{options.study_name}")), flush=True)
         return 0
 
-    return run_guarded(PROG, url, body, user_errors=(UserError, DataError), failures=(TooManyFailuresError,))
+    return run_training(PROG, url, body, stop, failures=(TooManyFailuresError,), resume="the verdict")
 
 
 if __name__ == "__main__":

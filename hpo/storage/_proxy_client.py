@@ -42,7 +42,7 @@ from optuna.storages import GrpcStorageProxy
 from optuna.storages._grpc.auto_generated import api_pb2_grpc
 from optuna.storages._grpc.client import GrpcClientCache
 
-from hpo.storage._backoff import Backoff, retry_seconds
+from hpo.storage._backoff import Backoff, outage_waited, retry_seconds
 from hpo.storage._db_errors import StorageFailedError
 
 # Calls a repeat cannot apply twice: reads, and writes that set a value (the same value again is no change).
@@ -123,7 +123,7 @@ class _BoundedStub:
         """The one line for ``err``; past the bound or a deadline, the outage's later calls fail at their first loss."""
         code = err.code()
         if repeatable:
-            what = f"unreachable for {retry_seconds():.0f} s"
+            what = f"unreachable {outage_waited()}"
         elif code == grpc.StatusCode.UNAVAILABLE:
             what = "went away while it applied the call (whether it did is unknown, so it is not repeated)"
         elif code == grpc.StatusCode.DEADLINE_EXCEEDED:

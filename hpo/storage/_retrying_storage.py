@@ -56,7 +56,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import InternalError, OperationalError
 
 from hpo._attrs import FAIL_REASON_ATTR, WORKER_DIED
-from hpo.storage._backoff import Backoff, retry_seconds
+from hpo.storage._backoff import Backoff, outage_waited
 from hpo.storage._db_errors import (
     StorageFailedError,
     committed_row_conflict,
@@ -164,8 +164,8 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
                     continue
                 self._outage_deadline = time.monotonic()  # given up: the outage's later calls too, without waiting
                 raise StorageFailedError(
-                    f"storage {self._shown_url} unreachable for {retry_seconds():.0f} s (storage call {name}), longer than "
-                    "a worker waits; bring the database back, then rerun the same command to resume"
+                    f"storage {self._shown_url} unreachable {outage_waited()} (storage call {name}); "
+                    "bring the database back, then rerun the same command to resume"
                 ) from err
 
     @property

@@ -241,3 +241,37 @@ def test_a_signal_while_the_run_is_prepared_starts_nothing_and_says_so(tmp_path:
         "python -m hpo.run: stopped by a signal between trials, none interrupted: rerun the same command to resume the study"
     ] * 2
     assert {t.state for t in run.prepared.study.get_trials()} <= {TrialState.WAITING}  # the enqueued baseline, not run
+
+
+def test_a_signal_during_a_storage_outage_ends_the_command_at_once_with_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C while the proxy was down: the first did nothing for up to 300 s, the fourth printed Optuna's UnboundLocalError."""
+    import signal
+    import threading
+
+    from _proxy_process import free_port
+
+    from hpo.cli._run import run_training
+    from hpo.storage._proxy_client import ProxyStorage
+    from hpo.study._outcomes import TrialFailedError
+    from hpo.study._workers import StopSignal
+
+    monkeypatch.setattr("hpo.storage._backoff.RETRY_SECONDS", 60.0)
+    stop = StopSignal()
+    threading.Timer(1.0, lambda: setattr(stop, "signum", signal.SIGINT)).start()  # the first Ctrl-C, as its handler records it
+    started = time.monotonic()
+    code = run_training("prog", "grpc://127.0.0.1:1", lambda: len(ProxyStorage(host="127.0.0.1", port=free_port()).get_all_studies()), stop,
+                        failures=(TrialFailedError,), resume="the study")
+    assert code == 1 and time.monotonic() - started < 4.0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("prog: error: storage proxy 127.0.0.1:") and "not waited for: this worker was told to stop" in line
+
+    def second_ctrl_c_masked_by_optuna() -> int:
+        try:
+            raise KeyboardInterrupt  # raised by StopSignal's handler inside a storage call of Optuna's _run_trial
+        except KeyboardInterrupt:
+            raise UnboundLocalError("cannot access local variable 'updated_state'")  # noqa: B904 (as Optuna raises it)
+
+    assert run_training("prog", "sqlite://", second_ctrl_c_masked_by_optuna, stop, failures=(), resume="the verdict") == 130
+    assert capsys.readouterr().err.splitlines() == ["prog: interrupted; rerun the same command to resume the verdict"]

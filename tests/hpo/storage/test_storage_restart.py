@@ -15,6 +15,7 @@ from _private_postgres import PrivatePostgres
 from optuna.trial import TrialState
 
 from hpo import create_storage
+from hpo.storage._backoff import waiting_ends_on
 from hpo.storage._db_errors import StorageFailedError
 from hpo.storage._storage import Heartbeat
 
@@ -154,6 +155,26 @@ def test_a_database_down_past_the_bound_stops_each_call_of_that_outage_at_once(
     private_postgres.start()
     trial.set_user_attr("third", 3)  # back: the stale connection is replaced, and a later outage gets a whole bound
     assert study.trials[0].user_attrs == {"third": 3}
+
+
+def test_a_worker_told_to_stop_while_its_database_is_down_does_not_wait_for_it(
+    private_postgres: PrivatePostgres, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A SIGINT or SIGTERM during an outage ended the worker only after the bound (300 s): now at once, with one line."""
+    monkeypatch.setattr("hpo.storage._backoff.RETRY_SECONDS", 60.0)
+    storage = create_storage(private_postgres.url)
+    trial = optuna.create_study(storage=storage, study_name="told").ask()
+    private_postgres.stop()
+    stopped = threading.Event()
+    threading.Timer(1.0, stopped.set).start()  # as the worker's signal handler records a stop
+    started = time.monotonic()
+    try:
+        with waiting_ends_on(stopped.is_set), pytest.raises(StorageFailedError) as failed:
+            trial.set_user_attr("lost", 1)
+        assert time.monotonic() - started < 4.0
+        assert "unreachable and not waited for: this worker was told to stop (storage call set_trial_user_attr)" in str(failed.value)
+    finally:
+        private_postgres.start()
 
 
 def test_a_trial_silent_through_a_database_restart_is_not_stale_until_the_server_has_been_up_for_the_grace_period(
