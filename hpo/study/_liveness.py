@@ -122,14 +122,37 @@ def died_claiming(trial: FrozenTrial, storage: optuna.storages.BaseStorage) -> b
     worker = trial.user_attrs.get(WORKER_ATTR)
     if isinstance(worker, dict) and worker.get("trial") == trial.number:
         return False
-    interval = getattr(storage, "get_heartbeat_interval", lambda: None)()
-    if interval is None or trial.datetime_start is None:
-        return False  # without heartbeats nothing tells a dead worker's trial from a slow one
-    grace = getattr(storage, "grace_period", None) or 2 * interval  # Optuna's default when none is set
-    if (datetime.now() - trial.datetime_start).total_seconds() <= grace:  # Optuna's own clock: naive local time
+    grace = _grace_seconds(storage)
+    if grace is None or _within_grace(trial, grace):  # without heartbeats nothing tells a dead worker's trial from a slow one
         return False
     # A trial of an objective that writes no identity (hpo.run_to_budget's caller's own) beats all the same.
     return trial._trial_id not in heartbeat_ages(storage, [trial._trial_id])
+
+
+def releasable(trials: list[FrozenTrial], storage: optuna.storages.BaseStorage) -> list[FrozenTrial]:
+    """Those of the RUNNING ``trials`` that a sweep will release if their worker dies: they beat (a stale beat is failed),
+    or may yet (claimed within the grace period). A trial whose worker keeps no heartbeat (a ``grpc://`` worker's:
+    the proxy records none) and has run past the grace period is not: only its worker, or a rerun where it ran, ends it.
+    """
+    grace = _grace_seconds(storage)
+    if grace is None:
+        return []
+    beating = heartbeat_ages(storage, [t._trial_id for t in trials])
+    return [t for t in trials if t._trial_id in beating or _within_grace(t, grace)]
+
+
+def _grace_seconds(storage: optuna.storages.BaseStorage) -> float | None:
+    """Seconds without a heartbeat after which a trial is stale; ``None`` without heartbeats."""
+    interval = getattr(storage, "get_heartbeat_interval", lambda: None)()
+    if interval is None:
+        return None
+    return getattr(storage, "grace_period", None) or 2 * interval  # Optuna's default when none is set
+
+
+def _within_grace(trial: FrozenTrial, grace: float) -> bool:
+    """Whether ``trial`` was claimed at most ``grace`` seconds ago (or has no start time)."""
+    # Optuna's own clock: naive local time.
+    return trial.datetime_start is None or (datetime.now() - trial.datetime_start).total_seconds() <= grace
 
 
 def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[int]:

@@ -36,7 +36,7 @@ from hpo.space._trial_values import InvalidTrialError
 from hpo.storage._backoff import retry_lost_connection
 from hpo.storage._sqlite_lock import sqlite_file_lock
 from hpo.study._data import data_flags
-from hpo.study._liveness import fail_dead_local_trials
+from hpo.study._liveness import fail_dead_local_trials, releasable
 from hpo.study._outcomes import SKIP_OVER_BUDGET, SKIP_UNSUPPORTED, was_interrupted
 from trial_executor import TextClassificationData
 
@@ -209,12 +209,12 @@ def finished_count(study: optuna.Study) -> int:
     return sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False, states=FINISHED))
 
 
-def _budget_used(study: optuna.Study) -> tuple[int, int]:
-    """Finished trials counting toward the budget, and running trials holding a slot of it (a verdict trial, outside
+def _budget_used(study: optuna.Study) -> tuple[int, list[FrozenTrial]]:
+    """Finished trials counting toward the budget, and the running trials holding a slot of it (a verdict trial, outside
     the budget, holds none: its runner takes slots of a budget of its own)."""
     trials = study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
-    held = sum(t.state == TrialState.RUNNING and t.user_attrs.get(BUDGET_SLOT_ATTR) == t.number and not is_verdict_trial(t)
-               for t in trials)
+    held = [t for t in trials
+            if t.state == TrialState.RUNNING and t.user_attrs.get(BUDGET_SLOT_ATTR) == t.number and not is_verdict_trial(t)]
     return sum(counts_toward_budget(t) for t in trials), held
 
 
@@ -227,7 +227,7 @@ def _take_slot(study: optuna.Study, trial: optuna.Trial, n_trials: int) -> bool:
         # released the lock early; another worker may have taken the last slot meanwhile. So the
         # slot is counted again under this lock, without ours, and given back if over.
         mine = trial.user_attrs.get(BUDGET_SLOT_ATTR) == trial.number
-        if finished + held - mine >= n_trials:
+        if finished + len(held) - mine >= n_trials:
             if mine:
                 trial.set_user_attr(BUDGET_SLOT_ATTR, None)
             return False
@@ -240,15 +240,20 @@ def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None,
     """Whether this worker should start another trial; waits while other workers' running trials hold the rest of the budget.
 
     One of them may fail or its worker die: its trial, re-queued by the sweeps here, is then
-    run by this worker. Without heartbeats a dead worker's trial is never released: no wait.
+    run by this worker. Without heartbeats a dead worker's trial is never released: no wait; nor for
+    trials that no sweep can release (a ``grpc://`` worker's, which never beats).
     """
     while go_on():
         optuna.storages.fail_stale_trials(study)
         fail_dead_local_trials(study, max_retry)
         finished, held = _budget_used(study)
-        if finished + held < n_trials:
+        if finished + len(held) < n_trials:
             return True
         if finished >= n_trials or not is_heartbeat_enabled(study._storage):
+            return False
+        if not releasable(held, study._storage):
+            _logger.info("the rest of the budget is held by running trials %s, whose workers keep no heartbeat: "
+                         "no sweep can release them, so this worker does not wait for them", [t.number for t in held])
             return False
         time.sleep(ROOM_POLL_S)
     return False
@@ -302,7 +307,8 @@ def run_to_budget(
 
     def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         nonlocal failures
-        finished, held = _budget_used(study)  # held: by other workers' running trials, this one has ended
+        finished, held_trials = _budget_used(study)  # held: by other workers' running trials, this one has ended
+        held = len(held_trials)
         if on_trial_finished is not None:
             on_trial_finished(trial, finished)
         interrupted = was_interrupted(trial)

@@ -278,3 +278,31 @@ def test_an_enqueued_trial_that_loses_the_last_slot_goes_back_to_the_queue(tmp_p
     copy = trials[2]
     assert copy.state == TrialState.WAITING and copy.system_attrs["fixed_params"] == {"x": 0.5}
     assert copy.user_attrs == {"fp32_baseline": True}
+
+
+def test_a_worker_does_not_wait_for_ever_on_a_trial_that_no_sweep_can_release(tmp_path: Path) -> None:
+    """A grpc:// worker's trial from another machine holds the last slot: it never beats (the proxy keeps no heartbeats)
+    and its process cannot be checked from here. A database worker waited on it for ever."""
+    import threading
+    import time
+
+    from hpo._attrs import BUDGET_SLOT_ATTR
+    from hpo.storage._storage import Heartbeat
+    from hpo.study._study import _room_for_a_trial
+
+    storage = create_storage(f"sqlite:///{tmp_path / 'held.db'}", heartbeat=Heartbeat(interval=1, grace_period=1))
+    study = optuna.create_study(storage=storage, study_name="held")
+    held = study.ask()
+    held.set_user_attr(BUDGET_SLOT_ATTR, held.number)
+    held.set_user_attr("worker", {"host": "elsewhere", "pid": 7, "process": "another-boot/pid:[1]/7/1", "trial": held.number})
+    outcome: list[bool] = []
+    stop = threading.Event()
+    waiting = threading.Thread(target=lambda: outcome.append(_room_for_a_trial(study, 1, 3, lambda: not stop.is_set())))
+    started = time.monotonic()
+    waiting.start()
+    waiting.join(timeout=15)
+    stop.set()  # (a worker that still waits is let go, so that the test ends)
+    waiting.join()
+    assert outcome == [False] and time.monotonic() - started < 15
+    assert time.monotonic() - started >= 0.5  # within the grace period its first beat may yet come: waited for it
+    assert study.get_trials()[0].state == TrialState.RUNNING  # left to its own worker, or a rerun where it ran
