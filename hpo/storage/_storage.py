@@ -20,7 +20,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from hpo._errors import UserError
-from hpo.storage._backoff import retry_lost_connection
+from hpo.storage._backoff import Backoff, retry_lost_connection
 from hpo.storage._bulk_reads import BulkReadingRDBStorage
 from hpo.storage._db_errors import is_creation_collision, is_lost_connection
 from hpo.storage._retrying_storage import RetryingStorage
@@ -38,6 +38,7 @@ _TABLE_CREATION_LOCK_ID = 0x68706F5F7461626C
 _LOCK_POLL_SECONDS = 0.2
 GRPC_SCHEME = "grpc://"
 _GRPC_CONNECT_TIMEOUT = 10.0
+_GRPC_RESTART_POLL = 2.0
 
 
 @dataclass(frozen=True)
@@ -185,17 +186,7 @@ def check_storage_url(url: str, *, wait_for_server: bool = False) -> None:
     knows the URL is right, so a refusal there is a restart.
     """
     if url.lower().startswith(GRPC_SCHEME):
-        host, port = _parse_grpc(url)
-        proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
-        try:
-            proxy.wait_server_ready(timeout=_GRPC_CONNECT_TIMEOUT)
-        except ConnectionError:
-            raise StorageError(
-                f"cannot reach the storage proxy at {host}:{port} (is `python -m hpo.proxy` running there?); "
-                f"start it or fix --storage / ${STORAGE_ENV}"
-            ) from None
-        finally:
-            proxy.close()
+        _check_proxy(*_parse_grpc(url), wait_for_server=wait_for_server)
         return
     parsed = _parse(url)
     if parsed.drivername == "sqlite":
@@ -219,6 +210,27 @@ def check_storage_url(url: str, *, wait_for_server: bool = False) -> None:
         raise StorageError(mask_secrets(_explain_connection_error(parsed, err), url)) from None
     finally:
         engine.dispose()
+
+
+def _check_proxy(host: str, port: int, *, wait_for_server: bool) -> None:
+    """The storage proxy at ``host:port`` answers; with ``wait_for_server``, waited for on the backoff schedule (a restart)."""
+    backoff = Backoff(f"opening the storage proxy at {host}:{port}")
+    proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
+    try:
+        while True:
+            try:
+                # Short waits while waiting out a restart, so that a stop request is seen between them.
+                proxy.wait_server_ready(timeout=_GRPC_RESTART_POLL if wait_for_server else _GRPC_CONNECT_TIMEOUT)
+                return
+            except ConnectionError as err:
+                if wait_for_server and backoff.wait(err, happened="found it not answering", why="a restart, since the run's first process reached it"):
+                    continue
+                raise StorageError(
+                    f"cannot reach the storage proxy at {host}:{port} (is `python -m hpo.proxy` running there?); "
+                    f"start it or fix --storage / ${STORAGE_ENV}"
+                ) from None
+    finally:
+        proxy.close()
 
 
 # What a server that is up says while it restarts, fails over or drops connections; refused

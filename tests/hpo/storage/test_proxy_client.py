@@ -128,3 +128,22 @@ def _raised(call: object) -> BaseException:
     except BaseException as err:  # the outcome under test
         return err
     raise AssertionError("the call returned")
+
+
+@pytest.mark.postgres
+def test_a_worker_of_a_run_waits_for_a_proxy_that_restarts_as_it_starts(
+    pg_database: str, proxies: list, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--workers N``: the parent reached the proxy, so a worker that finds it down meets a restart, and waits for it
+    (it exited 2, "cannot reach the storage proxy", as a first process does for a wrong URL)."""
+    monkeypatch.setattr("hpo.storage._storage._GRPC_CONNECT_TIMEOUT", 1.0)  # a first contact's 10 s, shortened
+    port = free_port()  # the proxy is down as the worker starts; its supervisor brings it back a second later
+    supervisor = threading.Timer(1.0, lambda: proxies.append(serve(pg_database, port)))
+    supervisor.start()
+    started = time.monotonic()
+    try:
+        storage = create_storage(f"grpc://127.0.0.1:{port}", wait_for_server=True)
+        assert storage.get_all_studies() == []
+        assert 1.0 < time.monotonic() - started < 90
+    finally:
+        supervisor.join()  # its proxy is in ``proxies`` before the fixture stops them
