@@ -122,20 +122,20 @@ class _BoundedStub:
     def _failure(self, name: str, err: grpc.RpcError, repeatable: bool) -> StorageFailedError:
         """The one line for ``err``; past the bound or a deadline, the outage's later calls fail at their first loss."""
         code = err.code()
+        fix = "bring the proxy (python -m hpo.proxy) back"
         if repeatable:
             what = f"unreachable {outage_waited()}"
         elif code == grpc.StatusCode.UNAVAILABLE:
             what = "went away while it applied the call (whether it did is unknown, so it is not repeated)"
         elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
             what = f"did not answer within {call_deadline():.0f} s"
-        else:
-            what = f"failed ({code.name})"
+        else:  # the proxy answered with an error of its own (its database down, its file gone): it is up, its storage is not
+            what, fix = f"failed ({code.name})", "fix what the proxy reports"
         if repeatable or code == grpc.StatusCode.DEADLINE_EXCEEDED:
             self._outage_deadline = time.monotonic()
         return StorageFailedError(
-            f"storage proxy {self._address} {what} (storage call {name}: {_details(err)}); bring the proxy "
-            "(python -m hpo.proxy) back, then rerun the same command on this machine to resume (it re-queues a trial "
-            "this worker left RUNNING)"
+            f"storage proxy {self._address} {what} (storage call {name}: {_details(err)}); {fix}, then rerun the "
+            "same command on this machine to resume (it re-queues a trial this worker left RUNNING)"
         )
 
 

@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import optuna
 import pytest
@@ -147,3 +148,19 @@ def test_a_worker_of_a_run_waits_for_a_proxy_that_restarts_as_it_starts(
         assert 1.0 < time.monotonic() - started < 90
     finally:
         supervisor.join()  # its proxy is in ``proxies`` before the fixture stops them
+
+
+def test_a_proxy_whose_storage_fails_is_told_apart_from_a_proxy_gone(tmp_path: Path, proxies: list) -> None:
+    """The proxy up, its SQLite file deleted: the line said "bring the proxy back", which was up all along."""
+    port = free_port()
+    database = tmp_path / "served.db"
+    proxies.append(serve(f"sqlite:///{database}", port))
+    storage = create_storage(f"grpc://127.0.0.1:{port}")
+    study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], "served")
+    database.unlink()
+    with pytest.raises(StorageFailedError) as failed:
+        storage.create_new_trial(study_id)
+    line = str(failed.value)
+    assert f"storage proxy 127.0.0.1:{port} failed (UNKNOWN) (storage call CreateNewTrial:" in line
+    assert "was deleted while in use" in line and "; fix what the proxy reports, then rerun the same command" in line
+    assert "bring the proxy" not in line and "\n" not in line
