@@ -73,12 +73,14 @@ _T = TypeVar("_T")
 
 
 def storage_failure_in(err: BaseException) -> StorageFailedError | None:
-    """The :class:`StorageFailedError` behind ``err``, if any.
+    """The first :class:`StorageFailedError` behind ``err`` (the innermost of its chain), if any.
 
     Optuna can mask it: when a trial's final write fails, ``_run_trial`` re-reads the trial,
-    which fails the same way, and its ``finally`` then raises an UnboundLocalError.
+    which fails too (at once: the outage is given up), and its ``finally`` then raises an
+    UnboundLocalError. The final write's line is the one that says what happened.
     """
-    return next((link for link in error_chain(err) if isinstance(link, StorageFailedError)), None)
+    failures = [link for link in error_chain(err) if isinstance(link, StorageFailedError)]
+    return failures[-1] if failures else None
 
 
 class RetryingStorage(BaseStorage, BaseHeartbeat):

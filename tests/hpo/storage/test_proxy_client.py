@@ -164,3 +164,24 @@ def test_a_proxy_whose_storage_fails_is_told_apart_from_a_proxy_gone(tmp_path: P
     assert f"storage proxy 127.0.0.1:{port} failed (UNKNOWN) (storage call CreateNewTrial:" in line
     assert "was deleted while in use" in line and "; fix what the proxy reports, then rerun the same command" in line
     assert "bring the proxy" not in line and "\n" not in line
+
+
+def test_a_lost_final_write_is_reported_by_its_own_line_not_by_optunas_reread() -> None:
+    """Optuna's _run_trial re-reads a trial whose final write failed; the re-read fails at once (the outage is given up),
+    and its finally raises UnboundLocalError. The line shown was the re-read's ("GetTrial ... unreachable")."""
+    from hpo.storage._retrying_storage import storage_failure_in
+
+    def run_trial_as_optuna_does() -> None:
+        updated_state = None
+        try:
+            try:
+                raise StorageFailedError("storage call SetTrialStateValues: went away while it applied the call")
+            except Exception:
+                raise StorageFailedError("storage call GetTrial: unreachable")  # noqa: B904 (as Optuna raises it)
+        finally:
+            del updated_state
+            updated_state  # noqa: B018, F821 (Optuna's UnboundLocalError)
+
+    with pytest.raises(UnboundLocalError) as masked:
+        run_trial_as_optuna_does()
+    assert str(storage_failure_in(masked.value)) == "storage call SetTrialStateValues: went away while it applied the call"
