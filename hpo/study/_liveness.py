@@ -37,7 +37,10 @@ from hpo._attrs import (
     WORKER_DIED,
 )
 from hpo.storage._heartbeats import heartbeat_ages
+from hpo.study._outcomes import INTERRUPTED
 
+# How long a failed trial's re-queue may still be on its way where the storage keeps no heartbeats (and so no grace period).
+_NO_HEARTBEAT_WAIT_S = 120.0
 # Set by the launchers (--workers with --gpus, --ray with --gpus-per-trial): how many workers' trials share this worker's GPU.
 GPU_SHARED_ENV = "HPO_TRIALS_PER_GPU"
 
@@ -153,6 +156,30 @@ def _within_grace(trial: FrozenTrial, grace: float) -> bool:
     """Whether ``trial`` was claimed at most ``grace`` seconds ago (or has no start time)."""
     # Optuna's own clock: naive local time.
     return trial.datetime_start is None or (datetime.now() - trial.datetime_start).total_seconds() <= grace
+
+
+def lost_retries(trials: list[FrozenTrial], storage: optuna.storages.BaseStorage, max_retry: int | None) -> list[FrozenTrial]:
+    """The failed ``trials`` whose re-queue was lost: a worker fails a trial it was told to stop, or found dead, then
+    re-queues it (two storage calls), and died or lost its storage between the two.
+
+    Such a trial says why it failed (``interrupted``, ``worker_died: ...``), no trial names it in
+    its ``retry_history``, ``max_retry`` allowed one more retry, and it failed longer than the grace
+    period ago (a worker's own re-queue, a moment after its fail, is not still on its way).
+    """
+    requeued = {number for t in trials for number in t.system_attrs.get("retry_history", ())}
+    wait = _grace_seconds(storage) or _NO_HEARTBEAT_WAIT_S
+    now = datetime.now()  # Optuna's own clock: naive local time
+    return [
+        t for t in trials
+        if t.state == TrialState.FAIL and t.number not in requeued and _requeued_on_failure(t)
+        and (max_retry is None or len(t.system_attrs.get("retry_history", ())) < max_retry)
+        and t.datetime_complete is not None and (now - t.datetime_complete).total_seconds() > wait
+    ]
+
+
+def _requeued_on_failure(trial: FrozenTrial) -> bool:
+    reason = str(trial.user_attrs.get(FAIL_REASON_ATTR, ""))
+    return reason == INTERRUPTED or reason.startswith(f"{WORKER_DIED}:")
 
 
 def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import logging
 import os
@@ -36,7 +37,7 @@ from hpo.space._trial_values import InvalidTrialError
 from hpo.storage._backoff import retry_lost_connection
 from hpo.storage._sqlite_lock import sqlite_file_lock
 from hpo.study._data import data_flags
-from hpo.study._liveness import fail_dead_local_trials, releasable
+from hpo.study._liveness import fail_dead_local_trials, lost_retries, releasable
 from hpo.study._outcomes import SKIP_OVER_BUDGET, SKIP_UNSUPPORTED, was_interrupted
 from trial_executor import TextClassificationData
 
@@ -246,6 +247,7 @@ def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None,
     while go_on():
         optuna.storages.fail_stale_trials(study)
         fail_dead_local_trials(study, max_retry)
+        _requeue_lost_retries(study, max_retry)
         finished, held = _budget_used(study)
         if finished + len(held) < n_trials:
             return True
@@ -257,6 +259,19 @@ def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None,
             return False
         time.sleep(ROOM_POLL_S)
     return False
+
+
+def _requeue_lost_retries(study: optuna.Study, max_retry: int | None) -> None:
+    """Re-queue the failed trials whose re-queue was lost (``lost_retries``), each once, under the study's lock."""
+    if not lost_retries(study.get_trials(deepcopy=False), study._storage, max_retry):
+        return
+    with _study_lock(study._storage, study.study_name):  # another worker's sweep may be at the same trials
+        lost = lost_retries(study.get_trials(deepcopy=False), study._storage, max_retry)
+        retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+        for trial in lost:
+            retry(study, copy.deepcopy(trial))  # a copy: the callback appends to the trial's own retry_history list
+    _logger.warning("re-queued trials %s: each had failed (stopped, or its worker died) and its re-queue was lost",
+                    [t.number for t in lost])
 
 
 def _requeue_if_enqueued(study: optuna.Study, trial: optuna.Trial) -> None:

@@ -306,3 +306,37 @@ def test_a_worker_does_not_wait_for_ever_on_a_trial_that_no_sweep_can_release(tm
     assert outcome == [False] and time.monotonic() - started < 15
     assert time.monotonic() - started >= 0.5  # within the grace period its first beat may yet come: waited for it
     assert study.get_trials()[0].state == TrialState.RUNNING  # left to its own worker, or a rerun where it ran
+
+
+def test_a_failed_trial_whose_requeue_was_lost_is_requeued_once_after_the_grace_period(tmp_path: Path) -> None:
+    """A grpc:// worker stopped by SIGTERM marks its checkpointed trial FAIL, then re-queues it: the proxy went away
+    between the two calls, and the checkpoint waited for no one."""
+    import time
+
+    from hpo.storage._storage import Heartbeat
+    from hpo.study._study import _requeue_lost_retries
+
+    storage = create_storage(f"sqlite:///{tmp_path / 'lost.db'}", heartbeat=Heartbeat(interval=1, grace_period=1))
+    study = optuna.create_study(storage=storage, study_name="lost")
+
+    def failed(reason: str) -> optuna.Trial:
+        trial = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+        trial.set_user_attr("fail_reason", reason)
+        trial.set_user_attr("checkpoint", f"trial-{trial.number}/step-40")
+        study.tell(trial, state=TrialState.FAIL)
+        return trial
+
+    lost = failed("interrupted")
+    failed("TrialFailedError: ValueError: boom")  # a failure of the trial itself: not re-queued by the run
+    requeued = failed("worker_died: its worker process exited mid-trial")
+    optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)(study, study.trials[requeued.number])  # as its sweep did
+    _requeue_lost_retries(study, max_retry=3)
+    assert len(study.trials) == 4  # within the grace period: its worker's own re-queue may still be on its way
+    time.sleep(1.5)
+    _requeue_lost_retries(study, max_retry=0)  # no retries allowed: none
+    assert len(study.trials) == 4
+    _requeue_lost_retries(study, max_retry=3)
+    _requeue_lost_retries(study, max_retry=3)  # once
+    (retry,) = study.trials[4:]  # trial 3 is the retry of the worker_died trial
+    assert retry.state == TrialState.WAITING and retry.system_attrs["failed_trial"] == lost.number
+    assert retry.user_attrs["checkpoint"] == f"trial-{lost.number}/step-40" and retry.params == study.trials[lost.number].params
