@@ -15,6 +15,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import (
+    CUDA_SETUP_MB,
     MAJORITY_CLASS_HINT,
     MEMORY_KEPT_REPORTED_MB,
     PEAK_MEMORY_ATTR,
@@ -22,7 +23,7 @@ from hpo._attrs import (
     THROUGHPUT_ATTR,
     config_of,
     config_or_params,
-    cuda_memory_kept_mb,
+    cuda_memory_not_released_mb,
     fail_reason_of,
     hardware_of,
     is_baseline,
@@ -226,8 +227,7 @@ def _flags(trials: list[FrozenTrial]) -> dict[str, Any]:
         "majority_class": [t.number for t in trials if is_majority_class(t)],
         "shared_gpu": [t.number for t in trials if trials_per_gpu_of(t) > 1],
         "emulated": [t.number for t in trials if ran_emulated(t, precision_of(t))],
-        "memory_kept": {t.number: kept for t in trials
-                        if (kept := cuda_memory_kept_mb(t)) is not None and kept > MEMORY_KEPT_REPORTED_MB},
+        "memory_kept": {t.number: kept for t in trials if (kept := cuda_memory_not_released_mb(t)) is not None},
     }
 
 
@@ -315,7 +315,8 @@ def summary_lines(report: StudyReport) -> list[str]:
         kept = ", ".join(f"{n} (+{mb:.0f} MiB)" for n, mb in report.memory_kept.items())
         lines.append(
             f"Memory not released (CUDA memory still allocated after the trial, over {MEMORY_KEPT_REPORTED_MB:.0f} MiB "
-            f"above its start: the next trial started that much fuller): {kept}."
+            f"above its start, {MEMORY_KEPT_REPORTED_MB + CUDA_SETUP_MB:.0f} MiB for a worker's first CUDA trial, which also "
+            f"sets up cuBLAS: the next trial started that much fuller): {kept}."
         )
     return lines
 

@@ -20,9 +20,9 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from hpo._errors import UserError
-from hpo.storage._backoff import Backoff, retry_lost_connection
+from hpo.storage._backoff import Backoff, outage_waited, retry_lost_connection
 from hpo.storage._bulk_reads import BulkReadingRDBStorage
-from hpo.storage._db_errors import is_creation_collision, is_lost_connection
+from hpo.storage._db_errors import StorageFailedError, is_creation_collision, is_lost_connection
 from hpo.storage._retrying_storage import RetryingStorage
 from hpo.storage._sqlite_lock import sqlite_file_lock
 from hpo.storage._url_secrets import mask_secrets, mask_url, split_credentials
@@ -223,12 +223,16 @@ def _check_proxy(host: str, port: int, *, wait_for_server: bool) -> None:
                 proxy.wait_server_ready(timeout=_GRPC_RESTART_POLL if wait_for_server else _GRPC_CONNECT_TIMEOUT)
                 return
             except ConnectionError as err:
-                if wait_for_server and backoff.wait(err, happened="found it not answering", why="a restart, since the run's first process reached it"):
-                    continue
-                raise StorageError(
-                    f"cannot reach the storage proxy at {host}:{port} (is `python -m hpo.proxy` running there?); "
-                    f"start it or fix --storage / ${STORAGE_ENV}"
-                ) from None
+                if not wait_for_server:  # a first contact: the URL is the likely fault
+                    raise StorageError(
+                        f"cannot reach the storage proxy at {host}:{port} (is `python -m hpo.proxy` running there?); "
+                        f"start it or fix --storage / ${STORAGE_ENV}"
+                    ) from None
+                if not backoff.wait(err, happened="found it not answering", why="a restart, since the run's first process reached it"):
+                    raise StorageFailedError(
+                        f"storage proxy {host}:{port} unreachable {outage_waited()} (opening the storage); bring the proxy "
+                        "(python -m hpo.proxy) back, then rerun the same command to resume"
+                    ) from None
     finally:
         proxy.close()
 

@@ -98,18 +98,29 @@ def _earlier_incarnation_of_this_actor(worker: dict[str, Any]) -> bool:
     return bool(mine) and worker.get(RAY_ACTOR_KEY) == mine[RAY_ACTOR_KEY] and worker.get(RAY_WORKER_KEY) != mine[RAY_WORKER_KEY]
 
 
-def worker_is_gone(trial: FrozenTrial) -> bool:
-    """Whether ``trial``'s worker ran on this machine, in this pid namespace, and has exited."""
+def _own_worker(trial: FrozenTrial) -> dict[str, Any] | None:
+    """The identity ``trial``'s own worker wrote (``None`` before it did)."""
     worker = trial.user_attrs.get(WORKER_ATTR)
     # A retry starts with a copy of its predecessor's attrs, dead worker included, until its own worker writes its own.
-    if not isinstance(worker, dict) or worker.get("trial") != trial.number:
-        return False
-    if _earlier_incarnation_of_this_actor(worker):
-        return True
+    return worker if isinstance(worker, dict) and worker.get("trial") == trial.number else None
+
+
+def _ran_here(worker: dict[str, Any]) -> bool:
+    """Whether ``worker`` ran on this machine, in this pid namespace and boot (so its process can be checked from here)."""
     if not isinstance(worker.get("process"), str) or not isinstance(worker.get("pid"), int):
         return False
     mine = _process_key(os.getpid())
-    if mine is None or worker["process"].rsplit("/", 2)[0] != mine.rsplit("/", 2)[0]:
+    return mine is not None and worker["process"].rsplit("/", 2)[0] == mine.rsplit("/", 2)[0]
+
+
+def worker_is_gone(trial: FrozenTrial) -> bool:
+    """Whether ``trial``'s worker ran on this machine, in this pid namespace, and has exited."""
+    worker = _own_worker(trial)
+    if worker is None:
+        return False
+    if _earlier_incarnation_of_this_actor(worker):
+        return True
+    if not _ran_here(worker):
         return False  # another machine, container or boot: only its heartbeat can tell
     return _process_key(worker["pid"]) != worker["process"]  # exited, or the pid now names another process
 
@@ -122,8 +133,7 @@ def died_claiming(trial: FrozenTrial, storage: optuna.storages.BaseStorage) -> b
     the heartbeats' grace period, no live worker is that slow to start it. A trial that ever beat is the
     heartbeats' to judge.
     """
-    worker = trial.user_attrs.get(WORKER_ATTR)
-    if isinstance(worker, dict) and worker.get("trial") == trial.number:
+    if _own_worker(trial) is not None:
         return False
     grace = _grace_seconds(storage)
     if grace is None or _within_grace(trial, grace):  # without heartbeats nothing tells a dead worker's trial from a slow one
@@ -134,14 +144,16 @@ def died_claiming(trial: FrozenTrial, storage: optuna.storages.BaseStorage) -> b
 
 def releasable(trials: list[FrozenTrial], storage: optuna.storages.BaseStorage) -> list[FrozenTrial]:
     """Those of the RUNNING ``trials`` that a sweep will release if their worker dies: they beat (a stale beat is failed),
-    or may yet (claimed within the grace period). A trial whose worker keeps no heartbeat (a ``grpc://`` worker's:
-    the proxy records none) and has run past the grace period is not: only its worker, or a rerun where it ran, ends it.
+    or may yet (claimed within the grace period), or their worker ran on this machine (:func:`worker_is_gone` sees it
+    exit). A trial whose worker keeps no heartbeat (a ``grpc://`` worker's: the proxy records none), ran elsewhere and
+    has run past the grace period is not: only its worker, or a rerun where it ran, ends it.
     """
     grace = _grace_seconds(storage)
     if grace is None:
         return []
     beating = heartbeat_ages(storage, [t._trial_id for t in trials])
-    return [t for t in trials if t._trial_id in beating or _within_grace(t, grace)]
+    return [t for t in trials
+            if t._trial_id in beating or _within_grace(t, grace) or ((worker := _own_worker(t)) is not None and _ran_here(worker))]
 
 
 def _grace_seconds(storage: optuna.storages.BaseStorage) -> float | None:

@@ -80,21 +80,23 @@ def test_speedup_falls_back_to_the_median_fp32_trial(tmp_path: Path) -> None:
 
 
 def test_cuda_memory_a_trial_left_allocated_and_emulated_precisions_are_reported() -> None:
-    """A trial whose CUDA memory after its release is well above its start is named; CPU RSS and cuBLAS-sized rests are not.
-    So is a trial whose CPU emulated its precision."""
+    """A trial whose CUDA memory after its release is well above its start is named; CPU RSS and cuBLAS-sized rests are not,
+    nor a worker's first CUDA trial that set up cuBLAS (65.0 MB on an H200). So is a trial whose CPU emulated its precision."""
     study = optuna.create_study(direction="maximize")
-    for device, before, after in (("cuda", 900.0, 912.0), ("cuda", 912.0, 1350.5), ("cpu", 400.0, 900.0), ("cuda", 1350.5, None)):
+    for device, before, after in (("cuda", 900.0, 912.0), ("cuda", 912.0, 1350.5), ("cpu", 400.0, 900.0), ("cuda", 1350.5, None),
+                                  ("cuda", 0.0, 65.0), ("cuda", 0.0, 512.0)):
         study.add_trial(optuna.trial.create_trial(value=0.5, user_attrs={
             "hardware": {"device_type": device}, "memory_before_trial_mb": before, "memory_after_trial_mb": after}))
     study.add_trial(optuna.trial.create_trial(value=0.5, params={"fp_precision": "fp16"}, distributions={
         "fp_precision": optuna.distributions.CategoricalDistribution(["fp32", "fp16"])},
         user_attrs={"hardware": {"device_type": "cpu", "emulated_precisions": ["fp16"]}}))
     report = build_report(study, "sqlite:///x.db")
-    assert report.memory_kept == {1: pytest.approx(438.5)}
-    assert report.emulated == [4]
-    assert any(line.startswith("Emulated-precision trials (") and line.endswith("): 4.") for line in summary_lines(report))
-    assert "Memory not released (CUDA memory still allocated after the trial, over 64 MiB above its start: " \
-           "the next trial started that much fuller): 1 (+438 MiB)." in summary_lines(report)
+    assert report.memory_kept == {1: pytest.approx(438.5), 5: pytest.approx(512.0)}
+    assert report.emulated == [6]
+    assert any(line.startswith("Emulated-precision trials (") and line.endswith("): 6.") for line in summary_lines(report))
+    assert "Memory not released (CUDA memory still allocated after the trial, over 64 MiB above its start, 144 MiB for a " \
+           "worker's first CUDA trial, which also sets up cuBLAS: the next trial started that much fuller): 1 (+438 MiB), " \
+           "5 (+512 MiB)." in summary_lines(report)
 
 
 def test_unknown_study_lists_the_studies_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -42,3 +42,15 @@ def test_outside_the_block_an_outage_is_waited_out_to_its_bound(monkeypatch: pyt
     with pytest.raises(StorageFailedError, match=r"unreachable for 3 s"):
         ProxyStorage(host="127.0.0.1", port=free_port()).get_all_studies()
     assert time.monotonic() - started >= 0.7  # two retries at least (0.25..0.75 s, then 0.5..1.5 s)
+
+
+def test_a_worker_waiting_for_its_proxy_to_restart_gives_up_when_told_to_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpo.storage._storage import check_storage_url
+
+    monkeypatch.setattr("hpo.storage._backoff.RETRY_SECONDS", 60.0)
+    port = free_port()
+    started = time.monotonic()
+    with waiting_ends_on(_stopped_after(1.0)), pytest.raises(StorageFailedError) as raised:
+        check_storage_url(f"grpc://127.0.0.1:{port}", wait_for_server=True)  # a --workers worker: its parent reached it
+    assert time.monotonic() - started < 6.0  # one 2 s poll of the proxy, then no wait
+    assert str(raised.value).startswith(f"storage proxy 127.0.0.1:{port} unreachable and not waited for: this worker was told to stop")

@@ -282,30 +282,52 @@ def test_an_enqueued_trial_that_loses_the_last_slot_goes_back_to_the_queue(tmp_p
 
 def test_a_worker_does_not_wait_for_ever_on_a_trial_that_no_sweep_can_release(tmp_path: Path) -> None:
     """A grpc:// worker's trial from another machine holds the last slot: it never beats (the proxy keeps no heartbeats)
-    and its process cannot be checked from here. A database worker waited on it for ever."""
+    and its process cannot be checked from here. A database worker waited on it for ever. One of this machine's is
+    waited for: its process is seen to exit, and its trial is then re-queued and run here."""
+    import subprocess
     import threading
-    import time
+    from datetime import datetime
 
     from hpo._attrs import BUDGET_SLOT_ATTR
     from hpo.storage._storage import Heartbeat
+    from hpo.study._liveness import _process_key
     from hpo.study._study import _room_for_a_trial
 
     storage = create_storage(f"sqlite:///{tmp_path / 'held.db'}", heartbeat=Heartbeat(interval=1, grace_period=1))
     study = optuna.create_study(storage=storage, study_name="held")
-    held = study.ask()
-    held.set_user_attr(BUDGET_SLOT_ATTR, held.number)
-    held.set_user_attr("worker", {"host": "elsewhere", "pid": 7, "process": "another-boot/pid:[1]/7/1", "trial": held.number})
-    outcome: list[bool] = []
-    stop = threading.Event()
-    waiting = threading.Thread(target=lambda: outcome.append(_room_for_a_trial(study, 1, 3, lambda: not stop.is_set())))
-    started = time.monotonic()
-    waiting.start()
-    waiting.join(timeout=15)
-    stop.set()  # (a worker that still waits is let go, so that the test ends)
-    waiting.join()
-    assert outcome == [False] and time.monotonic() - started < 15
-    assert time.monotonic() - started >= 0.5  # within the grace period its first beat may yet come: waited for it
-    assert study.get_trials()[0].state == TrialState.RUNNING  # left to its own worker, or a rerun where it ran
+
+    def hold(worker: dict[str, Any]) -> FrozenTrial:
+        trial = study.ask()
+        trial.set_user_attr(BUDGET_SLOT_ATTR, trial.number)
+        trial.set_user_attr("worker", {**worker, "trial": trial.number})
+        return study.trials[trial.number]
+
+    def room(n_trials: int) -> tuple[bool, datetime]:
+        outcome: list[bool] = []
+        stop = threading.Event()
+        waiting = threading.Thread(target=lambda: outcome.append(_room_for_a_trial(study, n_trials, 3, lambda: not stop.is_set())))
+        waiting.start()
+        waiting.join(timeout=15)
+        stop.set()  # (a worker that still waits is let go, so that the test ends)
+        waiting.join()
+        return outcome[0], datetime.now()
+
+    elsewhere = hold({"host": "elsewhere", "pid": 7, "process": "another-boot/pid:[1]/7/1"})
+    given_up, at = room(1)
+    assert given_up is False and (at - elsewhere.datetime_start).total_seconds() < 15
+    # Within the grace period its first beat may yet come: waited for that long.
+    assert (at - elsewhere.datetime_start).total_seconds() >= 1.0
+    assert study.trials[0].state == TrialState.RUNNING  # left to its own worker, or a rerun where it ran
+
+    local = subprocess.Popen(["sleep", "3"])  # a grpc:// worker of this machine, which ends 3 s from now
+    try:
+        hold({"host": "here", "pid": local.pid, "process": _process_key(local.pid)})
+        found, _ = room(2)
+    finally:
+        local.kill()
+        local.wait()
+    assert found is True  # its process exited, its trial was failed and re-queued: room for it here
+    assert [t.state for t in study.trials] == [TrialState.RUNNING, TrialState.FAIL, TrialState.WAITING]
 
 
 def test_a_failed_trial_whose_requeue_was_lost_is_requeued_once_after_the_grace_period(tmp_path: Path) -> None:
