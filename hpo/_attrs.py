@@ -72,7 +72,7 @@ MEMORY_AFTER_ATTR = "memory_after_trial_mb"
 # More CUDA memory than this still held after a trial is reported as not released.
 MEMORY_KEPT_REPORTED_MB = 64.0
 # A worker's first CUDA trial (nothing allocated before it) also leaves what the process keeps once CUDA has run
-# a matmul: cuBLAS's workspaces (32 MiB per stream on Hopper) and cuBLASLt's. An H200's first trial left
+# a matmul, such as cuBLAS's workspaces (32 MiB per stream on Hopper). An H200 worker's first trial left
 # 65.0 MB, every later trial of that worker 0 (benchmarks/RESULTS.md, session 22): allowed on top.
 CUDA_SETUP_MB = 80.0
 MAJORITY_CLASS_ATTR = "majority_class"  # trained to its end and still at the majority class
