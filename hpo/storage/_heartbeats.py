@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 import optuna
 import sqlalchemy
+
+from hpo.storage._backoff import retry_lost_connection
 
 # Optuna's RDB storage keeps one row per running trial here while heartbeats are on.
 _HEARTBEATS = sqlalchemy.table(
@@ -19,12 +22,17 @@ def heartbeat_ages(storage: optuna.storages.BaseStorage, trial_ids: list[int]) -
     engine = getattr(storage, "engine", None)
     if not trial_ids or not isinstance(engine, sqlalchemy.Engine):
         return {}
-    with engine.connect() as connection:
-        # Optuna stamps heartbeats with the database's now(), so ages are taken against the same clock.
-        now = connection.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar_one()
-        rows = connection.execute(
-            sqlalchemy.select(_HEARTBEATS.c.trial_id, _HEARTBEATS.c.heartbeat).where(_HEARTBEATS.c.trial_id.in_(trial_ids))
-        ).all()
+
+    def read() -> tuple[Any, list[Any]]:
+        with engine.connect() as connection:
+            # Optuna stamps heartbeats with the database's now(), so ages are taken against the same clock.
+            now = connection.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar_one()
+            return now, list(connection.execute(
+                sqlalchemy.select(_HEARTBEATS.c.trial_id, _HEARTBEATS.c.heartbeat).where(_HEARTBEATS.c.trial_id.in_(trial_ids))
+            ).all())
+
+    # Outside the storage's calls, so retried here as they are: a sweep must not stop a worker on a lost connection.
+    now, rows = retry_lost_connection("reading heartbeats", read)
     if isinstance(now, str):  # SQLite's CURRENT_TIMESTAMP without a declared type
         now = datetime.datetime.fromisoformat(now)
     now = now.replace(tzinfo=None)

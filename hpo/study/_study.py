@@ -247,7 +247,8 @@ def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None,
     while go_on():
         optuna.storages.fail_stale_trials(study)
         fail_dead_local_trials(study, max_retry)
-        _requeue_lost_retries(study, max_retry)
+        # The lock's own connection is not the storage's: a lost one is retried like every storage call.
+        retry_lost_connection("re-queuing lost retries", lambda: _requeue_lost_retries(study, max_retry))
         finished, held = _budget_used(study)
         if finished + len(held) < n_trials:
             return True
