@@ -313,11 +313,9 @@ def summary_lines(report: StudyReport) -> list[str]:
         )
     if report.memory_kept:
         kept = ", ".join(f"{n} (+{mb:.0f} MiB)" for n, mb in report.memory_kept.items())
-        lines.append(
-            f"Memory not released (CUDA memory still allocated after the trial, over {MEMORY_KEPT_REPORTED_MB:.0f} MiB "
-            f"above its start, {MEMORY_KEPT_REPORTED_MB + CUDA_SETUP_MB:.0f} MiB for a worker's first CUDA trial, which also "
-            f"sets up cuBLAS: the next trial started that much fuller): {kept}."
-        )
+        lines.append(f"Memory not released (CUDA memory still allocated after the trial, over {MEMORY_KEPT_REPORTED_MB:.0f} MiB "
+                     f"above its start, {MEMORY_KEPT_REPORTED_MB + CUDA_SETUP_MB:.0f} MiB for a worker's first CUDA trial, which "
+                     f"also sets up cuBLAS: the next trial started that much fuller): {kept}.")
     return lines
 
 

@@ -323,8 +323,7 @@ def run_to_budget(
 
     def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         nonlocal failures
-        finished, held_trials = _budget_used(study)  # held: by other workers' running trials, this one has ended
-        held = len(held_trials)
+        finished, held = _budget_used(study)  # held: by other workers' running trials, this one has ended
         if on_trial_finished is not None:
             on_trial_finished(trial, finished)
         interrupted = was_interrupted(trial)
@@ -333,7 +332,7 @@ def run_to_budget(
         # Bad enqueued values say nothing about the environment: they do not count as failures in a row.
         invalid = fail_reason_of(trial).startswith(f"{InvalidTrialError.__name__}:")
         failures = failures + 1 if trial.state == TrialState.FAIL and not (interrupted or invalid) else 0
-        if failures >= MAX_CONSECUTIVE_FAILURES or finished + held >= n_trials or stopping():
+        if failures >= MAX_CONSECUTIVE_FAILURES or finished + len(held) >= n_trials or stopping():
             study.stop()
 
     def budgeted(trial: optuna.Trial) -> float | Sequence[float]:
