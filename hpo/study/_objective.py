@@ -44,6 +44,7 @@ from hpo.space._measures import MEASUREMENTS, constraint_measure, constraint_vio
 from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError, check_enqueued
 from hpo.storage._checkpoints import TrialCheckpoints
+from hpo.storage._retrying_storage import storage_failure_in
 from hpo.study._liveness import worker_identity
 from hpo.study._options import RunOptions
 from hpo.study._outcomes import INTERRUPTED, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, TrialFailedError
@@ -186,7 +187,7 @@ class Objective:
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]:
         saved: TrialCheckpoints | None = None
-        interrupted = False
+        unfinished = False  # interrupted, or its storage failed: its retry resumes from its checkpoint, which stays
         precision: str | None = None
         trial.set_user_attr(MEMORY_BEFORE_ATTR, self._memory_in_use())
         try:
@@ -196,16 +197,25 @@ class Objective:
             result = self._train(trial, config, saved.checkpointing() if saved else None)
             return self._finish(trial, config, result)
         except Exception as err:
-            interrupted = isinstance(err, TrialInterrupted)
+            unfinished = isinstance(err, TrialInterrupted) or storage_failure_in(err) is not None
             raise _outcome(trial, err) from None
         finally:
-            # tf32_enabled from the trial's precision: the process's own flags are back by now.
-            with contextlib.suppress(RuntimeError):  # --device cuda without CUDA: nothing to describe
-                trial.set_user_attr(HARDWARE_ATTR, hardware_metadata(resolve_device(self.options.device), precision))
-            # run_trial has released the trial's memory, whichever way it ended.
-            trial.set_user_attr(MEMORY_AFTER_ATTR, self._memory_in_use())
-            if saved is not None:
-                saved.close(finished=not interrupted)
+            try:
+                self._record_end(trial, precision)
+            except Exception as err:
+                unfinished = unfinished or storage_failure_in(err) is not None
+                raise
+            finally:
+                if saved is not None:  # its scratch files go however it ended (a storage down included)
+                    saved.close(finished=not unfinished)
+
+    def _record_end(self, trial: optuna.Trial, precision: str | None) -> None:
+        """The trial's hardware and the memory in use after it, whichever way it ended."""
+        # tf32_enabled from the trial's precision: the process's own flags are back by now.
+        with contextlib.suppress(RuntimeError):  # --device cuda without CUDA: nothing to describe
+            trial.set_user_attr(HARDWARE_ATTR, hardware_metadata(resolve_device(self.options.device), precision))
+        # run_trial has released the trial's memory, whichever way it ended.
+        trial.set_user_attr(MEMORY_AFTER_ATTR, self._memory_in_use())
 
     def _memory_in_use(self) -> float | None:
         with contextlib.suppress(RuntimeError):  # --device cuda without CUDA

@@ -99,3 +99,40 @@ def test_a_worker_whose_sqlite_file_is_deleted_mid_study_stops_with_one_line(tmp
     err = capfd.readouterr().err
     lines = [line for line in err.splitlines() if not line.startswith("[I ")]  # Optuna's own INFO lines
     assert len(lines) == 1 and "was deleted" in lines[0], err
+
+
+def test_a_trial_whose_storage_fails_mid_trial_keeps_its_checkpoint_and_leaves_no_scratch_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The objective's last attr writes failed too, before the checkpoints were closed: each such trial left its
+    hpo-trial-N-* scratch directory in /tmp. Its stored checkpoint, which its retry resumes from, must stay."""
+    import tempfile
+
+    from optuna.artifacts import FileSystemArtifactStore
+
+    from hpo import make_objective, open_study, parse_search_space
+    from hpo.storage._retrying_storage import storage_failure_in
+    from hpo.study import RunOptions
+    from trial_executor import demo_dataset
+
+    scratch_root, artifacts = tmp_path / "tmp", tmp_path / "artifacts"
+    scratch_root.mkdir()
+    artifacts.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch_root))
+    path = tmp_path / "s.db"
+    space = parse_search_space({"params": {"fp_precision": {"type": "categorical", "choices": ["fp32"]}}, "fixed": {
+        "model": "tiny-bert", "batch_size": 16, "eval_batch_size": 8, "max_steps": 6, "eval_every": 2, "max_length": 32}})
+    data = demo_dataset(n_train=64, n_valid=16, seed=4)
+    study = open_study(create_storage(f"sqlite:///{path}"), "s", space, data, seed=0)
+
+    def database_deleted_after_the_first_checkpoint(trial: optuna.Trial, step: int, metrics: dict[str, float]) -> None:
+        if step >= 4:
+            os.remove(path)
+
+    objective = make_objective(space, data, RunOptions(seed=0, device="cpu", artifact_store=str(artifacts)),
+                               checkpoints=FileSystemArtifactStore(str(artifacts)), on_evaluation=database_deleted_after_the_first_checkpoint)
+    with pytest.raises(Exception) as raised:  # Optuna masks the storage's error (see storage_failure_in)
+        study.optimize(objective, n_trials=1)
+    assert storage_failure_in(raised.value) is not None
+    assert list(scratch_root.glob("hpo-trial-*")) == []
+    assert any(p.is_file() and p.stat().st_size > 0 for p in artifacts.iterdir())  # the checkpoint its retry resumes from
