@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 from typing import Any
 
 import optuna
@@ -23,13 +24,13 @@ def heartbeat_ages(storage: optuna.storages.BaseStorage, trial_ids: list[int]) -
     if not trial_ids or not isinstance(engine, sqlalchemy.Engine):
         return {}
 
-    def read() -> tuple[Any, list[Any]]:
+    def read() -> tuple[Any, Sequence[Any]]:
         with engine.connect() as connection:
             # Optuna stamps heartbeats with the database's now(), so ages are taken against the same clock.
             now = connection.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar_one()
-            return now, list(connection.execute(
+            return now, connection.execute(
                 sqlalchemy.select(_HEARTBEATS.c.trial_id, _HEARTBEATS.c.heartbeat).where(_HEARTBEATS.c.trial_id.in_(trial_ids))
-            ).all())
+            ).all()
 
     # Outside the storage's calls, so retried here as they are: a sweep must not stop a worker on a lost connection.
     now, rows = retry_lost_connection("reading heartbeats", read)

@@ -271,8 +271,9 @@ def _requeue_lost_retries(study: optuna.Study, max_retry: int | None) -> None:
         retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
         for trial in lost:
             retry(study, copy.deepcopy(trial))  # a copy: the callback appends to the trial's own retry_history list
-    _logger.warning("re-queued trials %s: each had failed (stopped, or its worker died) and its re-queue was lost",
-                    [t.number for t in lost])
+    if lost:  # else another worker's sweep re-queued them first
+        _logger.warning("re-queued trials %s: each had failed (stopped, or its worker died) and its re-queue was lost",
+                        [t.number for t in lost])
 
 
 def _requeue_if_enqueued(study: optuna.Study, trial: optuna.Trial) -> None:
