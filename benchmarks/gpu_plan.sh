@@ -9,7 +9,7 @@
 #
 # A dry run on the CPU (no kit): SKIP_SETUP=1 DEVICE=cpu MODEL=tiny-bert ROWS=400 OUT=/tmp/plan bash benchmarks/gpu_plan.sh 6
 set -uo pipefail
-step=${1:?"which step: 1, 1b, 1c, 2 to 8 (benchmarks/RESULTS.md lists them)"}
+step=${1:?"which step: 1, 1b, 1c, 2 to 5, 5e, 6 to 8 (benchmarks/RESULTS.md lists them)"}
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-/tmp/minilm}        # all-MiniLM-L6-v2 in fp32, made by .gpu/setup.sh
 BERT=${BERT:-/tmp/bert-base}       # BERT-base, random init, made by .gpu/setup.sh
@@ -73,6 +73,14 @@ gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$
         "$PY" -m hpo run --space benchmarks/spaces/minilm_cuda.yaml --model "$MODEL" $(data_flags) \
             --study-name minilm-cuda --n-trials 10 --quiet
         "$PY" -m hpo report --study-name minilm-cuda --storage "sqlite:///$OUT/studies.db" --out "$OUT/report-minilm-cuda" ;;
+    5e) # Step 5's study with the step eager (compile_step: false), for the wall-clock comparison.
+        subset
+        sed 's/^  compile_step: true$/  compile_step: false/' benchmarks/spaces/minilm_cuda.yaml > "$OUT/minilm_cuda_eager.yaml"
+        grep -q '^  compile_step: false$' "$OUT/minilm_cuda_eager.yaml" || { echo "no compile_step: true to turn off" >&2; exit 2; }
+        # shellcheck disable=SC2046
+        "$PY" -m hpo run --space "$OUT/minilm_cuda_eager.yaml" --model "$MODEL" $(data_flags) \
+            --study-name minilm-cuda-eager --n-trials 10 --quiet
+        "$PY" -m hpo report --study-name minilm-cuda-eager --storage "sqlite:///$OUT/studies.db" --out "$OUT/report-minilm-cuda-eager" ;;
     6)  # Issue 25's GPU verdict: a short study over every precision, then 3 paired seeds per precision.
         subset
         # shellcheck disable=SC2046
@@ -83,6 +91,6 @@ gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$
     7)  # The full matrix, first half (fp32, tf32); step 8 the second (fp16, bf16).
         gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp32,tf32 --tools ours-compile-step,hf,plain,plain-compiled ;;
     8)  gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp16,bf16 --tools ours-compile-step,hf,plain,plain-compiled ;;
-    *)  echo "unknown step $step: 1, 1b, 1c, 2 to 8" >&2; exit 2 ;;
+    *)  echo "unknown step $step: 1, 1b, 1c, 2 to 5, 5e, 6 to 8" >&2; exit 2 ;;
   esac
 } 2>&1 | tee "$log"

@@ -23,7 +23,7 @@ import torch
 from hpo._errors import did_you_mean
 from hpo.cli._parsing import Parser, at_least, command_prog
 from hpo.cli._speed_test import CHECK_MODELS, DEFAULT_CHECK_MODEL, SpeedRow, model_config, parameter_count, speed_test
-from trial_executor import hardware_metadata, precision_support, resolve_device
+from trial_executor import PRECISIONS, hardware_metadata, precision_support, resolve_device
 from trial_executor._precisions import BY_NAME
 from trial_executor.device import HOST_LIMITED_BELOW
 from trial_executor.precision import cpu_instructions, emulated_precisions
@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--warmup", type=at_least(0), default=None,
         help="untimed steps first; on CUDA more until steady (default: 1 on the CPU, 10 on CUDA)",
+    )
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, action="append", default=None,
+        help="time only this precision; repeat for several (default: all; speedups need fp32 among them)",
     )
     for knob in _KNOBS:  # issue 23: measure each on and off (default: the device's default)
         parser.add_argument(f"--{knob.replace('_', '-')}", choices=("on", "off"), default=None, help=f"{knob} for the step")
@@ -146,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         knobs = {k: getattr(args, k) == "on" for k in _KNOBS if getattr(args, k) is not None}
         rows = speed_test(
             args.model, device, batch_size=batch_size, seq_len=args.seq_len, steps=args.steps, warmup=args.warmup, knobs=knobs,
+            precisions=args.precision or PRECISIONS,
         )
         print("\n".join(speed_table(rows)))
         if device.type == "cuda":

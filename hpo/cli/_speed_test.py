@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -166,9 +166,10 @@ def _time_steps(
 
 def speed_test(
     model: str, device: torch.device, *, batch_size: int, seq_len: int, steps: int, warmup: int = 2, seed: int = 0,
-    knobs: dict[str, bool] | None = None,
+    knobs: dict[str, bool] | None = None, precisions: Sequence[str] = PRECISIONS,
 ) -> list[SpeedRow]:
-    """Time every precision on ``device``; fp32 runs first and is the reference for speedups.
+    """Time each of ``precisions`` (default: all) on ``device``, in registry order; fp32, when among them, runs
+    first and is the reference for speedups (without it there are none).
 
     ``knobs`` (``compile_step``, ``torch_compile``, ``varlen_attention``, ``master_weights``: on or off) override the
     device's defaults, as a space's fixed values would; a refused knob (fp16 and ``compile_step``)
@@ -178,7 +179,7 @@ def speed_test(
     rows: list[SpeedRow] = []
     reference: float | None = None
     with global_state_kept():  # each precision sets the TF32 and cuDNN flags; the caller's come back
-        for precision in PRECISIONS:
+        for precision in [p for p in PRECISIONS if p in precisions]:
             try:
                 policy = PrecisionPolicy.resolve(precision, device)
             except UnsupportedPrecisionError as err:

@@ -34,9 +34,21 @@ def test_check_on_cpu_times_every_supported_precision(tmp_path: Path) -> None:
         assert 0 < float(loss) < 10 and note == ""
 
 
+def test_check_times_only_the_precisions_asked_for(capsys: pytest.CaptureFixture[str]) -> None:
+    # A GPU session has minutes: a compiled check times only what it needs, in registry order.
+    flags = ["--device", "cpu", "--model", "tiny-bert", "--steps", "1", "--warmup", "0", "--seq-len", "16", "--batch-size", "2"]
+    assert main([*flags, "--precision", "bf16", "--precision", "fp32"]) == 0
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [r[0].strip() for r in rows[1:]] == ["fp32", "bf16"] and float(rows[2][3].strip().rstrip("x")) > 0
+    assert main([*flags, "--precision", "bf16"]) == 0  # no fp32: no reference, so no speedup rather than a made-up one
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [r[0].strip() for r in rows[1:]] == ["bf16"] and rows[1][3].strip() == "-"
+
+
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
+        (["--precision", "fp8"], "--precision: invalid choice: 'fp8'"),
         (["--model", "bert-base"], "unknown model 'bert-base'; did you mean 'bert-base-random'?"),
         (["--steps", "0"], "--steps: must be at least 1"),
     ],
