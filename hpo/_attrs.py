@@ -64,6 +64,10 @@ THROUGHPUT_ATTR = "throughput_samples_per_s"
 PEAK_MEMORY_ATTR = "peak_memory_mb"
 STEPS_ATTR = "steps"
 HOST_LIMITED_ATTR = "host_limited"
+TRAIN_SECONDS_ATTR = "train_seconds"  # the whole training loop, start-up steps included
+# The start-up steps of each new batch shape (compiling, CUDA-graph capture, kernel selection), timed apart
+# and left out of the throughput; 0 where they are not timed apart (the CPU, eager).
+STARTUP_SECONDS_ATTR = "compile_seconds"
 # Memory in use just before the trial and just after the executor released it (CUDA memory allocated
 # to tensors, or the process's RSS on the CPU): a trial that leaves graphs or tensors behind shows
 # "after" above "before", and the next trial starts that much fuller.
@@ -83,7 +87,7 @@ RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
     THROUGHPUT_ATTR: lambda r: r.throughput_samples_per_s,
     "throughput_tokens_per_s": lambda r: r.throughput_tokens_per_s,
     PEAK_MEMORY_ATTR: lambda r: r.peak_memory_mb,
-    "train_seconds": lambda r: r.train_seconds,
+    TRAIN_SECONDS_ATTR: lambda r: r.train_seconds,
     "eval_seconds": lambda r: r.eval_seconds,
     STEPS_ATTR: lambda r: r.steps,
     "padding_efficiency": lambda r: r.padding_efficiency,
@@ -97,7 +101,7 @@ RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
     # How the throughput was measured, and whether the host (not the precision) set the pace.
     "throughput_all_samples_per_s": lambda r: r.throughput_all_samples_per_s,
     "throughput_steady_state": lambda r: r.steady_state,
-    "compile_seconds": lambda r: r.compile_seconds,
+    STARTUP_SECONDS_ATTR: lambda r: r.compile_seconds,
     "device_busy_fraction": lambda r: r.device_busy_fraction,
     HOST_LIMITED_ATTR: lambda r: r.host_limited,
     MAJORITY_CLASS_ATTR: lambda r: r.majority_class,
@@ -155,6 +159,12 @@ def fail_reason_of(trial: FrozenTrial, default: str = "") -> str:
 def throughput_of(trial: FrozenTrial) -> float | None:
     """Training samples per second (steady state when it was reached), ``None`` if never measured."""
     return trial.user_attrs.get(THROUGHPUT_ATTR)
+
+
+def startup_seconds_of(trial: FrozenTrial) -> tuple[float, float] | None:
+    """The trial's start-up seconds (:data:`STARTUP_SECONDS_ATTR`) and its training loop's seconds; ``None`` unmeasured."""
+    startup, train = trial.user_attrs.get(STARTUP_SECONDS_ATTR), trial.user_attrs.get(TRAIN_SECONDS_ATTR)
+    return None if startup is None or not train else (float(startup), float(train))
 
 
 def hardware_of(trial: FrozenTrial) -> dict[str, Any]:

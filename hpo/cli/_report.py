@@ -18,7 +18,8 @@ from pathlib import Path
 from hpo._attrs import stored_verdict
 from hpo._errors import UserError
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
-from hpo.reporting._report import build_report, front_table, markdown, plot_tradeoff, precision_table, summary_lines
+from hpo.reporting._report import build_report, front_table, markdown, precision_table, summary_lines
+from hpo.reporting._tradeoff_plot import plot_tradeoff
 from hpo.reporting._verdict import VERDICT_PNG, Verdict, other_best, plot_verdict, verdict_markdown, verdict_table
 from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import mask_url

@@ -7,7 +7,6 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -32,6 +31,7 @@ from hpo._attrs import (
     is_verdict_trial,
     ran_emulated,
     skip_reason_of,
+    startup_seconds_of,
     stored_space,
     throughput_of,
     trials_per_gpu_of,
@@ -41,7 +41,6 @@ from hpo.space._measures import measured_value, quality_objective
 from hpo.study._outcomes import never_ran
 from trial_executor import PRECISIONS
 
-_COLOURS = {"fp32": "tab:blue", "tf32": "tab:purple", "fp16": "tab:orange", "bf16": "tab:green"}
 _DONE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 # Config fields that do not change how fast a training step runs (evaluation is not in throughput).
 _SPEED_NEUTRAL = {
@@ -90,6 +89,7 @@ class StudyReport:
     shared_gpu: list[int] = field(default_factory=list)  # trials that shared their GPU with other trials
     memory_kept: dict[int, float] = field(default_factory=dict)  # trial -> CUDA MiB it left allocated
     emulated: list[int] = field(default_factory=list)  # trials whose precision their CPU emulated
+    startup: tuple[int, float, float] | None = None  # trials with start-up steps timed apart, their seconds, all training seconds
 
 
 def precision_of(trial: FrozenTrial) -> str:
@@ -154,7 +154,7 @@ def _objectives(study: optuna.Study) -> tuple[list[tuple[str, str]], dict[str, f
     return list(zip(names, directions, strict=True)), dict(space.get("constraints") or {})
 
 
-def _value(trial: FrozenTrial, name: str, objectives: list[tuple[str, str]]) -> float | None:
+def metric_value(trial: FrozenTrial, name: str, objectives: list[tuple[str, str]]) -> float | None:
     names = [n for n, _ in objectives]
     if trial.state == TrialState.COMPLETE and name in names:
         return trial.values[names.index(name)]
@@ -196,7 +196,7 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
     for precision in order:
         mine = [t for t in trials if precision_of(t) == precision]
         complete = [t for t in mine if t.state == TrialState.COMPLETE]
-        scores = [v for v in (_value(t, metric, objectives) for t in complete) if v is not None]
+        scores = [v for v in (metric_value(t, metric, objectives) for t in complete) if v is not None]
         measured = [t for t in mine if _measured(t)]
         speed = _median([throughput_of(t) for t in measured])
         ratios = [matched[t.number] for t in measured if t.number in matched]
@@ -228,7 +228,14 @@ def _flags(trials: list[FrozenTrial]) -> dict[str, Any]:
         "shared_gpu": [t.number for t in trials if trials_per_gpu_of(t) > 1],
         "emulated": [t.number for t in trials if ran_emulated(t, precision_of(t))],
         "memory_kept": {t.number: kept for t in trials if (kept := cuda_memory_not_released_mb(t)) is not None},
+        "startup": _startup(trials),
     }
+
+
+def _startup(trials: list[FrozenTrial]) -> tuple[int, float, float] | None:
+    """Over the trials with start-up steps timed apart: how many, those steps' seconds, and all their training seconds."""
+    timed = [s for s in map(startup_seconds_of, trials) if s is not None and s[0] > 0]
+    return (len(timed), sum(s for s, _ in timed), sum(t for _, t in timed)) if timed else None
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
@@ -274,7 +281,7 @@ def front_table(report: StudyReport) -> list[str]:
     extra = [m for m in ("throughput_samples_per_s", "peak_memory_mb") if m not in names]
     header = ["trial", *names, *extra, "params"]
     rows = [
-        [str(t.number), *(_fmt(_value(t, n, report.objectives)) for n in [*names, *extra]), _params(t)]
+        [str(t.number), *(_fmt(metric_value(t, n, report.objectives)) for n in [*names, *extra]), _params(t)]
         for t in report.front
     ]
     return _table(header, rows)
@@ -311,6 +318,11 @@ def summary_lines(report: StudyReport) -> list[str]:
             "Emulated-precision trials (their CPU has no matmul instructions for their precision, so autocast emulated it: "
             f"their speed is the emulation's, not the precision's): {', '.join(map(str, report.emulated))}."
         )
+    if report.startup:
+        n, startup, train = report.startup
+        lines.append(f"Start-up (the first steps of each new batch shape: compiling, CUDA-graph capture, kernel selection): "
+                     f"{startup:.0f} s of the {train:.0f} s that {n} trial{'s' if n > 1 else ''} trained ({startup / train:.0%}); "
+                     "samples/s and speedups here leave it out, a wall clock does not.")
     if report.memory_kept:
         kept = ", ".join(f"{n} (+{mb:.0f} MiB)" for n, mb in report.memory_kept.items())
         lines.append(f"Memory not released (CUDA memory still allocated after the trial, over {MEMORY_KEPT_REPORTED_MB:.0f} MiB "
@@ -340,60 +352,9 @@ def markdown(report: StudyReport, plot_name: str) -> str:
         [
             str(t.number) + (" (fp32 baseline)" if is_baseline(t) else ""), t.state.name,
             outcome(t) + (" (majority class)" if is_majority_class(t) else ""),
-            _fmt(precision_of(t)), _fmt(_value(t, report.metric, report.objectives)),
+            _fmt(precision_of(t)), _fmt(metric_value(t, report.metric, report.objectives)),
             _fmt(throughput_of(t)), _fmt(t.user_attrs.get(PEAK_MEMORY_ATTR)), _params(t),
         ]
         for t in report.trials
     ]
     return "\n".join([*lines, *_table(header, rows), ""])
-
-
-def _tradeoff_front(points: list[tuple[FrozenTrial, float, float]], maximize: bool) -> list[FrozenTrial]:
-    """Trials no other trial beats on both throughput and the metric (for single-objective studies)."""
-    sign = 1 if maximize else -1
-    return [
-        t for t, x, y in points
-        if not any(x2 >= x and sign * y2 >= sign * y and (x2 > x or sign * y2 > sign * y) for _, x2, y2 in points)
-    ]
-
-
-def plot_tradeoff(report: StudyReport, path: Path) -> None:
-    """``metric`` against training samples/s, one colour per precision, the front circled."""
-    # Figure without pyplot: the Agg canvas, no global backend state, no display needed.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7.5, 5), dpi=120)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    points = []
-    for t in report.trials:
-        x, y = throughput_of(t), _value(t, report.metric, report.objectives)
-        if t.state == TrialState.COMPLETE and x is not None and y is not None:
-            points.append((t, float(x), float(y)))
-    for precision in [r.precision for r in report.rows]:
-        mine = [(x, y) for t, x, y in points if precision_of(t) == precision]
-        if mine:
-            ax.scatter(*zip(*mine, strict=True), s=40, alpha=0.8, color=_COLOURS.get(precision, "tab:gray"), label=precision)
-    if len(report.objectives) > 1:
-        front_ids, label = {t.number for t in report.front}, "Pareto front (all objectives)"
-    else:
-        front_ids = {t.number for t in _tradeoff_front(points, report.maximize_metric)}
-        label = f"trade-off front ({report.metric} vs samples/s)"
-    front = sorted(((x, y) for t, x, y in points if t.number in front_ids))
-    if front:
-        ax.scatter(*zip(*front, strict=True), s=140, facecolors="none", edgecolors="black", linewidths=1.5, label=label)
-    baseline = [(x, y) for t, x, y in points if is_baseline(t)]
-    if baseline:
-        ax.scatter(*zip(*baseline, strict=True), s=160, marker="*", color="black", label="fp32 baseline")
-    if not points:
-        ax.text(0.5, 0.5, "no completed trials yet", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("training samples/s")
-    ax.set_ylabel(report.metric)
-    ax.set_title(f"{report.study_name}: {report.metric} vs throughput by precision")
-    ax.grid(alpha=0.3)
-    if points:
-        ax.legend(loc="best", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path)
-

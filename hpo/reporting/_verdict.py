@@ -36,8 +36,9 @@ from hpo._errors import UserError, bounded_list
 from hpo._ranking import best_trials
 from hpo.reporting._dashboard_view import save_note_quietly
 from hpo.reporting._export import flatten
-from hpo.reporting._report import _COLOURS, _fmt, _objectives, _table, _value, outcome
+from hpo.reporting._report import _fmt, _objectives, _table, metric_value, outcome
 from hpo.reporting._student_t import paired_interval
+from hpo.reporting._tradeoff_plot import PRECISION_COLOURS
 from hpo.space._measures import quality_objective
 from trial_executor import MINIMIZED_METRICS
 
@@ -112,7 +113,7 @@ def _row(precision: str, mine: dict[int, FrozenTrial], fp32: dict[int, FrozenTri
     ratios = [speeds[s] / throughput_of(fp32[s]) for s in speeds if throughput_of(fp32[s])]
     memory = {s: t.user_attrs.get(PEAK_MEMORY_ATTR) for s, t in both.items() if t.user_attrs.get(PEAK_MEMORY_ATTR)}
     memory_ratios = [memory[s] / fp32[s].user_attrs[PEAK_MEMORY_ATTR] for s in memory if fp32[s].user_attrs.get(PEAK_MEMORY_ATTR)]
-    values = {s: (_value(t, metric, objectives), _value(fp32[s], metric, objectives)) for s, t in both.items()}
+    values = {s: (metric_value(t, metric, objectives), metric_value(fp32[s], metric, objectives)) for s, t in both.items()}
     differences = [(value - reference) * scale for value, reference in values.values() if value is not None and reference is not None]
     interval = paired_interval(differences, CONFIDENCE)
     skipped = [t.user_attrs[SKIPPED_STEPS_ATTR] for t in both.values() if t.user_attrs.get(SKIPPED_STEPS_ATTR) is not None]
@@ -298,7 +299,7 @@ def plot_verdict(verdict: Verdict, path: Path) -> None:
     speed_ax, diff_ax = fig.subplots(1, 2)
     rows = [r for r in verdict.rows if r.speed_ratio is not None or r.difference is not None]
     for y, r in enumerate(rows):
-        colour = _COLOURS.get(r.precision, "tab:gray")  # the report's colours, in both panels
+        colour = PRECISION_COLOURS.get(r.precision, "tab:gray")  # the report's colours, in both panels
         if r.speed_ratio is not None:
             low, high = r.speed_ratio_range or [r.speed_ratio, r.speed_ratio]
             speed_ax.errorbar(r.speed_ratio, y, xerr=[[r.speed_ratio - low], [high - r.speed_ratio]], fmt="o", capsize=4, color=colour)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._attrs import verdict_trial_of
+from hpo._attrs import TRAIN_SECONDS_ATTR, verdict_trial_of
 from hpo.reporting._report import _matched_speedups, precision_of
 from hpo.study._verdict import VerdictPlan
 
@@ -40,7 +40,7 @@ class PrecisionCost:
 
 def trial_seconds(trial: FrozenTrial) -> float | None:
     """A trial's training and evaluation time (its whole duration for trials that did not record them)."""
-    measured = [trial.user_attrs.get("train_seconds"), trial.user_attrs.get("eval_seconds")]
+    measured = [trial.user_attrs.get(TRAIN_SECONDS_ATTR), trial.user_attrs.get("eval_seconds")]
     if all(isinstance(s, (int, float)) for s in measured):
         return float(sum(measured))  # type: ignore[arg-type]
     return trial.duration.total_seconds() if trial.duration is not None else None

@@ -99,6 +99,22 @@ def test_cuda_memory_a_trial_left_allocated_and_emulated_precisions_are_reported
            "5 (+512 MiB)." in summary_lines(report)
 
 
+def test_start_up_time_left_out_of_the_speeds_is_said() -> None:
+    """Session 23's CUDA study spent 98% of its training seconds compiling while its samples/s left that out: the
+    report says how much, over the trials that timed start-up apart (not the eager CPU one, not one never measured)."""
+    study = optuna.create_study(direction="maximize")
+    for startup, train in ((64.98, 67.07), (5.62, 6.15), (0.0, 10.0), (None, None)):
+        study.add_trial(optuna.trial.create_trial(value=0.5, user_attrs={"compile_seconds": startup, "train_seconds": train}))
+    report = build_report(study, "sqlite:///x.db")
+    assert report.startup == (2, pytest.approx(70.6), pytest.approx(73.22))
+    assert ("Start-up (the first steps of each new batch shape: compiling, CUDA-graph capture, kernel selection): 71 s of "
+            "the 73 s that 2 trials trained (96%); samples/s and speedups here leave it out, a wall clock does not.") in summary_lines(report)
+    eager = optuna.create_study(direction="maximize")
+    eager.add_trial(optuna.trial.create_trial(value=0.5, user_attrs={"compile_seconds": 0.0, "train_seconds": 10.0}))
+    assert build_report(eager, "sqlite:///x.db").startup is None
+    assert not any(line.startswith("Start-up") for line in summary_lines(build_report(eager, "sqlite:///x.db")))
+
+
 def test_unknown_study_lists_the_studies_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path / 'u.db'}"
     for name in ("beta", "alpha"):
