@@ -31,6 +31,7 @@ from optuna.trial import FrozenTrial, TrialState
 from hpo._attrs import BEST_MODEL_ATTR, config_of
 from hpo._errors import UserError
 from hpo._ranking import best_trials
+from hpo.storage._scratch import scratch_dir
 
 if TYPE_CHECKING:
     from optuna.artifacts import FileSystemArtifactStore
@@ -58,7 +59,7 @@ def final_model_dir(trial: optuna.Trial) -> Path | None:
     """Where ``trial``'s run should save its final model; ``None`` when its study keeps none."""
     if (id(trial.study._storage), trial.study._study_id) not in _KEEPING:
         return None
-    directory = Path(tempfile.mkdtemp(prefix=f"hpo-trial-{trial.number}-model-")) / "model"
+    directory = scratch_dir(trial.number, "model") / "model"
     _FINAL_MODELS[trial._trial_id] = directory
     return directory
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
-import tempfile
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +31,7 @@ from optuna.artifacts import FileSystemArtifactStore, download_artifact
 
 from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, RESUMED_AT_STEP_ATTR, RESUMED_FROM_TRIAL_ATTR
 from hpo.storage._best_model import final_model_dir
+from hpo.storage._scratch import scratch_dir
 
 if TYPE_CHECKING:
     from trial_executor import Checkpointing
@@ -64,7 +64,7 @@ class TrialCheckpoints:
         self.trial = trial
         self.store = store
         self.keep = keep
-        self.scratch = Path(tempfile.mkdtemp(prefix=f"hpo-trial-{trial.number}-"))
+        self.scratch = scratch_dir(trial.number)
         # A retry starts with its predecessor's user attrs, the checkpoint pointer among them.
         self.inherited: dict[str, Any] | None = trial.user_attrs.get(CHECKPOINT_ATTR)
         self.latest = self.inherited

@@ -19,7 +19,6 @@ import os
 import socket
 import sys
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -36,6 +35,7 @@ from hpo._attrs import (
     WORKER_ATTR,
     WORKER_DIED,
 )
+from hpo._process import has_exited, numbered_here, process_key
 from hpo.storage._heartbeats import heartbeat_ages
 from hpo.study._outcomes import INTERRUPTED
 
@@ -43,29 +43,6 @@ from hpo.study._outcomes import INTERRUPTED
 _NO_HEARTBEAT_WAIT_S = 120.0
 # Set by the launchers (--workers with --gpus, --ray with --gpus-per-trial): how many workers' trials share this worker's GPU.
 GPU_SHARED_ENV = "HPO_TRIALS_PER_GPU"
-
-
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text().strip()
-    except OSError:
-        return None
-
-
-def _process_key(pid: int) -> str | None:
-    """``boot/pid-namespace/pid/start-time`` of a live process, unique on this machine across pid reuse; ``None`` if unknown."""
-    boot = _read("/proc/sys/kernel/random/boot_id")
-    try:
-        namespace = os.readlink("/proc/self/ns/pid")  # the namespace this pid is numbered in
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Fields 3 (state) and 22 (start time, in clock ticks since boot), counted after the ")" that ends the command name.
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):  # exited, not yet reaped by its parent
-        return None
-    started = fields[19]
-    return f"{boot}/{namespace}/{pid}/{started}" if boot else None
 
 
 def _ray_placement() -> dict[str, Any]:
@@ -88,7 +65,7 @@ def worker_identity(trial_number: int) -> dict[str, Any]:
     return {
         "host": socket.gethostname(), NODE_KEY: socket.gethostname(), "pid": os.getpid(),
         "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"), TRIALS_PER_GPU_KEY: int(os.environ.get(GPU_SHARED_ENV) or 1),
-        "process": _process_key(os.getpid()), "trial": trial_number, **_ray_placement(),
+        "process": process_key(os.getpid()), "trial": trial_number, **_ray_placement(),
     }
 
 
@@ -109,8 +86,7 @@ def _ran_here(worker: dict[str, Any]) -> bool:
     """Whether ``worker`` ran on this machine, in this pid namespace and boot (so its process can be checked from here)."""
     if not isinstance(worker.get("process"), str) or not isinstance(worker.get("pid"), int):
         return False
-    mine = _process_key(os.getpid())
-    return mine is not None and worker["process"].rsplit("/", 2)[0] == mine.rsplit("/", 2)[0]
+    return numbered_here(worker["process"])
 
 
 def worker_is_gone(trial: FrozenTrial) -> bool:
@@ -122,7 +98,7 @@ def worker_is_gone(trial: FrozenTrial) -> bool:
         return True
     if not _ran_here(worker):
         return False  # another machine, container or boot: only its heartbeat can tell
-    return _process_key(worker["pid"]) != worker["process"]  # exited, or the pid now names another process
+    return has_exited(worker["process"])  # exited, or the pid now names another process
 
 
 def died_claiming(trial: FrozenTrial, storage: optuna.storages.BaseStorage) -> bool:

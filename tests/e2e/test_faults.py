@@ -11,6 +11,7 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,8 @@ ONE_TRIAL = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 1}}  # c
 TWO_EPOCHS = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 2}}  # checkpoints at steps 10, 20, ..., 80
 
 
-def _start(args: list[str], cwd: Path, **popen: object) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def _start(args: list[str], cwd: Path, extra_env: dict[str, str] | None = None, **popen: object) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(extra_env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "hpo.run", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
     )
@@ -47,12 +48,14 @@ def _not_running(trials: list[FrozenTrial]) -> None:
 
 @pytest.mark.postgres
 def test_a_sigkilled_worker_rerun_at_once_with_default_settings_recovers_its_trial(
-    pg_database: str, small_data: Path, tmp_path: Path
+    pg_database: str, small_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Default heartbeat settings: a beat every 30 s, stale after 120 s; the rerun takes far less.
     args = cli_args(pg_database, _space(tmp_path, TWO_EPOCHS), small_data, "--study-name", "killed", "--n-trials", "2",
                     "--artifact-store", str(tmp_path / "artifacts"))
-    worker = _start(args, tmp_path)
+    temp = tmp_path / "temp"  # the workers' temp directory: the killed one's scratch must not outlive it for good
+    temp.mkdir()
+    worker = _start(args, tmp_path, {"TMPDIR": str(temp)})
     try:
         victim = _wait_for(pg_database, "killed", _running_with_checkpoint)
         worker.send_signal(signal.SIGKILL)
@@ -61,7 +64,11 @@ def test_a_sigkilled_worker_rerun_at_once_with_default_settings_recovers_its_tri
         worker.kill()
     before = _status(pg_database)
     assert f"running: trial {victim.number} on " in before and "its worker process is gone" in before, before
+    left = sorted(p.name for p in temp.glob(f"hpo-trial-{victim.number}-*"))
+    assert left and any((temp / name / "latest").exists() for name in left), left  # its checkpoints, written there
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     assert run_main(args) == 0  # the rerun: in this process, which has torch loaded already
+    assert not list(temp.glob("hpo-trial-*"))  # the dead worker's scratch removed, the rerun's own cleaned up
     trials = _trials(pg_database, "killed")
     _not_running(trials)
     dead = next(t for t in trials if t.number == victim.number)

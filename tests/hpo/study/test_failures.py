@@ -289,8 +289,8 @@ def test_a_worker_does_not_wait_for_ever_on_a_trial_that_no_sweep_can_release(tm
     from datetime import datetime
 
     from hpo._attrs import BUDGET_SLOT_ATTR
+    from hpo._process import process_key
     from hpo.storage._storage import Heartbeat
-    from hpo.study._liveness import _process_key
     from hpo.study._study import _room_for_a_trial
 
     storage = create_storage(f"sqlite:///{tmp_path / 'held.db'}", heartbeat=Heartbeat(interval=1, grace_period=1))
@@ -321,7 +321,7 @@ def test_a_worker_does_not_wait_for_ever_on_a_trial_that_no_sweep_can_release(tm
 
     local = subprocess.Popen(["sleep", "3"])  # a grpc:// worker of this machine, which ends 3 s from now
     try:
-        hold({"host": "here", "pid": local.pid, "process": _process_key(local.pid)})
+        hold({"host": "here", "pid": local.pid, "process": process_key(local.pid)})
         found, _ = room(2)
     finally:
         local.kill()
