@@ -9,7 +9,7 @@
 #
 # A dry run on the CPU (no kit): SKIP_SETUP=1 DEVICE=cpu MODEL=tiny-bert ROWS=400 OUT=/tmp/plan bash benchmarks/gpu_plan.sh 6
 set -uo pipefail
-step=${1:?"which step: 1, 1b, 1c, u, 2 to 5, 5e, 6 to 8 (benchmarks/RESULTS.md lists them)"}
+step=${1:?"which step: 1, 1b, 1c, u, c, 2 to 5, 5e, 6 to 8 (benchmarks/RESULTS.md lists them)"}
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-/tmp/minilm}        # all-MiniLM-L6-v2 in fp32, made by .gpu/setup.sh
 BERT=${BERT:-/tmp/bert-base}       # BERT-base, random init, made by .gpu/setup.sh
@@ -60,6 +60,12 @@ gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$
         echo "exit status $?" ;;
     u)  # What the update costs the host: compiled (today's CUDA update), eager fused, captured, compiled with graphs.
         "$PY" -m benchmarks.update_host --device "$DEVICE" --model bert-base-random ;;
+    c)  # The whole step as one CUDA graph by hand, against the eager and compiled steps: speed at 32 x 128 and at
+        # 32 x 32 (short rows: where the host sets the pace), then the losses without dropout (must agree).
+        sc() { "$PY" -m benchmarks.step_capture --device "$DEVICE" --model bert-base-random "$@"; }
+        sc --batch-size 32 --seq-len 128 --precisions fp32,bf16 --variants eager,captured
+        sc --batch-size 32 --seq-len 32 --precisions bf16 --variants eager,compiled,captured
+        sc --batch-size 32 --seq-len 128 --precisions bf16 --variants eager,captured --no-dropout --steps 20 ;;
     2)  # SST-2 rows at batch 32: the cells that miss today.
         gpu --rows 4000 --kinds sst2 --batches 32 --precisions fp32,bf16 \
             --tools ours,ours-compile-step,ours-master-weights,hf,plain,plain-compiled ;;
@@ -93,6 +99,6 @@ gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$
     7)  # The full matrix, first half (fp32, tf32); step 8 the second (fp16, bf16).
         gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp32,tf32 --tools ours-compile-step,hf,plain,plain-compiled ;;
     8)  gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp16,bf16 --tools ours-compile-step,hf,plain,plain-compiled ;;
-    *)  echo "unknown step $step: 1, 1b, 1c, u, 2 to 5, 5e, 6 to 8" >&2; exit 2 ;;
+    *)  echo "unknown step $step: 1, 1b, 1c, u, c, 2 to 5, 5e, 6 to 8" >&2; exit 2 ;;
   esac
 } 2>&1 | tee "$log"

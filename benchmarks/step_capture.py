@@ -1,0 +1,208 @@
+"""The whole training step as one CUDA graph, by hand, against the executor's eager and compiled steps (issue 23).
+
+Session 23 (H200) found the compiled step (``compile_step``: the forward with its loss and backward
+as CUDA graphs through ``torch.compile``, the update compiled without them) still host-limited
+at batch 32 (BERT-base bf16: 13.6 ms a step, 10.2 of them the host's), and compiling 5-65 s per
+trial: 98% of the training time of a 10-trial MiniLM study. Issue 23 names a third way: a
+manual ``torch.cuda.graph`` of the whole step after a warm-up on a side stream. No compiler
+(a capture takes about as long as a few steps), and one replay a step: the host copies the
+batch into the graph's input tensors and replays.
+
+Each variant runs in a fresh process on the executor's own parts (``hpo.check``'s random-token
+batch through ``trial_executor.train.build_step``):
+
+- ``eager``: the eager step (``compile_step`` off);
+- ``compiled``: the compiled step (``compile_step`` on);
+- ``captured`` (CUDA only): the compiled step's two regions run uncompiled (the forward with its
+  weighted loss under the precision's autocast, its cache of cast weights off as capture needs,
+  the backward, clipping and the capturable AdamW
+  with its learning rate a device tensor) recorded once as one CUDA graph after 3 steps on a side
+  stream, then replayed; the learning rate is filled in place between replays, as every step does.
+
+Per variant and precision: the first steps' seconds (compiling or capturing), ms a step, the
+host's ms to issue one, and the loss after the timed steps (the same batch every step, from the
+same seed). Dropout draws differ between the variants; with ``--no-dropout`` every variant computes
+the same function, so the losses must agree to rounding (the compiled step's fused kernels
+round differently): a captured step that lost an update or doubled a gradient shows. Run
+from the repository root::
+
+    python -m benchmarks.step_capture --device cuda [--model bert-base-random] [--batch-size 32] [--seq-len 128]
+        [--precisions fp32,bf16] [--variants eager,compiled,captured] [--steps 30] [--no-dropout]
+
+A dry run on the CPU: ``--device cpu --model tiny-bert --batch-size 4 --seq-len 16 --steps 2 --no-dropout``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+VARIANTS = ("eager", "compiled", "captured")
+WARMUP_STEPS = 3  # side-stream steps before the capture (real steps: the optimizer's state and the allocator settle)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _captured(step: Any, inputs: dict[str, torch.Tensor], device: torch.device) -> Callable[[], None]:
+    """One replay a step of ``step``'s (a CompiledStep's) uncompiled regions, recorded as one CUDA graph (CUDA only:
+    the compiled step's AdamW is capturable, which runs uncompiled on CUDA only)."""
+    from trial_executor.batches import to_device
+    from trial_executor.train._compiled import weighted_loss
+
+    static = to_device(inputs, device)  # the graph reads these addresses: each step copies its batch in
+    dtype = step.policy.autocast_dtype
+    # Autocast's cache of cast weights must be off under capture (make_graphed_callables refuses it on).
+    autocast = (lambda: torch.autocast("cuda", dtype=dtype, cache_enabled=False)) if dtype is not None else contextlib.nullcontext
+
+    def body() -> None:
+        features = {k: v for k, v in static.items() if k not in ("labels", "row_weight")}
+        with autocast():
+            logits = step.forward(**features).logits
+        loss = weighted_loss(logits.float(), static["labels"], static["row_weight"], step.problem_type)
+        loss.backward()
+        step.loss_sum += loss.detach()
+        with torch.no_grad():
+            step._update()
+
+    def copy_in() -> None:
+        for name, tensor in inputs.items():
+            static[name].copy_(tensor, non_blocking=True)
+
+    def eager() -> None:
+        copy_in()
+        step.optimizer.zero_grad(set_to_none=True)
+        body()
+        step.scheduler.step()
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(WARMUP_STEPS):
+            eager()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    step.optimizer.zero_grad(set_to_none=True)  # the backward inside the capture allocates the gradients it rewrites
+    with torch.cuda.graph(graph):
+        body()
+
+    def replay() -> None:
+        copy_in()
+        graph.replay()
+        step.scheduler.step()
+
+    return replay
+
+
+def run_variant(variant: str, precision: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Time ``variant``'s step in ``precision``: first steps apart, then ``args.steps`` steps, the host's share, the loss."""
+    from hpo.cli._speed_test import _executor_step, model_config
+    from trial_executor import PrecisionPolicy
+
+    device = torch.device(args.device)
+    policy = PrecisionPolicy.resolve(precision, device)
+    policy.apply_global_state(cudnn_benchmark=False)
+    knobs = {"compile_step": variant != "eager"}
+    config = model_config(args.model)
+    if args.no_dropout:  # every variant then computes the same function: losses comparable to rounding
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout", "dropout", "attention_dropout"):
+            if getattr(config, name, None):
+                setattr(config, name, 0.0)
+    step, window, resolved = _executor_step(policy, config, device, args.batch_size, args.seq_len, 0, knobs)
+    start = time.perf_counter()
+    if variant == "captured":
+        one = _captured(step, window[0][0].inputs, device)
+    else:
+        def one() -> None:
+            step(window)
+        for _ in range(WARMUP_STEPS):  # as many real steps as the capture's warm-up: the same updates in every variant
+            one()
+    one()
+    _sync(device)
+    first = time.perf_counter() - start
+    for _ in range(args.warmup):
+        one()
+    issued = []
+    for _ in range(3):
+        _sync(device)
+        tick = time.perf_counter()
+        one()
+        issued.append(time.perf_counter() - tick)
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        one()
+    _sync(device)
+    seconds = time.perf_counter() - start
+    step.loss_sum.zero_()
+    one()
+    return {
+        "variant": variant, "precision": precision, "compiled_step": resolved.compile_step, "first_s": first,
+        "ms_per_step": seconds / args.steps * 1000, "host_ms": statistics.median(issued) * 1000,
+        "loss": float(step.loss_sum.item()), "steps": WARMUP_STEPS + 2 + args.warmup + 3 + args.steps,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.step_capture", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    parser.add_argument("--model", default="bert-base-random")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--precisions", default="fp32,bf16")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--no-dropout", action="store_true", help="dropout off: the variants' losses comparable")
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        variant, precision = args.child.split(":")
+        print("RESULT " + json.dumps(run_variant(variant, precision, args)), flush=True)
+        return 0
+    print(f"{args.model}, batch {args.batch_size} x {args.seq_len} tokens, {args.steps} timed steps on {args.device}")
+    print("| variant | precision | first steps s | ms/step | host ms to issue a step | loss after | steps | note |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for precision in args.precisions.split(","):
+        for variant in args.variants.split(","):
+            if variant not in VARIANTS:
+                parser.error(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+            print(_child_row(variant, precision, args, argv), flush=True)
+    return 0
+
+
+def _child_row(variant: str, precision: str, args: argparse.Namespace, argv: Sequence[str] | None) -> str:
+    """One variant and precision in a fresh process (a crash or a hang costs that row only)."""
+    if variant == "captured" and args.device != "cuda":
+        return f"| {variant} | {precision} | | | | | | CUDA only |"
+    command = [sys.executable, "-X", "faulthandler", "-m", "benchmarks.step_capture", *(argv if argv is not None else sys.argv[1:]),
+               "--child", f"{variant}:{precision}"]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return f"| {variant} | {precision} | | | | | | timed out after {args.timeout:.0f} s |"
+    found = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not found:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"| {variant} | {precision} | | | | | | exit {proc.returncode}: {last[:160]} |"
+    r = json.loads(found[0][len("RESULT "):])
+    note = "" if r["compiled_step"] or variant == "eager" else "compile_step refused: the captured regions are not a compiled step's"
+
+    return (f"| {variant} | {precision} | {r['first_s']:.1f} | {r['ms_per_step']:.1f} | {r['host_ms']:.1f} | {r['loss']:.4f} "
+            f"| {r['steps']} | {note} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
