@@ -425,6 +425,7 @@ RUNNERS: dict[str, Callable[[dict[str, Any], TextClassificationData], dict[str, 
 def run_module_child(module: str, spec: dict[str, Any], timeout: float) -> tuple[dict[str, Any] | None, str | None]:
     """``python -m module --one SPEC --out FILE`` in a fresh, offline interpreter: (result, None) or (None, error tail)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env["PYTHONFAULTHANDLER"] = "1"  # a crash inside torch (session 22: a segfault) shows its stack in the error tail
     with tempfile.TemporaryDirectory(prefix="benchmark-child-") as tmp:
         out = Path(tmp) / "result.json"
         command = [sys.executable, "-m", module, "--one", json.dumps(spec), "--out", str(out)]
@@ -436,3 +437,9 @@ def run_module_child(module: str, spec: dict[str, Any], timeout: float) -> tuple
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
             return None, f"exit {done.returncode}:\n{tail}"
         return json.loads(out.read_text()), None
+
+
+def error_line(error: str | None) -> str:
+    """A child's failure (``run_module_child``'s error) as one table cell: how it ended and its last line."""
+    lines = (error or "no output").splitlines()
+    return " ".join(dict.fromkeys([lines[0].rstrip(":"), lines[-1][:160]])).replace("|", "/")

@@ -38,13 +38,15 @@ import argparse
 import contextlib
 import json
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from benchmarks._runs import error_line, run_module_child
 
 VARIANTS = ("eager", "compiled", "captured")
 WARMUP_STEPS = 3  # side-stream steps before the capture (real steps: the optimizer's state and the allocator settle)
@@ -166,11 +168,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--no-dropout", action="store_true", help="dropout off: the variants' losses comparable")
     parser.add_argument("--timeout", type=float, default=300)
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: one variant (benchmarks._runs.run_module_child)
+    parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        variant, precision = args.child.split(":")
-        print("RESULT " + json.dumps(run_variant(variant, precision, args)), flush=True)
+    if args.one:
+        spec = json.loads(args.one)
+        Path(args.out).write_text(json.dumps(run_variant(spec.pop("variant"), spec.pop("precision"), argparse.Namespace(**spec))))
         return 0
     print(f"{args.model}, batch {args.batch_size} x {args.seq_len} tokens, {args.steps} timed steps on {args.device}")
     print("| variant | precision | first steps s | ms/step | host ms to issue a step | loss after | steps | note |")
@@ -179,27 +182,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         for variant in args.variants.split(","):
             if variant not in VARIANTS:
                 parser.error(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
-            print(_child_row(variant, precision, args, argv), flush=True)
+            print(_row(variant, precision, args), flush=True)
     return 0
 
 
-def _child_row(variant: str, precision: str, args: argparse.Namespace, argv: Sequence[str] | None) -> str:
+def _row(variant: str, precision: str, args: argparse.Namespace) -> str:
     """One variant and precision in a fresh process (a crash or a hang costs that row only)."""
     if variant == "captured" and args.device != "cuda":
         return f"| {variant} | {precision} | | | | | | CUDA only |"
-    command = [sys.executable, "-X", "faulthandler", "-m", "benchmarks.step_capture", *(argv if argv is not None else sys.argv[1:]),
-               "--child", f"{variant}:{precision}"]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        return f"| {variant} | {precision} | | | | | | timed out after {args.timeout:.0f} s |"
-    found = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not found:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"| {variant} | {precision} | | | | | | exit {proc.returncode}: {last[:160]} |"
-    r = json.loads(found[0][len("RESULT "):])
-    note = "" if r["compiled_step"] or variant == "eager" else "compile_step refused: the captured regions are not a compiled step's"
-
+    spec = {**{k: v for k, v in vars(args).items() if k not in ("one", "out", "variants", "precisions")},
+            "variant": variant, "precision": precision}
+    r, error = run_module_child("benchmarks.step_capture", spec, args.timeout)
+    if r is None:
+        return f"| {variant} | {precision} | | | | | | {error_line(error)} |"
+    note = "" if variant == "eager" or r["compiled_step"] else "compile_step refused for this precision: not its regions"
     return (f"| {variant} | {precision} | {r['first_s']:.1f} | {r['ms_per_step']:.1f} | {r['host_ms']:.1f} | {r['loss']:.4f} "
             f"| {r['steps']} | {note} |")
 

@@ -33,13 +33,15 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from benchmarks._runs import error_line, run_module_child
 
 VARIANTS = ("compiled", "eager-fused", "captured", "compiled-graphs")
 CUDA_ONLY = ("captured", "compiled-graphs")
@@ -136,37 +138,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--timeout", type=float, default=240)
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: one variant (benchmarks._runs.run_module_child)
+    parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if args.child:
-        print("RESULT " + json.dumps(run_variant(args.child, args.model, device, args.steps, args.warmup)), flush=True)
+    if args.one:
+        spec = json.loads(args.one)
+        result = run_variant(spec["variant"], spec["model"], torch.device(spec["device"]), spec["steps"], spec["warmup"])
+        Path(args.out).write_text(json.dumps(result))
         return 0
     print("| variant | parameters | first call s | host ms / update | ms / update | updates | checksum | note |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     for variant in args.variants.split(","):
         if variant not in VARIANTS:
             parser.error(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
-        if variant in CUDA_ONLY and device.type != "cuda":
-            print(f"| {variant} | | | | | | | CUDA only |")
-            continue
-        print(_child_row(variant, args), flush=True)
+        print(_row(variant, args), flush=True)
     return 0
 
 
-def _child_row(variant: str, args: argparse.Namespace) -> str:
+def _row(variant: str, args: argparse.Namespace) -> str:
     """One variant in a fresh process (a crash or a hang costs that row only)."""
-    command = [sys.executable, "-X", "faulthandler", "-m", "benchmarks.update_host", "--child", variant, "--device", args.device,
-               "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup)]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        return f"| {variant} | | | | | | | timed out after {args.timeout:.0f} s |"
-    found = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not found:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"| {variant} | | | | | | | exit {proc.returncode}: {last[:160]} |"
-    r = json.loads(found[0][len("RESULT "):])
+    if variant in CUDA_ONLY and args.device != "cuda":
+        return f"| {variant} | | | | | | | CUDA only |"
+    spec = {"variant": variant, "device": args.device, "model": args.model, "steps": args.steps, "warmup": args.warmup}
+    r, error = run_module_child("benchmarks.update_host", spec, args.timeout)
+    if r is None:
+        return f"| {variant} | | | | | | | {error_line(error)} |"
     return (f"| {variant} | {r['parameters']} | {r['first_call_s']:.1f} | {r['host_ms']:.2f} | {r['ms_per_update']:.2f} "
             f"| {r['updates']} | {r['checksum']:.6e} | |")
 
