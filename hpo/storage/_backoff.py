@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError
 
-from hpo.storage._db_errors import error_chain, is_creation_collision, is_lost_connection
+from hpo.storage._db_errors import StorageFailedError, error_chain, is_creation_collision, is_lost_connection
 
 _logger = logging.getLogger("hpo.storage")
 RETRY_SECONDS = 300.0
@@ -94,11 +94,19 @@ def retry_lost_connection(what: str, call: Callable[[], _T], *, lost: Callable[[
 
     For work outside a storage's calls, such as opening one; the last error is raised after the
     bound. ``lost``: which errors count as a lost connection (default :func:`is_lost_connection`).
+    A worker told to stop (:func:`waiting_ends_on`) gets the outage's one line at once
+    (:class:`StorageFailedError`), not the driver's error nor the bound's wording.
     """
     backoff = Backoff(what)
     while True:
         try:
             return call()
         except Exception as err:
-            if not (lost or is_lost_connection)(err) or not backoff.wait(err):
+            if not (lost or is_lost_connection)(err):
+                raise
+            if not backoff.wait(err):
+                if _stop_requested():
+                    raise StorageFailedError(
+                        f"storage unreachable {outage_waited()} ({what}); rerun the same command to resume"
+                    ) from err
                 raise

@@ -54,3 +54,21 @@ def test_a_worker_waiting_for_its_proxy_to_restart_gives_up_when_told_to_stop(mo
         check_storage_url(f"grpc://127.0.0.1:{port}", wait_for_server=True)  # a --workers worker: its parent reached it
     assert time.monotonic() - started < 6.0  # one 2 s poll of the proxy, then no wait
     assert str(raised.value).startswith(f"storage proxy 127.0.0.1:{port} unreachable and not waited for: this worker was told to stop")
+
+
+@pytest.mark.postgres
+def test_a_worker_opening_its_database_during_an_outage_gives_up_with_one_line_when_told_to_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Opening the storage (and taking a budget slot) retry outside a storage's calls: told to stop, they end at once
+    with the outage's line, not PostgreSQL's "connection refused" nor a "fix --storage" that would blame the URL."""
+    from hpo.storage._storage import check_storage_url
+
+    monkeypatch.setattr("hpo.storage._backoff.RETRY_SECONDS", 60.0)
+    url = f"postgresql://postgres:s3cret@127.0.0.1:{free_port()}/hpo"  # a database server down: nothing listens there
+    started = time.monotonic()
+    with waiting_ends_on(_stopped_after(1.0)), pytest.raises(StorageFailedError) as raised:
+        check_storage_url(url, wait_for_server=True)  # a --workers worker: its parent reached the database
+    assert 1.0 <= time.monotonic() - started < 3.0
+    assert str(raised.value) == ("storage unreachable and not waited for: this worker was told to stop (opening the storage); "
+                                 "rerun the same command to resume")
