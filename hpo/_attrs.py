@@ -66,7 +66,7 @@ STEPS_ATTR = "steps"
 HOST_LIMITED_ATTR = "host_limited"
 TRAIN_SECONDS_ATTR = "train_seconds"  # the whole training loop, start-up steps included
 # The start-up steps of each new batch shape (compiling, CUDA-graph capture, kernel selection), timed apart
-# and left out of the throughput; 0 where they are not timed apart (the CPU, eager).
+# and left out of the throughput: on CUDA, and on the CPU when compiling; 0 in an eager CPU run, which times none apart.
 STARTUP_SECONDS_ATTR = "compile_seconds"
 # Memory in use just before the trial and just after the executor released it (CUDA memory allocated
 # to tensors, or the process's RSS on the CPU): a trial that leaves graphs or tensors behind shows

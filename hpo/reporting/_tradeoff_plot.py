@@ -60,4 +60,3 @@ def plot_tradeoff(report: StudyReport, path: Path) -> None:
         ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
     fig.savefig(path)
-

@@ -106,7 +106,6 @@ def retry_lost_connection(what: str, call: Callable[[], _T], *, lost: Callable[[
                 raise
             if not backoff.wait(err):
                 if _stop_requested():
-                    raise StorageFailedError(
-                        f"storage unreachable {outage_waited()} ({what}); rerun the same command to resume"
-                    ) from err
+                    state = "busy (another worker was creating its schema)" if is_creation_collision(err) else "unreachable"
+                    raise StorageFailedError(f"storage {state} {outage_waited()} ({what}); rerun the same command to resume") from err
                 raise

@@ -85,6 +85,8 @@ def is_creation_collision(err: BaseException) -> bool:
     made (or takes the lock once the other is done).
     """
     for link in error_chain(err):
+        if isinstance(link, StorageFailedError):  # given up on already, as for a lost connection
+            return False
         if isinstance(link, DBAPIError):
             return _sqlstate(link) in _PG_CREATION_COLLISION
     return False

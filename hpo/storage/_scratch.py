@@ -27,8 +27,10 @@ def scratch_dir(trial_number: int, kind: str = "") -> Path:
     """A new directory ``hpo-trial-<n>-[<kind>-]*`` in the temp directory, marked as this process's."""
     path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{trial_number}-{kind + '-' if kind else ''}"))
     key = process_key(os.getpid())
-    if key is not None:
-        (path / OWNER_FILE).write_text(key + "\n", encoding="utf-8")
+    if key is not None:  # whole or not at all: a sweep never reads half a key (and takes a live worker's for a dead one's)
+        partial = path / f"{OWNER_FILE}.partial"
+        partial.write_text(key + "\n", encoding="utf-8")
+        os.replace(partial, path / OWNER_FILE)
     return path
 
 
@@ -37,12 +39,30 @@ def remove_dead_workers_scratch(root: Path | None = None) -> list[Path]:
     removed = []
     for path in sorted(Path(root or tempfile.gettempdir()).glob(f"{PREFIX}*")):
         try:
+            if path.is_symlink():  # not made by mkdtemp: never followed
+                continue
             key = (path / OWNER_FILE).read_text(encoding="utf-8").strip()
-        except OSError:  # not a directory of ours, one without a key, or one being removed by another worker
+        except (OSError, ValueError):  # not ours, no key, one being removed by another worker, or not a key's bytes
             continue
-        if has_exited(key):
-            shutil.rmtree(path, ignore_errors=True)
+        if has_exited(key) and _remove(path):
             removed.append(path)
     if removed:
         _logger.info("removed %d scratch directories of workers that exited: %s", len(removed), ", ".join(p.name for p in removed))
     return removed
+
+
+def _remove(path: Path) -> bool:
+    """Remove ``path``, its key last: a removal cut short (a read-only mount, another worker sweeping) is tried again."""
+    try:
+        for child in path.iterdir():
+            if child.name == OWNER_FILE:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink(missing_ok=True)
+        (path / OWNER_FILE).unlink()
+        path.rmdir()
+    except OSError:
+        return False
+    return True

@@ -52,3 +52,34 @@ def test_a_trial_scratch_directory_names_its_trial_and_this_process(tmp_path: Pa
     assert path.parent == tmp_path and path.name.startswith("hpo-trial-12-model-")
     assert (path / OWNER_FILE).read_text().strip() == process_key(os.getpid())
     assert remove_dead_workers_scratch(tmp_path) == [] and path.is_dir()  # this process is alive
+
+
+def test_what_no_sweep_can_take_for_a_dead_workers_directory_is_left(tmp_path: Path) -> None:
+    """A symlink named like one (never followed), a key that is not text, and a key written halfway are skipped; a directory
+    that cannot be emptied keeps its key, so that a later sweep tries again."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead_key = process_key(child.pid)
+    assert dead_key is not None
+    child.kill()
+    child.wait(timeout=30)
+    target = _marked(tmp_path, "elsewhere", dead_key)
+    (tmp_path / "hpo-trial-1-link").symlink_to(target, target_is_directory=True)
+    binary = _marked(tmp_path, "hpo-trial-2-bin", None)
+    (binary / OWNER_FILE).write_bytes(b"\xff\xfe not utf-8")
+    partial = _marked(tmp_path, "hpo-trial-3-partial", None)
+    (partial / f"{OWNER_FILE}.partial").write_text(dead_key[:-3])
+    stuck = _marked(tmp_path, "hpo-trial-4-stuck", dead_key)
+    (stuck / "latest").chmod(0o500)  # its checkpoint cannot be removed (as on a read-only mount)
+    try:
+        if os.geteuid() == 0:  # root removes it anyway: nothing stuck to show
+            assert remove_dead_workers_scratch(tmp_path) == [stuck]
+        else:
+            assert remove_dead_workers_scratch(tmp_path) == []
+            assert (stuck / OWNER_FILE).read_text().strip() == dead_key  # its key kept: tried again next time
+            (stuck / "latest").chmod(0o700)
+            assert remove_dead_workers_scratch(tmp_path) == [stuck]
+    finally:
+        if (stuck / "latest").exists():
+            (stuck / "latest").chmod(0o700)
+    assert target.is_dir() and (target / "latest" / "checkpoint.pt").is_file() and binary.is_dir() and partial.is_dir()
+    assert not stuck.exists()
