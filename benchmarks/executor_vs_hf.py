@@ -34,11 +34,13 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from benchmarks._children import run_module_child
+from benchmarks._hf_runs import run_hf
 from benchmarks._runs import (
     BATCH_SIZE,
     DEFAULT_DATA_DIR,
@@ -48,15 +50,22 @@ from benchmarks._runs import (
     MAX_LENGTH,
     MODEL,
     RSS_TOLERANCE,
-    RUNNERS,
     SETTINGS,
     TOOL_TITLES,
     TOOLS,
     environment,
     load_sst2,
-    run_module_child,
+    run_hand,
+    run_ours,
+    run_rss,
 )
 
+if TYPE_CHECKING:
+    from trial_executor import TextClassificationData
+
+RUNNERS: dict[str, Callable[[dict[str, Any], TextClassificationData], dict[str, Any]]] = {
+    "ours": run_ours, "hf": run_hf, "hand": run_hand, "rss": run_rss,
+}
 
 def child_main(spec: dict[str, Any], out: Path) -> None:
     """One measured run in this (fresh) process; the result goes to ``out`` as JSON."""

@@ -48,7 +48,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks._runs import DEFAULT_DATA_DIR, EVAL_BATCH_SIZE, MAX_LENGTH, REPO_ROOT, environment, load_sst2, run_module_child
+from benchmarks._children import run_module_child
+from benchmarks._runs import DEFAULT_DATA_DIR, EVAL_BATCH_SIZE, MAX_LENGTH, REPO_ROOT, environment, load_sst2
 
 SPACE = Path(__file__).resolve().parent / "spaces" / "study_vs_hf.yaml"
 ROW_SEED = 0  # the training rows are the same for every seed

@@ -17,10 +17,12 @@ variant in a fresh process:
 - ``compiled-graphs`` (CUDA only): ``compiled`` with ``mode="reduce-overhead"``, the gradients at
   fixed addresses (session 22's crash had new gradient tensors every step).
 
-Per variant: host ms to issue one update (no sync inside the timed loop), ms per update with the
-device's time (synced once at the end), the first call's seconds (compiling or capturing), and a
-checksum of the parameters after the timed updates: every variant runs the same updates from the
-same start, so the checksums should agree to float32 rounding. Run from the repository root::
+Per variant: host ms to issue one update (the median of 20, each issued with the device idle),
+ms per update with the device's time (a run of updates, synced once at the end), the first
+call's seconds (compiling or capturing), and a checksum of the parameters after all updates:
+every variant runs the same updates from the same start, so the checksums should agree to
+float32 rounding. A ``compiled-graphs`` run that inductor ran without CUDA graphs says so.
+Run from the repository root::
 
     python -m benchmarks.update_host --device cuda [--model bert-base-random] [--steps 200] [--variants ...]
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -41,11 +44,12 @@ from typing import Any
 
 import torch
 
-from benchmarks._runs import error_line, run_module_child
+from benchmarks._children import error_line, run_module_child
 
 VARIANTS = ("compiled", "eager-fused", "captured", "compiled-graphs")
 CUDA_ONLY = ("captured", "compiled-graphs")
 MAX_GRAD_NORM = 1.0
+HOST_TIMED = 20  # updates timed one by one for the host's share
 PRE_UPDATES = 3  # updates before the first timed call: the capture's side-stream warm-up, and as many in every variant
 
 
@@ -114,20 +118,36 @@ def run_variant(variant: str, model_name: str, device: torch.device, steps: int,
     first = time.perf_counter() - start
     for _ in range(warmup):
         update()
+    issued = []  # each update issued with the device idle: the host's time alone, never a full launch queue's wait
+    for _ in range(HOST_TIMED):
+        _sync(device)
+        tick = time.perf_counter()
+        lr.fill_(1e-4)  # the scheduler's in-place fill, as every step does
+        update()
+        issued.append(time.perf_counter() - tick)
     _sync(device)
     start = time.perf_counter()
     for _ in range(steps):
-        lr.fill_(1e-4)  # the scheduler's in-place fill, as every step does
+        lr.fill_(1e-4)
         update()
-    host = time.perf_counter() - start
     _sync(device)
     total = time.perf_counter() - start
-    updates = PRE_UPDATES + 1 + warmup + steps
     checksum = sum(float(p.detach().double().abs().sum()) for p in params)
     return {
-        "variant": variant, "device": str(device), "model": model_name, "parameters": len(params), "updates": updates,
-        "first_call_s": first, "host_ms": host / steps * 1000, "ms_per_update": total / steps * 1000, "checksum": checksum,
+        "variant": variant, "device": str(device), "model": model_name, "parameters": len(params),
+        "updates": PRE_UPDATES + 1 + warmup + HOST_TIMED + steps, "first_call_s": first,
+        "host_ms": statistics.median(issued) * 1000, "ms_per_update": total / steps * 1000, "checksum": checksum,
+        "cudagraph_skips": _cudagraph_skips(),
     }
+
+
+def _cudagraph_skips() -> int:
+    """How many times inductor ran a graph without the CUDA graphs asked for (``compiled-graphs`` would then time no capture)."""
+    if "torch._dynamo" not in sys.modules:
+        return 0
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"].get("cudagraph_skips", 0))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -138,9 +158,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--timeout", type=float, default=240)
-    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: one variant (benchmarks._runs.run_module_child)
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a child: one variant (benchmarks._children.run_module_child)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    variants = args.variants.split(",")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or args.steps < 1 or args.warmup < 0:  # said before any cell runs: a GPU call has minutes
+        bad = f"unknown variant {unknown[0]!r}; choose from {', '.join(VARIANTS)}" if unknown else "--steps must be at least 1, --warmup at least 0"
+        parser.error(bad)
     if args.one:
         spec = json.loads(args.one)
         result = run_variant(spec["variant"], spec["model"], torch.device(spec["device"]), spec["steps"], spec["warmup"])
@@ -148,9 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print("| variant | parameters | first call s | host ms / update | ms / update | updates | checksum | note |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
-    for variant in args.variants.split(","):
-        if variant not in VARIANTS:
-            parser.error(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+    for variant in variants:
         print(_row(variant, args), flush=True)
     return 0
 
@@ -163,8 +186,9 @@ def _row(variant: str, args: argparse.Namespace) -> str:
     r, error = run_module_child("benchmarks.update_host", spec, args.timeout)
     if r is None:
         return f"| {variant} | | | | | | | {error_line(error)} |"
+    note = f"inductor skipped CUDA graphs {r['cudagraph_skips']} times: not a captured update" if r["cudagraph_skips"] else ""
     return (f"| {variant} | {r['parameters']} | {r['first_call_s']:.1f} | {r['host_ms']:.2f} | {r['ms_per_update']:.2f} "
-            f"| {r['updates']} | {r['checksum']:.6e} | |")
+            f"| {r['updates']} | {r['checksum']:.6e} | {note} |")
 
 
 if __name__ == "__main__":
