@@ -7,12 +7,13 @@
 # Each step writes $OUT/step<N>.txt (and the studies' SQLite file, $OUT/studies.db, which comes back).
 # The steps and what each decides: benchmarks/RESULTS.md, "What remains to measure on a GPU".
 #
-# A dry run on the CPU (no kit): SKIP_SETUP=1 DEVICE=cpu MODEL=tiny-bert ROWS=400 OUT=/tmp/plan bash benchmarks/gpu_plan.sh 6
+# A dry run on the CPU (no kit): SKIP_SETUP=1 DEVICE=cpu MODEL=tiny-bert CHECK_MODEL=tiny-bert ROWS=400 OUT=/tmp/plan bash benchmarks/gpu_plan.sh 6
 set -uo pipefail
 step=${1:?"which step: 1, 1b, 1c, u, c, 2 to 5, 5e, 6 to 8 (benchmarks/RESULTS.md lists them)"}
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-/tmp/minilm}        # all-MiniLM-L6-v2 in fp32, made by .gpu/setup.sh
 BERT=${BERT:-/tmp/bert-base}       # BERT-base, random init, made by .gpu/setup.sh
+CHECK_MODEL=${CHECK_MODEL:-bert-base-random}  # steps u and c: hpo check's random-init model (a dry run: tiny-bert)
 SST2=${SST2_DIR:-.gpu/sst2}
 ROWS=${ROWS:-8000}
 OUT=${OUT:-/tmp/out}
@@ -59,10 +60,10 @@ gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$
         "$PY" -X faulthandler -m hpo check --device "$DEVICE" --compile-step on --batch-size "$batch"
         echo "exit status $?" ;;
     u)  # What the update costs the host: compiled (today's CUDA update), eager fused, captured, compiled with graphs.
-        "$PY" -m benchmarks.update_host --device "$DEVICE" --model bert-base-random ;;
+        "$PY" -m benchmarks.update_host --device "$DEVICE" --model "$CHECK_MODEL" ;;
     c)  # The whole step as one CUDA graph by hand, against the eager and compiled steps: speed at 32 x 128 and at
         # 32 x 32 (short rows: where the host sets the pace), then the losses without dropout (must agree).
-        sc() { "$PY" -m benchmarks.step_capture --device "$DEVICE" --model bert-base-random "$@"; }
+        sc() { "$PY" -m benchmarks.step_capture --device "$DEVICE" --model "$CHECK_MODEL" "$@"; }
         sc --batch-size 32 --seq-len 128 --precisions fp32,bf16 --variants eager,captured
         sc --batch-size 32 --seq-len 32 --precisions bf16 --variants eager,compiled,captured
         sc --batch-size 32 --seq-len 128 --precisions bf16 --variants eager,captured --no-dropout --steps 20 ;;
