@@ -44,6 +44,14 @@ class DyingStore(FileSystemArtifactStore):
         super().remove(artifact_id)
 
 
+@pytest.fixture(autouse=True)
+def scratch_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trials' scratch directories under ``tmp_path``: a worker that "dies" here cleans nothing, as a killed one would."""
+    scratch = tmp_path / "temp"
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+
+
 @pytest.fixture
 def study(tmp_path: Path) -> optuna.Study:
     return optuna.create_study(storage=f"sqlite:///{tmp_path / 'studies.db'}")
