@@ -18,6 +18,7 @@ from hpo._attrs import (
     is_majority_class,
     is_verdict_trial,
     skip_reason_of,
+    startup_seconds_of,
 )
 from hpo._ranking import best_trials
 from hpo.space._measures import measured_value
@@ -33,6 +34,9 @@ def _format_value(value: object) -> str:
 def _objective_values(trial: FrozenTrial, names: Sequence[str]) -> str:
     values = trial.values if trial.state == TrialState.COMPLETE else [measured_value(trial.user_attrs, n) for n in names]
     return "  ".join(f"{name}={_format_value(value)}" for name, value in zip(names, values, strict=True))
+
+
+STARTUP_SAID_SHARE = 0.5  # a trial line names its start-up time when it was at least this share of the training loop
 
 
 def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
@@ -51,6 +55,10 @@ def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
     if "throughput_samples_per_s" in attrs:
         parts.append(f"{attrs[THROUGHPUT_ATTR]:.0f} samples/s")
         parts.append(f"{attrs[PEAK_MEMORY_ATTR]:.0f} MB peak")
+    startup = startup_seconds_of(trial)
+    if startup is not None and startup[0] >= STARTUP_SAID_SHARE * startup[1]:
+        # Samples/s leave start-up out; said when it was most of the trial (session 23: 98% compiling on an H200).
+        parts.append(f"(start-up {startup[0]:.0f} s of {startup[1]:.0f} s training: compiling, CUDA graphs; not in samples/s)")
     if is_majority_class(trial):
         # Too high a rate collapses a model onto one class; too few steps at a low one never leave it.
         parts.append("(majority class: learned nothing; the learning rate may be too high, or the training too short for it)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import TrialState
 
-from hpo.reporting._run_lines import stopped_line
+from hpo.reporting._run_lines import stopped_line, trial_line
 from hpo.study._outcomes import INTERRUPTED, was_interrupted
 
 PROG = "python -m hpo.run"
@@ -68,3 +68,14 @@ def test_the_browse_hint_works_for_the_storage_it_names() -> None:
     study.add_trial(optuna.trial.create_trial(value=0.7))
     assert "Browse it:  python -m hpo dashboard --storage grpc://127.0.0.1:13000" in run_summary(study, "grpc://127.0.0.1:13000", 1, ["a"])
     assert "Browse it:  optuna-dashboard sqlite:///x.db" in run_summary(study, "sqlite:///x.db", 1, ["a"])
+
+
+def test_a_trial_line_names_start_up_only_when_it_was_most_of_the_training() -> None:
+    def line(startup: float, train: float) -> str:
+        attrs = {"throughput_samples_per_s": 3746.5, "peak_memory_mb": 514.9, "compile_seconds": startup, "train_seconds": train}
+        return trial_line(optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.85, user_attrs=attrs), ["accuracy"])
+
+    assert line(64.98, 67.07).endswith(
+        "3746 samples/s  515 MB peak  (start-up 65 s of 67 s training: compiling, CUDA graphs; not in samples/s)")
+    assert line(5.0, 60.0).endswith("3746 samples/s  515 MB peak")  # a small share: the samples/s tell the story
+    assert line(0.0, 0.0).endswith("515 MB peak")
