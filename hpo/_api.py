@@ -59,9 +59,9 @@ class PreparedStudy:
 
 
 def prepare_study(
-    space: SearchSpace, data: TextClassificationData, options: RunOptions, data_source: dict[str, Any] | None = None,
+    space: SearchSpace, data: TextClassificationData, options: RunOptions, data_source: dict[str, Any] | None = None, *, search: bool = True,
 ) -> PreparedStudy:
-    """Create or resume ``options.study_name`` in ``options.url`` on validated inputs (``data_source``: see :func:`open_study`).
+    """Create or resume ``options.study_name`` in ``options.url`` on validated inputs (``data_source``, ``search``: :func:`open_study`).
 
     ``options.warm_start``: an earlier study in the same storage whose ``warm_start_trials`` best
     trials are enqueued (see :mod:`hpo.study._warm_start`); checked before anything is written.
@@ -75,7 +75,7 @@ def prepare_study(
     # A worker of --workers N: its parent reached the database, so a refused connection is a restart to wait out.
     opened = create_storage(url, heartbeat=heartbeat, wait_for_server=worker_index() is not None)
     known_good = [] if earlier is None else warm_start_configurations(space, earlier, options.warm_start_trials)
-    study = open_study(opened, options.study_name, space, data, options.seed, known_good, data_source)
+    study = open_study(opened, options.study_name, space, data, options.seed, known_good, data_source, search=search)
     name_objectives(study, space.objective_names)
     if space.fixes:
         # Pinned for this run only; still recorded as each trial's params.
@@ -379,7 +379,7 @@ def open_existing(space: SpaceLike | None, data: DataLike, options: RunOptions) 
         data, data_options = stored_data(stored_data_source(existing), data_options)
     loaded = resolve_data(data, task=resolved.task, **data_options)
     check_models(resolved)
-    return prepare_study(resolved, loaded, options)
+    return prepare_study(resolved, loaded, options, search=False)  # a verdict enqueues no search trial
 
 
 def verdict(

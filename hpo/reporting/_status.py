@@ -55,11 +55,12 @@ def _best(study: optuna.Study, names: list[str]) -> list[tuple[int, dict[str, fl
 def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> StudyStatus:
     """Counts by state, the best trial (or Pareto front), and every running trial's worker and heartbeat age."""
     trials = study.get_trials(deepcopy=False)
+    search = [t for t in trials if not is_verdict_trial(t)]  # the verdict's are counted on a line of their own
     names = objective_names(study)
-    counts = {state.name: sum(t.state == state for t in trials) for state in TrialState}
+    counts = {state.name: sum(t.state == state for t in search) for state in TrialState}
     status = StudyStatus(study.study_name, [(n, d.name.lower()) for n, d in zip(names, study.directions, strict=True)], counts)
-    status.skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in trials)
-    status.not_run = sum(never_ran(t) for t in trials)
+    status.skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in search)
+    status.not_run = sum(never_ran(t) for t in search)
     status.best = _best(study, names)
     status.host_limited = sorted(t.number for t in trials if is_host_limited(t))
     status.majority_class = sorted(t.number for t in trials if is_majority_class(t))

@@ -82,13 +82,15 @@ def _first_difference(stored: Any, wanted: Any, where: str = "") -> str:
 
 def open_study(
     storage: optuna.storages.BaseStorage, study_name: str, space: SearchSpace, data: TextClassificationData, seed: int,
-    known_good: Sequence[tuple[str, dict[str, Any]]] = (), data_source: dict[str, Any] | None = None,
+    known_good: Sequence[tuple[str, dict[str, Any]]] = (), data_source: dict[str, Any] | None = None, *, search: bool = True,
 ) -> optuna.Study:
     """Create the study, or resume it when the search space and data are the ones it was made with.
 
     ``known_good``: more ``(origin, params)`` to enqueue once (a warm start's), after the space's
     ``enqueue`` list and before the fp32 baseline. ``data_source``: the data flags to store
-    (:func:`hpo.study._data.data_source_of`; ``None`` keeps what is stored).
+    (:func:`hpo.study._data.data_source_of`; ``None`` keeps what is stored). ``search=False`` (a
+    verdict, which runs no search trial) enqueues none of them: an fp32 baseline enqueued then
+    would wait for a run, which may pin another precision with ``--fix``.
     """
     wanted = _study_attrs(space, data, data_source)
     try:
@@ -117,9 +119,10 @@ def open_study(
             study.set_user_attr(key, value)
     # Known-good configurations run before the baseline: they are there to find a good model early,
     # and the baseline, the speed reference, serves as well later. A --fix pins its param in them too.
-    listed = [(f"space:{i}", {**params, **space.fixes}) for i, params in enumerate(space.enqueue)]
-    enqueue_once(study, storage, [*listed, *known_good])
-    _enqueue_baseline(study, space, storage)
+    if search:
+        listed = [(f"space:{i}", {**params, **space.fixes}) for i, params in enumerate(space.enqueue)]
+        enqueue_once(study, storage, [*listed, *known_good])
+        _enqueue_baseline(study, space, storage)
     return study
 
 

@@ -79,3 +79,18 @@ def test_a_trial_line_names_start_up_only_when_it_was_most_of_the_training() -> 
         "3746 samples/s  515 MB peak  (start-up 65 s of 67 s training: compiling, CUDA graphs; not in samples/s)")
     assert line(5.0, 60.0).endswith("3746 samples/s  515 MB peak")  # a small share: the samples/s tell the story
     assert line(0.0, 0.0).endswith("515 MB peak")
+
+
+def test_status_counts_verdict_trials_on_their_own_line_only() -> None:
+    from hpo.reporting._status import status_lines, study_status
+
+    study = optuna.create_study(direction="maximize")
+    for value in (0.8, 0.7):
+        study.add_trial(optuna.trial.create_trial(value=value))
+    for seed in (0, 1):  # the verdict re-training trial 0 in fp32 and bf16 (hpo.study._verdict)
+        study.add_trial(optuna.trial.create_trial(value=0.75, user_attrs={
+            "verdict_trial": {"of_trial": 0, "precision": "bf16", "seed": seed, "seed_index": seed}}))
+    lines = status_lines(study_status(study._storage, study))
+    assert lines[1] == "  trials: 2: complete 2, pruned 0, fail 0, running 0", lines
+    assert "  verdict trials: 2: complete 2 (not counted against --n-trials)" in lines
+    assert "  best: trial 0  value=0.8" in lines

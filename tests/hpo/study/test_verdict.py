@@ -320,6 +320,21 @@ def test_a_verdict_without_data_flags_reads_the_data_the_study_ran_on(
     assert len(hpo.load("d", storage=storage).trials) == 1 + 4
 
 
+def test_a_verdict_enqueues_no_search_trial_not_even_the_baseline_a_fixed_run_went_without(tmp_path: Path) -> None:
+    """A run with --fix fp_precision=bf16 enqueues no fp32 baseline; its verdict, opening the study on the stored space
+    (without the fix), enqueued one, which then waited for the next run, and the next --fix bf16 run trained it in fp32."""
+    tiny = {**SMALL_SPACE, "params": {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}},
+            "fixed": {**SMALL_SPACE["fixed"], "max_steps": 2, "eval_every": 0}}
+    common = {"storage": f"sqlite:///{tmp_path / 'f.db'}", "study_name": "f", "device": "cpu", "artifact_store": None}
+    data = demo_dataset(n_train=48, n_valid=16, seed=4)
+    hpo.optimize(tiny, data, n_trials=1, fix=["fp_precision=bf16"], **common)
+    hpo.verdict("f", data, seeds=2, precisions=["fp32", "bf16"], storage=common["storage"], device="cpu", artifact_store=None)
+    trials = hpo.load("f", storage=common["storage"]).trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 5, [(t.number, t.state, t.params) for t in trials]
+    assert not any(t.user_attrs.get("fp32_baseline") for t in trials)
+    assert sorted(t.params["fp_precision"] for t in trials if VERDICT_TRIAL_ATTR in t.user_attrs) == ["bf16", "bf16", "fp32", "fp32"]
+
+
 def test_a_run_cut_by_its_timeout_makes_no_verdict_until_a_rerun_finishes_the_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
