@@ -77,9 +77,6 @@ def prepare_study(
     known_good = [] if earlier is None else warm_start_configurations(space, earlier, options.warm_start_trials)
     study = open_study(opened, options.study_name, space, data, options.seed, known_good, data_source, search=search)
     name_objectives(study, space.objective_names)
-    if space.fixes:
-        # Pinned for this run only; still recorded as each trial's params.
-        study.sampler = optuna.samplers.PartialFixedSampler(space.fixes, study.sampler)
     return PreparedStudy(study, space, data, url)
 
 

@@ -264,17 +264,22 @@ class SearchSpace(Strict):
         return pruner or optuna.pruners.NopPruner()
 
     def build_sampler(self, seed: int) -> optuna.samplers.BaseSampler:
-        """The space's sampler, seeded with ``seed`` (TPE also handles several objectives and constraints)."""
+        """The space's sampler, seeded with ``seed`` (TPE also handles several objectives and constraints).
+
+        With ``fixes`` (``--fix``), those parameters are pinned for this run and still recorded as each trial's params.
+        """
         spec = self.sampler
-        if isinstance(spec, RandomSamplerSpec):
-            return optuna.samplers.RandomSampler(seed=seed)
         with warnings.catch_warnings():
-            # multivariate, group and constant_liar are "experimental" since Optuna 2.x: our defaults, not the user's concern.
+            # multivariate, group, constant_liar and PartialFixedSampler are "experimental" in Optuna: our
+            # choices, not the user's concern.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(
-                seed=seed, n_startup_trials=spec.n_startup_trials, multivariate=spec.multivariate, group=spec.group,
-                constant_liar=spec.constant_liar,
-            )
+            sampler: optuna.samplers.BaseSampler = optuna.samplers.RandomSampler(seed=seed)
+            if not isinstance(spec, RandomSamplerSpec):
+                sampler = optuna.samplers.TPESampler(
+                    seed=seed, n_startup_trials=spec.n_startup_trials, multivariate=spec.multivariate, group=spec.group,
+                    constant_liar=spec.constant_liar,
+                )
+            return optuna.samplers.PartialFixedSampler(self.fixes, sampler) if self.fixes else sampler
 
     def stored_form(self) -> dict[str, Any]:
         """The space as stored on the study; equal spaces give equal forms.

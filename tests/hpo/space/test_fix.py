@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import optuna
@@ -64,6 +65,20 @@ def test_fixes_pin_the_baseline_but_not_the_stored_space() -> None:
     assert fixed.stored_form() == space.stored_form() and fixed.to_json() == space.to_json()
     assert fixed.baseline_params()["batch_size"] == 16
     assert space.with_fixes({"fp_precision": "bf16"}).baseline_params() is None  # no fp32 baseline in a bf16-only run
+
+
+def test_fixes_pin_the_sampler_quietly() -> None:
+    """The sampler pins the fixed params (one place: the space's sampler), without Optuna's ExperimentalWarning in the
+    Python API's output (the CLI silenced it; hpo.optimize(fix=...) printed it)."""
+    space = _space()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", optuna.exceptions.ExperimentalWarning)
+        pinned = space.with_fixes(space.parse_fixes(["batch_size=16"])).build_sampler(0)
+        free = space.build_sampler(0)
+    assert isinstance(pinned, optuna.samplers.PartialFixedSampler) and not isinstance(free, optuna.samplers.PartialFixedSampler)
+    study = optuna.create_study(sampler=pinned)
+    study.optimize(lambda t: float(t.suggest_categorical("batch_size", [8, 16, 32])), n_trials=3)
+    assert [t.params["batch_size"] for t in study.trials] == [16, 16, 16]
 
 
 def test_patience_wraps_the_pruner_and_stays_out_of_old_stored_spaces() -> None:
