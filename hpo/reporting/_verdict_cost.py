@@ -110,8 +110,9 @@ def verdict_cost_line(study: optuna.Study, plan: VerdictPlan, emulated: Collecti
     if any(c.seconds is None for c in costs if c.to_go):
         cost = "; the source trial's time was not measured"
     else:
-        each = ", ".join(f"{c.precision} {c.seconds:.0f} s ({c.basis})" for c in costs)
+        # Sub-second trials (tiny models) and totals under half a minute in seconds: "0 s", "about 0.0 min" say nothing.
+        each = ", ".join(f"{c.precision} {c.seconds:.{2 if c.seconds < 1 else 0}f} s ({c.basis})" for c in costs)  # type: ignore[operator]
         total = sum(c.to_go * c.seconds for c in costs if c.to_go)  # type: ignore[operator]
-        cost = f" x {each} = about {total / 60:.1f} min of training to go"
+        cost = f" x {each} = about " + (f"{total / 60:.1f} min" if total >= 30 else f"{total:.1f} s") + " of training to go"
     skipped = "".join(f"; {p} not run: {why}" for p, why in plan.unsupported.items())
     return f"Verdict of trial {plan.source.number}: {trials}{cost}, not counted against --n-trials{skipped}"

@@ -95,3 +95,17 @@ def test_a_precision_the_cpu_emulated_is_said_so_in_the_verdict() -> None:
     assert fp16.emulated and fp16.speed_ratio == pytest.approx(0.07)
     assert fp16.line.endswith("[fp16 emulated on this CPU (no native instructions for it): its speed is the emulation's]")
     assert not next(r for r in verdict.rows if r.precision == "fp32").emulated
+
+
+def test_sub_second_trials_and_a_short_total_are_said_in_seconds() -> None:
+    """Tiny models train in under a second: '0 s' each and 'about 0.0 min' in all said nothing."""
+    study = optuna.create_study(direction="maximize")
+    _add(study, "fp32", 16, 100.0, 0.9, seconds=4.6)  # train 0.6 s + eval 4.0 s
+    _add(study, "bf16", 16, 100.0, 0.8)
+    line = verdict_cost_line(study, plan_verdict(study, ALL_RUN, seeds=2))
+    assert "x fp32 5 s (trial 0's time), fp16 5 s (" in line and f"= about {6 * 4.6:.1f} s of training to go" in line
+    short = optuna.create_study(direction="maximize")
+    _add(short, "fp32", 16, 100.0, 0.9, train_seconds=0.25, eval_seconds=0.0)
+    _add(short, "bf16", 16, 100.0, 0.8)
+    line = verdict_cost_line(short, plan_verdict(short, ALL_RUN, seeds=2))
+    assert "x fp32 0.25 s (trial 0's time)" in line and "= about 1.5 s of training to go" in line
