@@ -102,7 +102,7 @@ def open_study(
         if "search_space" in stored and stored["search_space"] != wanted["search_space"]:
             raise UserError(
                 f"study {study_name!r} was created with a different search space ({_first_difference(stored['search_space'], wanted['search_space'])}); "
-                "rerun with its original --space (and --model, --fix), or pick a new --study-name"
+                "rerun with its original --space (and --model), or pick a new --study-name"
             )
         if DATASET_FINGERPRINT_ATTR in stored and stored[DATASET_FINGERPRINT_ATTR] != wanted[DATASET_FINGERPRINT_ATTR]:
             raise _other_data(study_name, stored, wanted[DATASET_FINGERPRINT_ATTR])

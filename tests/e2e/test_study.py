@@ -82,7 +82,8 @@ def test_resuming_with_another_space_or_data_is_refused(
     other = tmp_path / "other.yaml"
     other.write_text(small_space.read_text().replace("- 16", "- 8"))
     assert main([*cli_args(f"sqlite:///{db}", other, small_data, "--study-name", "r"), "--n-trials", "2"]) == 2
-    assert "different search space (params.batch_size.choices was [16, 32], now [8, 32])" in capsys.readouterr().err
+    assert "different search space (params.batch_size.choices was [16, 32], now [8, 32]); rerun with its original --space " \
+           "(and --model), or pick a new --study-name" in capsys.readouterr().err  # not --fix: it never changes the stored space
     # Another hold-out is other data (another --seed is not: it seeds the trials only, test_data_source).
     assert main([*cli_args(f"sqlite:///{db}", small_space, small_data, "--study-name", "r", "--valid-fraction", "0.3"), "--n-trials", "2"]) == 2
     assert "different data" in capsys.readouterr().err
