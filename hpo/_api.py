@@ -37,11 +37,11 @@ from hpo.study._study import finished_count, open_study, run_to_budget
 from hpo.study._verdict import (
     DEFAULT_VERDICT_SEEDS,
     enqueue_verdict,
+    for_the_budget,
     plan_verdict,
     run_verdict_trials,
     verdict_after_budget,
     verdict_due,
-    without_verdict_trials,
 )
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS, load_warm_start_source, warm_start_configurations
 from hpo.study._workers import worker_index
@@ -160,7 +160,7 @@ def run_study(prepared: PreparedStudy, options: RunOptions, *, hooks: RunHooks |
         prepared.space, prepared.data, options, checkpoints=store, stop_requested=hooks.stop_requested, progress=progress,
         on_evaluation=tracking.evaluation,
     )
-    study = without_verdict_trials(prepared.study)  # its waiting verdict trials are the verdict workers' to claim
+    study = for_the_budget(prepared.study, prepared.space.fixes)  # waiting verdict trials are the verdict workers' to claim
 
     def tracked(trial: optuna.Trial) -> float | tuple[float, ...]:
         tracking.start(trial)

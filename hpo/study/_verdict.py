@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -176,7 +176,7 @@ class _ClaimingStorage(BaseHeartbeat):
     """``storage`` for a worker that may claim only the waiting trials that are ``claimable``.
 
     ``Study.ask`` claims the oldest WAITING trial atomically, else creates a new trial. Waiting
-    trials that are not ``claimable`` are not seen: a verdict worker sees its verdict's trials only,
+    trials that are not ``claimable`` are not offered to it: a verdict worker claims its verdict's trials only,
     an ordinary worker every waiting trial but verdict trials (which it would otherwise train as
     budget trials, or skip as over the budget when the budget is full, losing a seed of the verdict).
     Without ``may_create`` the creation raises :class:`NoWaitingTrialError` instead, so two verdict
@@ -191,7 +191,11 @@ class _ClaimingStorage(BaseHeartbeat):
 
     def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
         found = self._inner.get_all_trials(study_id, deepcopy=deepcopy, states=states)
-        return [t for t in found if t.state != TrialState.WAITING or self._claimable(t)]
+        if states is None or set(states) != {TrialState.WAITING}:
+            # Only the claim (Study.ask's query for waiting trials) is filtered: the sweeps must see every retry waiting,
+            # or one hidden here looks lost and is re-queued a second time (lost_retries).
+            return found
+        return [t for t in found if self._claimable(t)]
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         if template_trial is None and not self._may_create:
@@ -217,9 +221,16 @@ def _claiming(study: optuna.Study, claimable: Callable[[FrozenTrial], bool], *, 
     return optuna.Study(study.study_name, storage, sampler=study.sampler, pruner=study.pruner)
 
 
-def without_verdict_trials(study: optuna.Study) -> optuna.Study:
-    """``study`` for the workers of its budget: they never claim a waiting verdict trial (see :class:`_ClaimingStorage`)."""
-    return _claiming(study, lambda trial: not is_verdict_trial(trial), may_create=True)
+def for_the_budget(study: optuna.Study, fixes: Mapping[str, Any]) -> optuna.Study:
+    """``study`` for the workers of its budget (see :class:`_ClaimingStorage`): they never claim a waiting verdict trial,
+    nor, in a run with ``--fix`` (``fixes``), a waiting trial whose params say otherwise (an fp32 baseline enqueued
+    before a ``--fix fp_precision=bf16`` run, an earlier run's retry): it waits for a run that does not pin them."""
+
+    def claimable(trial: FrozenTrial) -> bool:
+        params = {**trial.params, **trial.system_attrs.get("fixed_params", {})}
+        return not is_verdict_trial(trial) and all(params.get(name, value) == value for name, value in fixes.items())
+
+    return _claiming(study, claimable, may_create=True)
 
 
 def run_verdict_trials(
