@@ -287,7 +287,10 @@ def _requeue_if_enqueued(study: optuna.Study, trial: optuna.Trial) -> None:
     frozen = study._storage.get_trial(trial._trial_id)
     if "fixed_params" in frozen.system_attrs or "failed_trial" in frozen.system_attrs:
         attrs = {k: v for k, v in frozen.user_attrs.items() if k != BUDGET_SLOT_ATTR}
-        study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, user_attrs=attrs, system_attrs=frozen.system_attrs))
+        study.add_trial(optuna.trial.create_trial(  # a retry's params too: it resumes a checkpoint trained with them
+            state=TrialState.WAITING, params=frozen.params, distributions=frozen.distributions, user_attrs=attrs,
+            system_attrs=frozen.system_attrs,
+        ))
 
 
 def _optimize(

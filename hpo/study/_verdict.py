@@ -226,9 +226,12 @@ def for_the_budget(study: optuna.Study, fixes: Mapping[str, Any]) -> optuna.Stud
     nor, in a run with ``--fix`` (``fixes``), a waiting trial whose params say otherwise (an fp32 baseline enqueued
     before a ``--fix fp_precision=bf16`` run, an earlier run's retry): it waits for a run that does not pin them."""
 
+    def same(name: str, a: Any, b: Any) -> bool:  # fp32 under any of its names
+        return canonical_precision(a) == canonical_precision(b) if name == "fp_precision" else a == b
+
     def claimable(trial: FrozenTrial) -> bool:
         params = {**trial.params, **trial.system_attrs.get("fixed_params", {})}
-        return not is_verdict_trial(trial) and all(params.get(name, value) == value for name, value in fixes.items())
+        return not is_verdict_trial(trial) and all(same(name, params.get(name, value), value) for name, value in fixes.items())
 
     return _claiming(study, claimable, may_create=True)
 

@@ -75,9 +75,10 @@ def test_a_trial_line_names_start_up_only_when_it_was_most_of_the_training() -> 
         attrs = {"throughput_samples_per_s": 3746.5, "peak_memory_mb": 514.9, "compile_seconds": startup, "train_seconds": train}
         return trial_line(optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.85, user_attrs=attrs), ["accuracy"])
 
-    assert line(64.98, 67.07).endswith(
-        "3746 samples/s  515 MB peak  (start-up 65 s of 67 s training: compiling, CUDA graphs; not in samples/s)")
+    assert line(64.98, 67.07).endswith("3746 samples/s  515 MB peak  (start-up 65 s of 67 s training: the first steps of "
+                                       "each batch shape, compiling included; not in samples/s)")
     assert line(5.0, 60.0).endswith("3746 samples/s  515 MB peak")  # a small share: the samples/s tell the story
+    assert line(0.6, 0.9).endswith("515 MB peak")  # under a second: nothing a user waits for
     assert line(0.0, 0.0).endswith("515 MB peak")
 
 

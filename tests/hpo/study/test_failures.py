@@ -362,3 +362,16 @@ def test_a_failed_trial_whose_requeue_was_lost_is_requeued_once_after_the_grace_
     (retry,) = study.trials[4:]  # trial 3 is the retry of the worker_died trial
     assert retry.state == TrialState.WAITING and retry.system_attrs["failed_trial"] == lost.number
     assert retry.user_attrs["checkpoint"] == f"trial-{lost.number}/step-40" and retry.params == study.trials[lost.number].params
+
+
+def test_a_retry_that_loses_the_last_slot_goes_back_with_its_params(tmp_path: Path) -> None:
+    """A retry carries its params (and its predecessor's checkpoint): the copy put back lost them, so that any worker,
+    a --fix one included, sampled new ones and resumed the old checkpoint with them."""
+    study = optuna.create_study(storage=create_storage(f"sqlite:///{tmp_path / 'retry.db'}"), study_name="retry",
+                                sampler=_AnotherWorkerTakesTheLastSlot())
+    study.add_trial(optuna.trial.create_trial(  # as RetryFailedTrialCallback re-queues a failed trial
+        state=TrialState.WAITING, params={"x": 0.25}, distributions={"x": optuna.distributions.FloatDistribution(0, 1)},
+        system_attrs={"failed_trial": 7, "retry_history": [7]}))
+    run_to_budget(study, lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
+    copy = study.get_trials()[2]
+    assert copy.state == TrialState.WAITING and copy.params == {"x": 0.25} and copy.system_attrs["failed_trial"] == 7
