@@ -91,6 +91,10 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
         f"{by_state[TrialState.FAIL]} failed, {skipped} skipped as unsupported on this machine"
         f"{f', {not_run} not run (the budget was held by running trials)' if not_run else ''}{verdict_note}",
     ]
+    waiting = [t.number for t in trials if t.state == TrialState.WAITING]
+    if waiting:  # a --fix run leaves those it does not allow; a full budget leaves an enqueued trial
+        lines.append(f"Waiting in the queue: trial{'s' if len(waiting) > 1 else ''} {', '.join(map(str, waiting))} "
+                     "(a run whose --fix allows them, or a larger --n-trials, trains them)")
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     # Among trials meeting the space's constraints: the best trial, or the Pareto front.
     front = best_trials(study)

@@ -12,6 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 import hpo
 from hpo._attrs import VERDICT_TRIAL_ATTR
+from hpo.reporting._run_lines import run_summary
 from hpo.study._study import _requeue_lost_retries
 from hpo.study._verdict import _claiming, for_the_budget
 from trial_executor import TextClassificationData, demo_dataset
@@ -50,6 +51,8 @@ def test_a_run_with_a_fix_leaves_waiting_trials_that_say_otherwise_for_a_run_wit
     study = hpo.optimize(tiny, _data(), n_trials=1, **common)  # the fp32 baseline
     study.enqueue_trial({"fp_precision": "fp32"})  # waiting, as an earlier run's retry or a known-good configuration
     hpo.optimize(tiny, _data(), n_trials=2, fix=["fp_precision=bf16"], **common)
+    summary = run_summary(hpo.load("w", storage=common["storage"]), common["storage"], 2, ["accuracy"])
+    assert "\nWaiting in the queue: trial 1 (a run whose --fix allows them, or a larger --n-trials, trains them)" in summary
     trials = hpo.load("w", storage=common["storage"]).trials
     assert [(t.state, {**t.params, **t.system_attrs.get("fixed_params", {})}["fp_precision"]) for t in trials] == [
         (TrialState.COMPLETE, "fp32"), (TrialState.WAITING, "fp32"), (TrialState.COMPLETE, "bf16")]
