@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+from benchmarks._capture import warm_up_on_side_stream
 from benchmarks._children import error_line, run_module_child
 
 VARIANTS = ("eager", "compiled", "captured")
@@ -88,12 +89,7 @@ def _captured(step: Any, inputs: dict[str, torch.Tensor], device: torch.device) 
         body()
         step.scheduler.step()
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(WARMUP_STEPS):
-            eager()
-    torch.cuda.current_stream().wait_stream(side)
+    warm_up_on_side_stream(eager, WARMUP_STEPS)
     graph = torch.cuda.CUDAGraph()
     step.optimizer.zero_grad(set_to_none=True)  # the backward inside the capture allocates the gradients it rewrites
     with torch.cuda.graph(graph):

@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from benchmarks._capture import warm_up_on_side_stream
 from benchmarks._children import error_line, run_module_child
 
 VARIANTS = ("compiled", "eager-fused", "captured", "compiled-graphs")
@@ -89,12 +90,7 @@ def _update(variant: str, params: list[torch.nn.Parameter], lr: torch.Tensor, de
         return torch.compile(update, dynamic=False, mode="reduce-overhead")
     if variant == "eager-fused":
         return update
-    side = torch.cuda.Stream()  # captured: warm up on a side stream (allocations, lazy state), then record
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(PRE_UPDATES):
-            update()
-    torch.cuda.current_stream().wait_stream(side)
+    warm_up_on_side_stream(update, PRE_UPDATES)  # captured: warmed up, then recorded
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         update()

@@ -70,4 +70,4 @@ def has_exited(key: str) -> bool:
         started = _start_time(pid)
     except OSError:
         return False  # /proc cannot tell: leave it
-    return started is None or key != f"{_machine()}/{pid}/{started}"
+    return started is None or key.rsplit("/", 1)[1] != started  # the machine and pid are the key's (checked above)

@@ -17,6 +17,11 @@ def canonical_precision(value: Any) -> Any:
     return PRECISION_ALIASES.get(value, value) if isinstance(value, str) else value
 
 
+def same_value(name: str, a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are one value of parameter ``name`` (``fp_precision``: fp32 under any of its names)."""
+    return a == b or (name == "fp_precision" and canonical_precision(a) == canonical_precision(b))
+
+
 def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:
     """See :meth:`hpo.space._space.SearchSpace.parse_fixes`."""
     fixes: dict[str, Any] = {}
@@ -54,7 +59,7 @@ def _matches(name: str, choice: Any, text: str) -> bool:
             return float(text) == choice
         except ValueError:
             return False
-    return text == choice or (name == "fp_precision" and canonical_precision(text) == canonical_precision(choice))
+    return same_value(name, choice, text)
 
 
 def _parse_value(name: str, p: CategoricalParam | FloatParam | IntParam, text: str) -> Any:

@@ -273,12 +273,10 @@ class SearchSpace(Strict):
             # multivariate, group, constant_liar and PartialFixedSampler are "experimental" in Optuna: our
             # choices, not the user's concern.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler: optuna.samplers.BaseSampler = optuna.samplers.RandomSampler(seed=seed)
-            if not isinstance(spec, RandomSamplerSpec):
-                sampler = optuna.samplers.TPESampler(
-                    seed=seed, n_startup_trials=spec.n_startup_trials, multivariate=spec.multivariate, group=spec.group,
-                    constant_liar=spec.constant_liar,
-                )
+            sampler = optuna.samplers.RandomSampler(seed=seed) if isinstance(spec, RandomSamplerSpec) else optuna.samplers.TPESampler(
+                seed=seed, n_startup_trials=spec.n_startup_trials, multivariate=spec.multivariate, group=spec.group,
+                constant_liar=spec.constant_liar,
+            )
             return optuna.samplers.PartialFixedSampler(self.fixes, sampler) if self.fixes else sampler
 
     def stored_form(self) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError, check_enqueued
 from hpo.storage._checkpoints import TrialCheckpoints
 from hpo.storage._retrying_storage import storage_failure_in
+from hpo.storage._scratch import remove_dead_workers_scratch
 from hpo.study._liveness import worker_identity
 from hpo.study._options import RunOptions
 from hpo.study._outcomes import INTERRUPTED, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, TrialFailedError
@@ -371,8 +372,10 @@ def make_objective(
     latest checkpoint; a store that cannot be written costs the checkpoints, not the trial.
     ``stop_requested`` is polled during training (SIGINT/SIGTERM); ``progress(trial_number,
     update)`` receives the executor's progress updates, ``on_evaluation(trial, step, metrics)``
-    every evaluation's metrics.
+    every evaluation's metrics. Making it (a worker's start) removes the scratch directories that
+    killed workers of this machine left (:func:`hpo.storage._scratch.remove_dead_workers_scratch`).
     """
+    remove_dead_workers_scratch()
     if options is None:
         options = RunOptions(seed=base_seed or 0, device=device or "auto", artifact_store=None)
     elif base_seed is not None or device is not None:

@@ -35,7 +35,6 @@ from hpo._errors import UserError
 from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError
 from hpo.storage._backoff import retry_lost_connection
-from hpo.storage._scratch import remove_dead_workers_scratch
 from hpo.storage._sqlite_lock import sqlite_file_lock
 from hpo.study._data import data_flags
 from hpo.study._liveness import fail_dead_local_trials, lost_retries, releasable
@@ -357,7 +356,6 @@ def run_to_budget(
         return failures < MAX_CONSECUTIVE_FAILURES and not stopping() and (deadline is None or time.monotonic() < deadline)
 
     # Sweeps first: a worker of this machine killed mid-trial (SIGKILL, OOM killer) is found at once, not after the grace period.
-    remove_dead_workers_scratch()  # and the scratch directories it left (checkpoints, a model copy) go
     while _room_for_a_trial(study, n_trials, max_retry, go_on):
         remaining = None if deadline is None else deadline - time.monotonic()
         _optimize(study, budgeted, remaining, after_trial)

@@ -27,7 +27,7 @@ from optuna.trial import FrozenTrial, TrialState
 from hpo._attrs import VERDICT_TRIAL_ATTR, config_of, is_verdict_trial, stored_space, verdict_trial_of
 from hpo._errors import UserError
 from hpo._ranking import best_trials
-from hpo.space._fixes import canonical_precision
+from hpo.space._fixes import canonical_precision, same_value
 from hpo.study._liveness import fail_dead_local_trials
 from hpo.study._study import enqueue_once, finished_count, run_to_budget
 from trial_executor import PRECISIONS
@@ -226,12 +226,9 @@ def for_the_budget(study: optuna.Study, fixes: Mapping[str, Any]) -> optuna.Stud
     nor, in a run with ``--fix`` (``fixes``), a waiting trial whose params say otherwise (an fp32 baseline enqueued
     before a ``--fix fp_precision=bf16`` run, an earlier run's retry): it waits for a run that does not pin them."""
 
-    def same(name: str, a: Any, b: Any) -> bool:  # fp32 under any of its names
-        return canonical_precision(a) == canonical_precision(b) if name == "fp_precision" else a == b
-
     def claimable(trial: FrozenTrial) -> bool:
         params = {**trial.params, **trial.system_attrs.get("fixed_params", {})}
-        return not is_verdict_trial(trial) and all(same(name, params.get(name, value), value) for name, value in fixes.items())
+        return not is_verdict_trial(trial) and all(same_value(name, params.get(name, value), value) for name, value in fixes.items())
 
     return _claiming(study, claimable, may_create=True)
 
