@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +31,13 @@ class ReadOnlyDirectory:
 
     def freeze(self) -> None:
         if self.mounted:
-            subprocess.run(["mount", "-o", "remount,ro", str(self.path)], check=True)
+            # A file open for writing in it (a worker's checkpoint upload) makes the remount busy (exit 32): retried
+            # until the write is done, as a disk an admin remounts read-only between two writes.
+            deadline = time.monotonic() + 10.0
+            while (done := subprocess.run(["mount", "-o", "remount,ro", str(self.path)], capture_output=True, text=True)).returncode:
+                if time.monotonic() > deadline:
+                    raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout, done.stderr)
+                time.sleep(0.02)
         else:
             self.path.chmod(0o555)
         assert not os.access(self.path, os.W_OK), f"{self.path} is still writable"
