@@ -179,7 +179,7 @@ def run_study(prepared: PreparedStudy, options: RunOptions, *, hooks: RunHooks |
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         run_to_budget(
             study, tracked if trackers else objective, options.n_trials, timeout=options.timeout, on_trial_finished=finished,
-            stop_requested=hooks.stop_requested, max_retry=options.max_retry,
+            on_told=objective.told, stop_requested=hooks.stop_requested, max_retry=options.max_retry,
         )
 
 
@@ -358,8 +358,8 @@ def run_verdict(
                                checkpoints=artifact_store(options.artifact_store) if options.artifact_store else None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        run_verdict_trials(study, objective, plan, max_retry=options.max_retry,
-                           on_trial_finished=hooks.on_trial_finished, stop_requested=hooks.stop_requested)
+        run_verdict_trials(study, objective, plan, max_retry=options.max_retry, on_trial_finished=hooks.on_trial_finished,
+                           on_told=objective.told, stop_requested=hooks.stop_requested)
     verdict = build_verdict(study, plan.source.number, plan.seeds, plan.precisions, plan.unsupported)
     if not (hooks.stop_requested and hooks.stop_requested()):  # stopped, it is partial: the stored one (whole, or none) stays
         store_verdict(study, verdict)

@@ -4,7 +4,10 @@ A trial's latest checkpoint is uploaded at each evaluation and named in its user
 ``checkpoint``. When a worker dies, Optuna's ``RetryHeartbeatStaleTrialCallback`` re-queues the
 trial with its user attrs, so the retry starts with its predecessor's ``checkpoint`` attr and
 resumes from it. Only the latest checkpoint of a retry chain is kept, and none once a trial
-finishes unless ``keep`` is set.
+finishes unless ``keep`` is set: a finished trial's checkpoint is removed once Optuna has told the
+trial (:func:`remove_told_checkpoint`), never before, so a worker killed between the end of
+training and the tell leaves its retry the checkpoint to resume from (the pointer then says
+``removed_when_told``).
 
 A worker can die at any point of an upload, so every file is named in the trial's attrs before
 it is written and until it is removed: ``checkpoint_uploading`` names the upload in progress, and
@@ -34,9 +37,12 @@ from hpo.storage._best_model import final_model_dir
 from hpo.storage._scratch import scratch_dir
 
 if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
+
     from trial_executor import Checkpointing
 
 DEFAULT_ARTIFACT_DIR = "hpo-artifacts"
+REMOVED_WHEN_TOLD = "removed_when_told"
 _logger = logging.getLogger(__name__)
 
 
@@ -67,6 +73,9 @@ class TrialCheckpoints:
         self.scratch = scratch_dir(trial.number)
         # A retry starts with its predecessor's user attrs, the checkpoint pointer among them.
         self.inherited: dict[str, Any] | None = trial.user_attrs.get(CHECKPOINT_ATTR)
+        if self.inherited and self.inherited.get(REMOVED_WHEN_TOLD):  # its predecessor died before the tell: this one's now
+            self.inherited = {k: v for k, v in self.inherited.items() if k != REMOVED_WHEN_TOLD}
+            trial.set_user_attr(CHECKPOINT_ATTR, self.inherited)
         self.latest = self.inherited
         self.upload_failed = False
         self._remove_leftovers(trial.user_attrs.get(CHECKPOINT_UPLOADING_ATTR))
@@ -130,10 +139,17 @@ class TrialCheckpoints:
             self.store.remove(pointer["artifact_id"])
 
     def close(self, *, finished: bool) -> None:
-        """Drop local files; once the trial finished, drop its stored checkpoint too (unless ``keep``)."""
+        """Drop local files; once the trial finished, mark its stored checkpoint for removal when told (unless ``keep``)."""
         shutil.rmtree(self.scratch, ignore_errors=True)
         if finished and not self.keep and self.latest is not None:
-            self._remove(self.latest)
-            self.trial.set_user_attr(CHECKPOINT_ATTR, None)
+            self.trial.set_user_attr(CHECKPOINT_ATTR, {**self.latest, REMOVED_WHEN_TOLD: True})
         if finished and self.trial.user_attrs.get(CHECKPOINT_UPLOADING_ATTR) is not None:
             self.trial.set_user_attr(CHECKPOINT_UPLOADING_ATTR, None)  # the upload it named is committed or removed
+
+
+def remove_told_checkpoint(trial: FrozenTrial, store: FileSystemArtifactStore) -> None:
+    """Remove the stored checkpoint ``trial`` finished with, now that Optuna has told it (see the module's docstring)."""
+    pointer = trial.user_attrs.get(CHECKPOINT_ATTR)
+    if trial.state.is_finished() and pointer and pointer.get(REMOVED_WHEN_TOLD):
+        with contextlib.suppress(Exception):  # a store gone read-only keeps a file, not the study from going on
+            store.remove(pointer["artifact_id"])

@@ -21,6 +21,7 @@ from typing import Any
 
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+from optuna.trial import FrozenTrial
 
 from hpo._attrs import (
     CONFIG_ATTR,
@@ -43,7 +44,7 @@ from hpo._attrs import (
 from hpo.space._measures import MEASUREMENTS, constraint_measure, constraint_violation
 from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError, check_enqueued
-from hpo.storage._checkpoints import TrialCheckpoints
+from hpo.storage._checkpoints import TrialCheckpoints, remove_told_checkpoint
 from hpo.storage._retrying_storage import storage_failure_in
 from hpo.storage._scratch import remove_dead_workers_scratch
 from hpo.study._liveness import worker_identity
@@ -210,6 +211,12 @@ class Objective:
                 if saved is not None:  # its scratch files go however it ended (a storage down included)
                     saved.close(finished=not unfinished)
 
+    def told(self, trial: FrozenTrial) -> None:
+        """After Optuna told ``trial``: remove the stored checkpoint it finished with (kept until the tell, so that a worker
+        killed in between leaves its retry something to resume). An Optuna callback: ``lambda study, t: objective.told(t)``."""
+        if self.checkpoints is not None:
+            remove_told_checkpoint(trial, self.checkpoints)
+
     def _record_end(self, trial: optuna.Trial, precision: str | None) -> None:
         """The trial's hardware and the memory in use after it, whichever way it ended."""
         # tf32_enabled from the trial's precision: the process's own flags are back by now.
@@ -369,7 +376,8 @@ def make_objective(
     recorded whatever happens. An enqueued value outside ``space`` or a config the executor
     refuses fails the trial with a ``fail_reason``. With ``checkpoints`` (an artifact store),
     trials checkpoint at each evaluation and a retried trial resumes from its predecessor's
-    latest checkpoint; a store that cannot be written costs the checkpoints, not the trial.
+    latest checkpoint; a store that cannot be written costs the checkpoints, not the trial. A finished
+    trial's checkpoint is removed by :meth:`Objective.told`, to be called once Optuna has told the trial.
     ``stop_requested`` is polled during training (SIGINT/SIGTERM); ``progress(trial_number,
     update)`` receives the executor's progress updates, ``on_evaluation(trial, step, metrics)``
     every evaluation's metrics. Making it (a worker's start) removes the scratch directories that

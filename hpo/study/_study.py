@@ -313,7 +313,7 @@ def run_to_budget(
     n_trials: int,
     *,
     timeout: float | None = None,
-    on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
+    on_trial_finished: Callable[[FrozenTrial, int], None] | None = None, on_told: Callable[[FrozenTrial], None] | None = None,
     stop_requested: Callable[[], bool] | None = None, max_retry: int | None = None,
 ) -> None:
     """Run trials until the study, across all workers and runs, has ``n_trials`` finished ones.
@@ -323,12 +323,14 @@ def run_to_budget(
     Stops after the current trial once ``stop_requested()``; a trial it interrupted is
     re-queued (up to ``max_retry`` times) so that the next run resumes it.
     ``on_trial_finished(trial, finished)`` gets each ended trial and the study's count toward
-    the budget.
+    the budget; ``on_told(trial)`` gets it first (an :class:`~hpo.study._objective.Objective`'s ``told``).
     """
     failures, stopping = 0, stop_requested or (lambda: False)
 
     def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         nonlocal failures
+        if on_told is not None:
+            on_told(trial)
         finished, held = _budget_used(study)  # held: by other workers' running trials, this one has ended
         if on_trial_finished is not None:
             on_trial_finished(trial, finished)

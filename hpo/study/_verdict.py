@@ -236,7 +236,7 @@ def for_the_budget(study: optuna.Study, fixes: Mapping[str, Any]) -> optuna.Stud
 def run_verdict_trials(
     study: optuna.Study, objective: Callable[[optuna.Trial], Any], plan: VerdictPlan, *,
     max_retry: int | None = None, on_trial_finished: Callable[[FrozenTrial, int], None] | None = None,
-    stop_requested: Callable[[], bool] | None = None,
+    on_told: Callable[[FrozenTrial], None] | None = None, stop_requested: Callable[[], bool] | None = None,
 ) -> None:
     """Run the plan's waiting trials until none of them is waiting or running (other trials are left alone).
 
@@ -248,7 +248,7 @@ def run_verdict_trials(
     claiming = _claiming(study, mine, may_create=False)
     while not (stop_requested is not None and stop_requested()):
         with contextlib.suppress(NoWaitingTrialError):
-            run_to_budget(claiming, objective, sys.maxsize, on_trial_finished=on_trial_finished,
+            run_to_budget(claiming, objective, sys.maxsize, on_trial_finished=on_trial_finished, on_told=on_told,
                           stop_requested=stop_requested, max_retry=max_retry)
         if not [t for t in study.get_trials(deepcopy=False, states=_UNFINISHED) if mine(t)]:
             return

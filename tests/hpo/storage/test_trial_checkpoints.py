@@ -16,7 +16,7 @@ from optuna.artifacts import FileSystemArtifactStore
 from optuna.trial import TrialState
 
 from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, RESUMED_AT_STEP_ATTR
-from hpo.storage._checkpoints import TrialCheckpoints
+from hpo.storage._checkpoints import REMOVED_WHEN_TOLD, TrialCheckpoints, remove_told_checkpoint
 
 
 class WorkerKilled(BaseException):
@@ -29,6 +29,7 @@ class DyingStore(FileSystemArtifactStore):
     def __init__(self, base_path: Path, *, die_on_write: int = 0, die_on_remove: bool = False) -> None:
         base_path.mkdir(parents=True, exist_ok=True)  # as hpo.storage.artifact_store makes it
         super().__init__(base_path)
+        self.base = base_path
         self.writes, self.die_on_write, self.die_on_remove = 0, die_on_write, die_on_remove
 
     def write(self, artifact_id: str, content_body: BinaryIO) -> None:
@@ -122,18 +123,52 @@ def test_a_worker_killed_before_removing_the_superseded_checkpoint_leaves_it_to_
     assert _files(tmp_path / "artifacts") == {committed["artifact_id"]}
 
 
-def test_a_finished_trial_leaves_no_checkpoint_and_names_none(study: optuna.Study, checkpoint_file: Path, tmp_path: Path) -> None:
-    store = DyingStore(tmp_path / "artifacts")
+def _finished_with_checkpoints(study: optuna.Study, store: DyingStore, checkpoint_file: Path) -> optuna.Trial:
+    """A trial that saved at steps 10, 20 and 30 and then finished training: closed, not yet told."""
     trial = study.ask()
     checkpoints = TrialCheckpoints(trial, store)
     on_saved = checkpoints.checkpointing().on_saved
     assert on_saved is not None
     for step in (10, 20, 30):
         on_saved(checkpoint_file, step)
-        assert len(_files(tmp_path / "artifacts")) == 1  # the latest only, while the trial runs
+        assert len(_files(store.base)) == 1  # the latest only, while the trial runs
     checkpoints.close(finished=True)
+    return trial
+
+
+def test_a_finished_trial_keeps_its_checkpoint_until_told_then_leaves_none(
+    study: optuna.Study, checkpoint_file: Path, tmp_path: Path,
+) -> None:
+    store = DyingStore(tmp_path / "artifacts")
+    trial = _finished_with_checkpoints(study, store, checkpoint_file)
+    pointer = trial.user_attrs[CHECKPOINT_ATTR]
+    assert pointer[REMOVED_WHEN_TOLD] and pointer["step"] == 30 and trial.user_attrs[CHECKPOINT_UPLOADING_ATTR] is None
+    assert _files(tmp_path / "artifacts") == {pointer["artifact_id"]}
+    remove_told_checkpoint(study.trials[trial.number], store)  # still RUNNING: not told, so kept
+    assert _files(tmp_path / "artifacts") == {pointer["artifact_id"]}
+    study.tell(trial, 0.5)
+    remove_told_checkpoint(study.trials[trial.number], store)
     assert _files(tmp_path / "artifacts") == set()
-    assert trial.user_attrs[CHECKPOINT_ATTR] is None and trial.user_attrs[CHECKPOINT_UPLOADING_ATTR] is None
+
+
+def test_a_worker_killed_between_the_end_of_training_and_the_tell_leaves_its_retry_the_last_checkpoint(
+    study: optuna.Study, checkpoint_file: Path, tmp_path: Path,
+) -> None:
+    """The whole trial's work is not lost to a kill in the last moment: the retry resumes at step 30, and an
+    interrupted retry's FAIL, once told, does not remove what the next retry resumes from."""
+    store = DyingStore(tmp_path / "artifacts")
+    trial = _finished_with_checkpoints(study, store, checkpoint_file)
+    study.tell(trial, state=TrialState.FAIL)  # the stale heartbeat's sweep: no tell of its own, no told callback
+    optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study.trials[trial.number])
+    retry = study.ask()
+    checkpoints = TrialCheckpoints(retry, store)
+    checkpointing = checkpoints.checkpointing()
+    assert checkpointing.resume_from is not None and retry.user_attrs[RESUMED_AT_STEP_ATTR] == 30
+    assert REMOVED_WHEN_TOLD not in retry.user_attrs[CHECKPOINT_ATTR]
+    checkpoints.close(finished=False)  # interrupted (Ctrl-C): its retry resumes from the same checkpoint
+    study.tell(retry, state=TrialState.FAIL)
+    remove_told_checkpoint(study.trials[retry.number], store)
+    assert _files(tmp_path / "artifacts") == {retry.user_attrs[CHECKPOINT_ATTR]["artifact_id"]}
 
 
 def test_a_retry_run_with_another_artifact_store_starts_over_and_says_so(

@@ -127,6 +127,9 @@ def test_verdict_pairs_seeds_across_two_workers_survives_a_sigkill_and_its_inter
     assert next(t for t in trials if t.number == victim.number).state == TrialState.FAIL
     retry = next(t for t in trials if t.system_attrs.get("failed_trial") == victim.number)
     assert retry.state == TrialState.COMPLETE and retry.user_attrs["resumed_at_step"] > 0
+    # Every checkpoint went once its trial was told (the victim's own once its retry had resumed past it).
+    pointers = {t.user_attrs["checkpoint"]["artifact_id"] for t in trials if t.user_attrs.get("checkpoint")}
+    assert pointers and not pointers & {p.name for p in (tmp_path / "artifacts").iterdir()}
     done = {(t.user_attrs["verdict_trial"]["precision"], t.user_attrs["verdict_trial"]["seed"]): t
             for t in verdict_trials if t.state == TrialState.COMPLETE}
     assert sorted(done) == sorted((p, s) for p in ("fp32", "fp16", "bf16") for s in (0, 1))
