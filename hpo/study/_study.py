@@ -311,8 +311,7 @@ def run_to_budget(
     study: optuna.Study,
     objective: Callable[[optuna.Trial], float],
     n_trials: int,
-    *,
-    timeout: float | None = None,
+    *, timeout: float | None = None,
     on_trial_finished: Callable[[FrozenTrial, int], None] | None = None, on_told: Callable[[FrozenTrial], None] | None = None,
     stop_requested: Callable[[], bool] | None = None, max_retry: int | None = None,
 ) -> None:
