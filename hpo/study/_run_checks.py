@@ -6,7 +6,9 @@ built, so the command line and a Python caller check the same way.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 from hpo._errors import UserError
@@ -93,6 +95,17 @@ def check_writable_directory(path: str | Path, flag: str) -> None:
     if existing.exists() and not existing.is_dir():
         what = "is" if existing == directory else f"is under {existing}, which is"
         raise UserError(f"{flag} {directory} {what} a file, not a directory; pass a directory path")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if not (os.access(existing, os.W_OK | os.X_OK) and _can_create_in(existing)):
         where = "" if existing == directory else f" (nor can it be created in {existing})"
         raise UserError(f"{flag} {directory} is not writable{where}; pass a writable directory")
+
+
+def _can_create_in(directory: Path) -> bool:
+    """An entry can be made in ``directory``: tried, as os.access says yes to root for anything (/proc, /sys)."""
+    try:
+        probe = tempfile.mkdtemp(prefix=".hpo-write-check-", dir=directory)
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        os.rmdir(probe)
+    return True

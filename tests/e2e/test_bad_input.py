@@ -95,6 +95,9 @@ CASES: dict[str, tuple[Any, str]] = {
     "one column for text and label": (
         lambda c: ["--data", _a_file(c), "--text-column", "sentence", "--label-column", "sentence"],
         "--text-column and --label-column both name the column 'sentence'; give each its own column"),
+    # Root passes os.access for anything: the check must try, not ask.
+    "cache dir under /proc": (lambda c: ["--cache-dir", "/proc/hpo-tokens"],
+                              "--cache-dir /proc/hpo-tokens is not writable (nor can it be created in /proc); pass a writable directory"),
     "a data flag without --data": (lambda c: ["--text-column", "sentence"], "--text-column needs --data; pass the training file too"),
     "--mixed-precision against --fix fp_precision": (
         lambda c: ["--mixed-precision", "bf16", "--fix", "fp_precision=fp32"],
