@@ -21,7 +21,7 @@ from torch._dynamo.utils import counters
 
 from trial_executor import TextClassificationData, TrainConfig, demo_dataset, run_trial
 from trial_executor.device._throughput import SETUP_OCCURRENCES
-from trial_executor.precision._policy import PrecisionPolicy
+from trial_executor.precision._policy import PrecisionPolicy, global_state_kept
 from trial_executor.train._build import TrialParts, build_trial
 from trial_executor.train._checkpoint import restore_trial, trial_state
 from trial_executor.train._compiled import CompiledStep, compile_modes
@@ -44,14 +44,18 @@ def fresh_compiler() -> Iterator[None]:
     counters.clear()
     # Scalar C++ kernels: these tests count what the host dispatches and compare losses, which vectorised
     # kernels do not change, and inductor's vectorised C++ is about a third of a cold compile on 2 cores.
-    with torch._inductor.config.patch({"cpp.vec_isa_ok": False}):
+    with torch._inductor.config.patch({"cpp.vec_isa_ok": False}), global_state_kept():
         yield
 
 
 def _parts(data: TextClassificationData, *, dropout: bool = False, **changes: Any) -> TrialParts:
     config = TrainConfig(**{**BASE, **changes})
     seed_everything(config.seed)
-    parts = build_trial(config, data, CPU, PrecisionPolicy.resolve(config.fp_precision, CPU))
+    policy = PrecisionPolicy.resolve(config.fp_precision, CPU)
+    # The trial's own TF32 flags, as run_trial sets them: inductor's cache key holds them (the CUDA matmul
+    # precision, even on the CPU), so the compiled graphs here are the ones a trial then finds in the cache.
+    policy.apply_global_state(cudnn_benchmark=config.cudnn_benchmark)
+    parts = build_trial(config, data, CPU, policy)
     for module in parts.model.modules():  # no dropout: compiled and eager then compute the same function
         if isinstance(module, torch.nn.Dropout) and not dropout:
             module.p = 0.0
