@@ -85,7 +85,7 @@ class TrialCheckpoints:
         committed = self.inherited["artifact_id"] if self.inherited else None
         for artifact_id in (uploading, (self.inherited or {}).get("superseded")):
             if artifact_id and artifact_id != committed:
-                self._remove({"artifact_id": artifact_id})
+                _remove(self.store, {"artifact_id": artifact_id})
 
     def checkpointing(self) -> Checkpointing:
         # Imported here: the dashboard reads this module's store and must not pay for torch.
@@ -118,7 +118,7 @@ class TrialCheckpoints:
             with path.open("rb") as checkpoint:
                 self.store.write(artifact_id, checkpoint)
         except Exception as err:  # a read-only or full store costs this checkpoint, not the trial
-            self._remove({"artifact_id": artifact_id})  # what a full disk left half-written
+            _remove(self.store, {"artifact_id": artifact_id})  # what a full disk left half-written
             if not self.upload_failed:
                 kept = f"step {self.latest['step']}" if self.latest else "none"
                 _logger.warning(
@@ -132,11 +132,8 @@ class TrialCheckpoints:
             self.latest["superseded"] = previous["artifact_id"]  # named until removed: see the module's docstring
         self.trial.set_user_attr(CHECKPOINT_ATTR, self.latest)
         if previous is not None:
-            self._remove(previous)
+            _remove(self.store, previous)
 
-    def _remove(self, pointer: dict[str, Any]) -> None:
-        with contextlib.suppress(Exception):
-            self.store.remove(pointer["artifact_id"])
 
     def close(self, *, finished: bool) -> None:
         """Drop local files; once the trial finished, mark its stored checkpoint for removal when told (unless ``keep``)."""
@@ -151,5 +148,9 @@ def remove_told_checkpoint(trial: FrozenTrial, store: FileSystemArtifactStore) -
     """Remove the stored checkpoint ``trial`` finished with, now that Optuna has told it (see the module's docstring)."""
     pointer = trial.user_attrs.get(CHECKPOINT_ATTR)
     if trial.state.is_finished() and pointer and pointer.get(REMOVED_WHEN_TOLD):
-        with contextlib.suppress(Exception):  # a store gone read-only keeps a file, not the study from going on
-            store.remove(pointer["artifact_id"])
+        _remove(store, pointer)
+
+
+def _remove(store: FileSystemArtifactStore, pointer: dict[str, Any]) -> None:
+    with contextlib.suppress(Exception):  # a store gone read-only keeps a file, not the study from going on
+        store.remove(pointer["artifact_id"])
