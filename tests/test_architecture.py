@@ -173,6 +173,25 @@ def test_checking_a_model_name_does_not_import_modeling_code() -> None:
     assert out.strip() == "['torch']"
 
 
+def test_checking_the_machine_and_a_trials_knobs_imports_no_transformers_or_dynamo() -> None:
+    # What a run's precision check, `hpo check` before it times anything and a refused precision do:
+    # resolve the device, ask which precisions it runs, read its metadata, decide a config's knobs.
+    # transformers (a config, a tokenizer type) and dynamo (the varlen kernel's module) cost seconds there.
+    code = (
+        "import sys, torch\n"
+        "from trial_executor import TrainConfig, hardware_metadata, precision_support, resolve_device\n"
+        "from trial_executor.device import resolve_knobs\n"
+        "device = resolve_device('cpu')\n"
+        "assert precision_support(device)['fp32'] is None and hardware_metadata(device)['device_type'] == 'cpu'\n"
+        "resolve_knobs(TrainConfig(fp_precision='bf16', model='tiny-bert'), device, packed_supported=True, total_params=10**6)\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'torch._dynamo', 'tokenizers') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['torch']"
+
+
 def test_importing_a_command_module_leaves_the_function_of_its_name() -> None:
     # hpo/verdict.py is `python -m hpo.verdict`; hpo.verdict is also the Python API's function.
     # Imported either way round, and through `python -m hpo verdict`'s dispatch, neither hides the other.

@@ -23,13 +23,16 @@ import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from transformers import PreTrainedTokenizerBase
 
 from trial_executor._caches import BoundedCache
 from trial_executor.batches._batching import TokenizedSplit
 from trial_executor.data import TextClassificationData
+
+if TYPE_CHECKING:  # annotations only: a process that never tokenizes never imports transformers here
+    from transformers import PreTrainedTokenizerBase
 
 # Tokenizers are cached per process (one object serves many trials): hash each once. Not a
 # BoundedCache: a fingerprint belongs to one live tokenizer object (keyed by identity), and goes

@@ -1,6 +1,7 @@
 """The model: names resolved once per trial, loading by name or directory, the worker's pretrained cache, LoRA, saving, and the forward a trial trains through.
 
-Checking a model name (``_source``) reads configs only. The other names import transformers'
+Checking a model name (``_source``) reads configs only, and whether varlen attention can run
+(``_varlen``) asks torch only. The other names import transformers'
 modeling code (seconds at start-up) and are imported on first use, through ``__getattr__``
 below, so a process that only checks names (a study's driver, ``--workers`` and Ray parents,
 a bad ``--model``) never pays for it. Type checkers read them from the ``TYPE_CHECKING`` block.
@@ -21,6 +22,7 @@ from trial_executor.model._source import (
     checkpoint_dtype,
     resolve_model,
 )
+from trial_executor.model._varlen import varlen_attention_available
 
 if TYPE_CHECKING:
     from trial_executor.model._forward import (
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
         peft_available,
         trainable_state_dict,
     )
-    from trial_executor.model._packed import PackedBertClassifier, supports_packed_forward, varlen_attention_available
+    from trial_executor.model._packed import PackedBertClassifier, supports_packed_forward
     from trial_executor.model._saving import save_final_model
 
 # The deferred (modeling-code) names, by module: the same names as the block above.
@@ -49,7 +51,7 @@ _MODELING = {
     "trial_executor.model._loading": ("load_model", "preload_model", "train_wordpiece_tokenizer"),
     "trial_executor.model._lora": ("INSTALL_HINT", "LoraUnavailableError", "apply_lora", "load_trainable_state_dict", "lora_target_problem",
                                    "parameter_counts", "peft_available", "trainable_state_dict"),
-    "trial_executor.model._packed": ("PackedBertClassifier", "supports_packed_forward", "varlen_attention_available"),
+    "trial_executor.model._packed": ("PackedBertClassifier", "supports_packed_forward"),
     "trial_executor.model._saving": ("save_final_model",),
 }
 __getattr__ = deferred_names(globals(), _MODELING)

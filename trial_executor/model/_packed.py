@@ -32,7 +32,6 @@ steps (:class:`_WordEmbeddingLookup`): a new tensor of that size each step is a 
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, NamedTuple
 
 import torch
@@ -42,11 +41,7 @@ from transformers import BertForSequenceClassification, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from trial_executor.batches import packing
-
-try:  # FlashAttention on packed rows (torch >= 2.10); CUDA only
-    from torch.nn.attention.varlen import varlen_attn as _varlen_attn
-except ImportError:
-    _varlen_attn = None
+from trial_executor.model._varlen import attend_varlen, varlen_kernel_present
 
 
 def supports_packed_forward(model: PreTrainedModel) -> bool:
@@ -132,24 +127,6 @@ def _project(h: torch.Tensor, modules: list[torch.nn.Module]) -> torch.Tensor:
     return torch.cat([m(h) for m in modules], dim=1)
 
 
-# torch 2.9's varlen_attn takes no ``scale`` (its default, head_dim ** -0.5, is BERT's own).
-_VARLEN_TAKES_SCALE = _varlen_attn is not None and "scale" in inspect.signature(_varlen_attn).parameters
-
-
-def varlen_attention_available() -> bool:
-    """Whether this torch has FlashAttention's varlen entry point (torch >= 2.10) and a CUDA device."""
-    return _varlen_attn is not None and torch.cuda.is_available()
-
-
-def _attend_varlen(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor, cu_k: torch.Tensor, max_q: int, max_k: int, scale: float,
-) -> torch.Tensor:
-    # (tokens, heads, head_dim) in, (tokens, heads * head_dim) out; no attention-probability dropout (see the class).
-    assert _varlen_attn is not None
-    scaling = {"scale": scale} if _VARLEN_TAKES_SCALE else {}
-    return _varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **scaling).flatten(1)
-
-
 class PackedBertClassifier:
     """Call like the model: ``forward(input_ids=, attention_mask=, labels=None, token_type_ids=None)`` -> loss and logits.
 
@@ -175,7 +152,7 @@ class PackedBertClassifier:
             raise ValueError(f"{type(model).__name__} with this config has no packed forward")
         self.model = model
         self.gradient_checkpointing = gradient_checkpointing
-        self.varlen = varlen and _varlen_attn is not None
+        self.varlen = varlen and varlen_kernel_present()
         self.static_shapes = static_shapes
         self._embedding_grad: dict[str, torch.Tensor] = {}  # the reused word-embedding gradient buffer
 
@@ -251,12 +228,12 @@ class PackedBertClassifier:
             longest = h.shape[0] if self.static_shapes else ctx.width
             if not last:
                 q, k, v = _project(h, [sa.query, sa.key, sa.value]).view(-1, 3, heads, head_dim).unbind(1)
-                out = _attend_varlen(q, k, v, ctx.cu_seqlens, ctx.cu_seqlens, longest, longest, sa.scaling)
+                out = attend_varlen(q, k, v, ctx.cu_seqlens, ctx.cu_seqlens, longest, longest, sa.scaling)
             else:
                 k, v = _project(h, [sa.key, sa.value]).view(-1, 2, heads, head_dim).unbind(1)
                 h = h.index_select(0, ctx.cls)
                 q = sa.query(h).view(batch, heads, head_dim)
-                out = _attend_varlen(q, k, v, ctx.one_per_row, ctx.cu_seqlens[: batch + 1], 1, longest, sa.scaling)
+                out = attend_varlen(q, k, v, ctx.one_per_row, ctx.cu_seqlens[: batch + 1], 1, longest, sa.scaling)
         elif not last:
             q, k, v = self._grid(_project(h, [sa.query, sa.key, sa.value]), ctx, 3, heads, head_dim)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.key_bias, dropout_p=dropout, scale=sa.scaling)

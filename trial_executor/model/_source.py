@@ -19,11 +19,16 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from transformers import AutoConfig, BertConfig, DistilBertConfig, PretrainedConfig
-
 from trial_executor._caches import BoundedCache
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+# transformers is imported where a config is read or built, not here: deciding a trial's knobs and
+# checking a precision import this package (through ``device``) and read no config (about a second).
 
 
 class ModelNotFoundError(ValueError):
@@ -38,6 +43,8 @@ _TINY_MAX_POSITIONS = 512
 
 
 def _tiny_bert(vocab_size: int) -> PretrainedConfig:
+    from transformers import BertConfig
+
     return BertConfig(
         vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=128, max_position_embeddings=_TINY_MAX_POSITIONS, pad_token_id=0,
@@ -45,6 +52,8 @@ def _tiny_bert(vocab_size: int) -> PretrainedConfig:
 
 
 def _tiny_distilbert(vocab_size: int) -> PretrainedConfig:
+    from transformers import DistilBertConfig
+
     return DistilBertConfig(
         vocab_size=vocab_size, dim=64, n_layers=2, n_heads=2, hidden_dim=128,
         max_position_embeddings=_TINY_MAX_POSITIONS, pad_token_id=0,
@@ -178,6 +187,8 @@ def _safetensors_header(file: Path) -> dict[str, dict[str, object]]:
 def _check_source(name: str) -> None:
     if Path(name).exists() or name.startswith((".", "/", "~")):
         raise ModelNotFoundError(f"model {name!r} is not a directory; pass a directory saved with save_pretrained or a preset ({', '.join(PRESETS)})")
+    from transformers import AutoConfig
+
     try:
         AutoConfig.from_pretrained(name, local_files_only=True)  # already in the local HF cache
         return
@@ -222,6 +233,8 @@ def saved_config(path: str, signature: Signature = ()) -> PretrainedConfig:
 
     Shared: read it, never change it (``from_config`` does: give it a copy).
     """
+    from transformers import AutoConfig
+
     return _CONFIGS.get_or_make((path, signature), lambda: AutoConfig.from_pretrained(path))
 
 
