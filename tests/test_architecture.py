@@ -100,6 +100,14 @@ def test_the_checks_see_a_cycle() -> None:
     assert "hpo.storage._sqlite_lock" in graph["hpo.study._study"]
 
 
+def _python_prints(code: str, **env: str) -> str:
+    """What ``python -c code`` prints in a fresh interpreter with this checkout on its path; its stderr when it fails."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 def test_reading_a_space_or_a_study_does_not_import_torch() -> None:
     # The read-only commands and the space loader stay clear of torch (seconds to import); the
     # objective and the executor's run are the deferred names of the two __init__ files. So do
@@ -111,9 +119,7 @@ def test_reading_a_space_or_a_study_does_not_import_torch() -> None:
         "hpo.load_search_space(hpo.DEFAULT_SPACE)\n"
         "print(sorted(m for m in ('optuna', 'torch', 'transformers') if m in sys.modules))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
-    assert out.strip() == "['optuna']"
+    assert _python_prints(code) == "['optuna']"
 
 
 def test_every_public_name_resolves() -> None:
@@ -153,9 +159,7 @@ def test_the_executor_is_concept_packages_around_a_torch_free_contract() -> None
 def test_the_executor_contract_and_data_do_not_import_torch() -> None:
     code = "import sys\nimport " + ", ".join([*EXECUTOR_CONTRACT, "trial_executor.data", "trial_executor"]) + "\n"
     code += "print(sorted(m for m in ('numpy', 'torch', 'transformers', 'pydantic') if m in sys.modules))\n"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
-    assert out.strip() == "['pydantic']"  # pydantic (the config's validation) shows the check sees what is imported
+    assert _python_prints(code) == "['pydantic']"  # pydantic (the config's validation) shows the check sees what is imported
 
 
 def test_checking_a_model_name_does_not_import_modeling_code() -> None:
@@ -168,9 +172,7 @@ def test_checking_a_model_name_does_not_import_modeling_code() -> None:
         "try:\n    check_model_name('tiny-bret')\nexcept ModelNotFoundError:\n    pass\n"
         "print(sorted(m for m in ('torch', 'transformers.modeling_utils', 'torch._dynamo') if m in sys.modules))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
-    assert out.strip() == "['torch']"
+    assert _python_prints(code, HF_HUB_OFFLINE="1") == "['torch']"
 
 
 def test_checking_the_machine_and_a_trials_knobs_imports_no_transformers_or_dynamo() -> None:
@@ -186,10 +188,7 @@ def test_checking_the_machine_and_a_trials_knobs_imports_no_transformers_or_dyna
         "resolve_knobs(TrainConfig(fp_precision='bf16', model='tiny-bert'), device, packed_supported=True, total_params=10**6)\n"
         "print(sorted(m for m in ('torch', 'transformers', 'torch._dynamo', 'tokenizers') if m in sys.modules))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "['torch']"
+    assert _python_prints(code) == "['torch']"
 
 
 def test_importing_a_command_module_leaves_the_function_of_its_name() -> None:
@@ -205,9 +204,8 @@ def test_importing_a_command_module_leaves_the_function_of_its_name() -> None:
         "assert hpo.__main__.main(['verdict', '--help']) == 0\n"
         "assert hpo.verdict.__module__ == 'hpo._api', hpo.verdict\n"
     )
+    _python_prints(code)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
     entry = subprocess.run([sys.executable, "-m", "hpo.verdict", "--help"], capture_output=True, text=True, env=env, timeout=120)
     assert entry.returncode == 0 and "usage:" in entry.stdout
 
