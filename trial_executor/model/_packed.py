@@ -41,7 +41,7 @@ from transformers import BertForSequenceClassification, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from trial_executor.batches import packing
-from trial_executor.model._varlen import attend_varlen, varlen_kernel_present
+from trial_executor.model._varlen import varlen_kernel
 
 
 def supports_packed_forward(model: PreTrainedModel) -> bool:
@@ -152,7 +152,9 @@ class PackedBertClassifier:
             raise ValueError(f"{type(model).__name__} with this config has no packed forward")
         self.model = model
         self.gradient_checkpointing = gradient_checkpointing
-        self.varlen = varlen and varlen_kernel_present()
+        # Resolved here, not in the forward a compiled step traces (its first lookup imports a module).
+        self._attend_varlen = varlen_kernel() if varlen else None
+        self.varlen = self._attend_varlen is not None
         self.static_shapes = static_shapes
         self._embedding_grad: dict[str, torch.Tensor] = {}  # the reused word-embedding gradient buffer
 
@@ -224,6 +226,8 @@ class PackedBertClassifier:
         heads, head_dim, batch = sa.num_attention_heads, sa.attention_head_size, ctx.batch
         dropout = sa.dropout.p if ctx.training else 0.0
         if ctx.varlen:
+            attend_varlen = self._attend_varlen
+            assert attend_varlen is not None  # ctx.varlen only where self.varlen
             # Static shapes: the padding tokens are one more segment; any segment fits in all the tokens.
             longest = h.shape[0] if self.static_shapes else ctx.width
             if not last:

@@ -9,42 +9,38 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
+# attend(q, k, v, cu_q, cu_k, max_q, max_k, scale): (tokens, heads, head_dim) in, (tokens, heads * head_dim) out.
+VarlenAttend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, int, float], torch.Tensor]
+
 
 @functools.cache
-def _varlen_kernel() -> tuple[Callable[..., torch.Tensor], bool] | None:
-    """The entry point and whether it takes ``scale``; ``None`` below torch 2.10.
+def varlen_kernel() -> VarlenAttend | None:
+    """Attention through FlashAttention's varlen entry point (no attention-probability dropout); ``None`` below torch 2.10.
 
-    Looked up on first use: ``torch.nn.attention.varlen`` imports dynamo (about a second), which a
-    process on a machine without CUDA, where the kernel cannot run, never needs.
+    Looked up on first call, since ``torch.nn.attention.varlen`` imports dynamo (about a second), which a
+    process on a machine without CUDA, where the kernel cannot run, never needs. Call this once, outside
+    compiled code (the packed forward does when it is built): the function it returns is what a traced
+    step calls.
     """
     try:
         from torch.nn.attention.varlen import varlen_attn
     except ImportError:
         return None
     # torch 2.9's varlen_attn takes no ``scale`` (its default, head_dim ** -0.5, is BERT's own).
-    return varlen_attn, "scale" in inspect.signature(varlen_attn).parameters
+    takes_scale = "scale" in inspect.signature(varlen_attn).parameters
 
+    def attend(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor, cu_k: torch.Tensor, max_q: int, max_k: int, scale: float,
+    ) -> torch.Tensor:
+        scaling = {"scale": scale} if takes_scale else {}
+        return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **scaling).flatten(1)
 
-def varlen_kernel_present() -> bool:
-    """Whether this torch has FlashAttention's varlen entry point (torch >= 2.10), device aside."""
-    return _varlen_kernel() is not None
+    return attend
 
 
 def varlen_attention_available() -> bool:
     """Whether this torch has FlashAttention's varlen entry point (torch >= 2.10) and a CUDA device."""
-    return torch.cuda.is_available() and varlen_kernel_present()
-
-
-def attend_varlen(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor, cu_k: torch.Tensor, max_q: int, max_k: int, scale: float,
-) -> torch.Tensor:
-    """(tokens, heads, head_dim) in, (tokens, heads * head_dim) out; no attention-probability dropout."""
-    kernel = _varlen_kernel()
-    assert kernel is not None
-    varlen_attn, takes_scale = kernel
-    scaling: dict[str, Any] = {"scale": scale} if takes_scale else {}
-    return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **scaling).flatten(1)
+    return torch.cuda.is_available() and varlen_kernel() is not None
