@@ -87,9 +87,10 @@ def _precision_state(precision: str) -> None:
     set_tf32(precision == "tf32")
 
 
-# Our knobs on/off (issue 23): "ours" runs the device's defaults, where all three are off.
+# Our knobs on/off (issue 23): "ours" runs the device's defaults, where all of them are off.
 OURS_VARIANTS: dict[str, dict[str, bool]] = {
-    "ours": {}, "ours-compile-step": {"compile_step": True}, "ours-torch-compile": {"torch_compile": True},
+    "ours": {}, "ours-compile-step": {"compile_step": True}, "ours-capture-step": {"capture_step": True},
+    "ours-torch-compile": {"torch_compile": True},
     "ours-varlen": {"varlen_attention": True}, "ours-master-weights": {"master_weights": True},
 }
 

@@ -9,7 +9,7 @@
 #
 # A dry run on the CPU (no kit): SKIP_SETUP=1 DEVICE=cpu MODEL=tiny-bert CHECK_MODEL=tiny-bert ROWS=400 OUT=/tmp/plan bash benchmarks/gpu_plan.sh 6
 set -uo pipefail
-step=${1:?"which step: 1, 1b, 1c, u, c, 2 to 5, 5e, 6 to 8 (benchmarks/RESULTS.md lists them)"}
+step=${1:?"which step: 1, 1b, 1c, u, c, 2 to 5, 5e, 5c, 6 to 8 (benchmarks/RESULTS.md lists them)"}
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-/tmp/minilm}        # all-MiniLM-L6-v2 in fp32, made by .gpu/setup.sh
 BERT=${BERT:-/tmp/bert-base}       # BERT-base, random init, made by .gpu/setup.sh
@@ -61,20 +61,21 @@ gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$
         echo "exit status $?" ;;
     u)  # What the update costs the host: compiled (today's CUDA update), eager fused, captured, compiled with graphs.
         "$PY" -m benchmarks.update_host --device "$DEVICE" --model "$CHECK_MODEL" ;;
-    c)  # The whole step as one CUDA graph by hand, against the eager and compiled steps: speed at 32 x 128 and at
-        # 32 x 32 (short rows: where the host sets the pace), then the losses without dropout (must agree).
+    c)  # The captured step (capture_step: the whole step as one CUDA graph by hand), against the eager and compiled
+        # steps: speed at 32 x 128 and at 32 x 32 (short rows: where the host sets the pace), then the losses without
+        # dropout (must agree).
         sc() { "$PY" -m benchmarks.step_capture --device "$DEVICE" --model "$CHECK_MODEL" "$@"; }
         sc --batch-size 32 --seq-len 128 --precisions fp32,bf16 --variants eager,captured
         sc --batch-size 32 --seq-len 32 --precisions bf16 --variants eager,compiled,captured
         sc --batch-size 32 --seq-len 128 --precisions bf16 --variants eager,captured --no-dropout --steps 20 ;;
     2)  # SST-2 rows at batch 32: the cells that miss today.
         gpu --rows 4000 --kinds sst2 --batches 32 --precisions fp32,bf16 \
-            --tools ours,ours-compile-step,ours-master-weights,hf,plain,plain-compiled ;;
+            --tools ours,ours-compile-step,ours-capture-step,ours-master-weights,hf,plain,plain-compiled ;;
     3)  # 128-token rows at batch 256 (target: bf16 >= 5x our fp32).
-        gpu --rows 6000 --kinds long --batches 256 --precisions fp32,bf16 --tools ours,ours-compile-step,ours-master-weights,hf,plain ;;
+        gpu --rows 6000 --kinds long --batches 256 --precisions fp32,bf16 --tools ours,ours-compile-step,ours-capture-step,ours-master-weights,hf,plain ;;
     4)  # The other knobs on and off.
         gpu --rows 4000 --kinds sst2,long --batches 64 --precisions bf16 \
-            --tools ours,ours-torch-compile,ours-varlen,ours-compile-step,ours-master-weights ;;
+            --tools ours,ours-torch-compile,ours-varlen,ours-compile-step,ours-capture-step,ours-master-weights ;;
     5)  # Issue 23's study: 10 MiniLM trials, the whole step compiled; then its report (matched bf16 speedup,
         # host-limited flags, memory not released).
         subset
@@ -82,14 +83,16 @@ gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$
         "$PY" -m hpo run --space benchmarks/spaces/minilm_cuda.yaml --model "$MODEL" $(data_flags) \
             --study-name minilm-cuda --n-trials 10 --quiet
         "$PY" -m hpo report --study-name minilm-cuda --storage "sqlite:///$OUT/studies.db" --out "$OUT/report-minilm-cuda" ;;
-    5e) # Step 5's study with the step eager (compile_step: false), for the wall-clock comparison.
+    5e|5c) # Step 5's study with the step eager (5e: compile_step false) or captured (5c: capture_step true, no compiler).
         subset
-        sed 's/^  compile_step: true$/  compile_step: false/' benchmarks/spaces/minilm_cuda.yaml > "$OUT/minilm_cuda_eager.yaml"
-        grep -q '^  compile_step: false$' "$OUT/minilm_cuda_eager.yaml" || { echo "no compile_step: true to turn off" >&2; exit 2; }
+        way=eager; knob="compile_step: false"
+        [ "$step" = 5c ] && { way=captured; knob="capture_step: true"; }
+        sed "s/^  compile_step: true\$/  $knob/" benchmarks/spaces/minilm_cuda.yaml > "$OUT/minilm_cuda_$way.yaml"
+        grep -q "^  $knob\$" "$OUT/minilm_cuda_$way.yaml" || { echo "no compile_step: true to replace" >&2; exit 2; }
         # shellcheck disable=SC2046
-        "$PY" -m hpo run --space "$OUT/minilm_cuda_eager.yaml" --model "$MODEL" $(data_flags) \
-            --study-name minilm-cuda-eager --n-trials 10 --quiet
-        "$PY" -m hpo report --study-name minilm-cuda-eager --storage "sqlite:///$OUT/studies.db" --out "$OUT/report-minilm-cuda-eager" ;;
+        "$PY" -m hpo run --space "$OUT/minilm_cuda_$way.yaml" --model "$MODEL" $(data_flags) \
+            --study-name "minilm-cuda-$way" --n-trials 10 --quiet
+        "$PY" -m hpo report --study-name "minilm-cuda-$way" --storage "sqlite:///$OUT/studies.db" --out "$OUT/report-minilm-cuda-$way" ;;
     6)  # Issue 25's GPU verdict: a short study over every precision, then 3 paired seeds per precision.
         subset
         # shellcheck disable=SC2046
@@ -100,6 +103,6 @@ gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$
     7)  # The full matrix, first half (fp32, tf32); step 8 the second (fp16, bf16).
         gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp32,tf32 --tools ours-compile-step,hf,plain,plain-compiled ;;
     8)  gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp16,bf16 --tools ours-compile-step,hf,plain,plain-compiled ;;
-    *)  echo "unknown step $step: 1, 1b, 1c, u, c, 2 to 5, 5e, 6 to 8" >&2; exit 2 ;;
+    *)  echo "unknown step $step: 1, 1b, 1c, u, c, 2 to 5, 5e, 5c, 6 to 8" >&2; exit 2 ;;
   esac
 } 2>&1 | tee "$log"

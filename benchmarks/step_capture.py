@@ -13,10 +13,10 @@ batch through ``trial_executor.train.build_step``):
 
 - ``eager``: the eager step (``compile_step`` off);
 - ``compiled``: the compiled step (``compile_step`` on);
-- ``captured`` (CUDA only): the compiled step's two regions run uncompiled (the forward with its
-  weighted loss under the precision's autocast, its cache of cast weights off as capture needs,
-  the backward, clipping and the capturable AdamW
-  with its learning rate a device tensor) recorded once as one CUDA graph after 3 steps on a side
+- ``captured`` (CUDA only): the captured step (``capture_step`` on: ``trial_executor.train._captured``),
+  the compiled step's two regions uncompiled (the forward with its weighted loss under the
+  precision's autocast, its cache of cast weights off, the backward, clipping and the capturable
+  AdamW with its learning rate a device tensor), recorded as one CUDA graph after a step on a side
   stream, then replayed; the learning rate is filled in place between replays, as every step does.
 
 Per variant and precision: the first steps' seconds (compiling or capturing), ms a step, the
@@ -35,72 +35,25 @@ A dry run on the CPU: ``--device cpu --model tiny-bert --batch-size 4 --seq-len 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from benchmarks._capture import warm_up_on_side_stream
 from benchmarks._children import error_line, run_module_child
 
 VARIANTS = ("eager", "compiled", "captured")
-WARMUP_STEPS = 3  # side-stream steps before the capture (real steps: the optimizer's state and the allocator settle)
+WARMUP_STEPS = 3  # steps before the timed first one (the captured step warms up and records among them)
 
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _captured(step: Any, inputs: dict[str, torch.Tensor], device: torch.device) -> Callable[[], None]:
-    """One replay a step of ``step``'s (a CompiledStep's) uncompiled regions, recorded as one CUDA graph (CUDA only:
-    the compiled step's AdamW is capturable, which runs uncompiled on CUDA only)."""
-    from trial_executor.batches import to_device
-    from trial_executor.train._compiled import weighted_loss
-
-    static = to_device(inputs, device)  # the graph reads these addresses: each step copies its batch in
-    dtype = step.policy.autocast_dtype
-    # Autocast's cache of cast weights must be off under capture (make_graphed_callables refuses it on).
-    autocast = (lambda: torch.autocast("cuda", dtype=dtype, cache_enabled=False)) if dtype is not None else contextlib.nullcontext
-
-    def body() -> None:
-        features = {k: v for k, v in static.items() if k not in ("labels", "row_weight")}
-        with autocast():
-            logits = step.forward(**features).logits
-        loss = weighted_loss(logits.float(), static["labels"], static["row_weight"], step.problem_type)
-        loss.backward()
-        step.loss_sum += loss.detach()
-        with torch.no_grad():
-            step._update()
-
-    def copy_in() -> None:
-        for name, tensor in inputs.items():
-            static[name].copy_(tensor, non_blocking=True)
-
-    def eager() -> None:
-        copy_in()
-        step.optimizer.zero_grad(set_to_none=True)
-        body()
-        step.scheduler.step()
-
-    warm_up_on_side_stream(eager, WARMUP_STEPS)
-    graph = torch.cuda.CUDAGraph()
-    step.optimizer.zero_grad(set_to_none=True)  # the backward inside the capture allocates the gradients it rewrites
-    with torch.cuda.graph(graph):
-        body()
-
-    def replay() -> None:
-        copy_in()
-        graph.replay()
-        step.scheduler.step()
-
-    return replay
 
 
 def run_variant(variant: str, precision: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -111,7 +64,7 @@ def run_variant(variant: str, precision: str, args: argparse.Namespace) -> dict[
     device = torch.device(args.device)
     policy = PrecisionPolicy.resolve(precision, device)
     policy.apply_global_state(cudnn_benchmark=False)
-    knobs = {"compile_step": variant != "eager"}
+    knobs = {"eager": {}, "compiled": {"compile_step": True}, "captured": {"capture_step": True}}[variant]
     config = model_config(args.model)
     if args.no_dropout:  # every variant then computes the same function: losses comparable to rounding
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout", "dropout", "attention_dropout"):
@@ -119,14 +72,12 @@ def run_variant(variant: str, precision: str, args: argparse.Namespace) -> dict[
                 setattr(config, name, 0.0)
     step, window, resolved = _executor_step(policy, config, device, args.batch_size, args.seq_len, 0, knobs)
     start = time.perf_counter()
-    if variant == "captured":
-        one = _captured(step, window[0][0].inputs, device)
-    else:
-        def one() -> None:
-            step(window)
-        for _ in range(WARMUP_STEPS):  # as many real steps as the capture's warm-up: the same updates in every variant
-            one()
-    one()
+
+    def one() -> None:
+        step(window)
+
+    for _ in range(WARMUP_STEPS + 1):  # the captured step's warm-up and recording among them; the same updates in every variant
+        one()
     _sync(device)
     first = time.perf_counter() - start
     for _ in range(args.warmup):
@@ -146,7 +97,7 @@ def run_variant(variant: str, precision: str, args: argparse.Namespace) -> dict[
     step.loss_sum.zero_()
     one()
     return {
-        "variant": variant, "precision": precision, "compiled_step": resolved.compile_step, "first_s": first,
+        "variant": variant, "precision": precision, "whole_step": resolved.compile_step, "first_s": first,
         "ms_per_step": seconds / args.steps * 1000, "host_ms": statistics.median(issued) * 1000,
         "loss": float(step.loss_sum.item()), "steps": WARMUP_STEPS + 2 + args.warmup + 3 + args.steps,
     }
@@ -206,7 +157,7 @@ def _row(variant: str, precision: str, args: argparse.Namespace) -> str:
     r, error = run_module_child("benchmarks.step_capture", spec, args.timeout)
     if r is None:
         return f"| {variant} | {precision} | | | | | | {error_line(error)} |"
-    note = "" if variant == "eager" or r["compiled_step"] else "compile_step refused for this precision: not its regions"
+    note = "" if variant == "eager" or r["whole_step"] else "the whole step refused for this precision: eager"
     return (f"| {variant} | {precision} | {r['first_s']:.1f} | {r['ms_per_step']:.1f} | {r['host_ms']:.1f} | {r['loss']:.4f} "
             f"| {r['steps']} | {note} |")
 

@@ -44,8 +44,8 @@ from typing import Any
 
 import torch
 
-from benchmarks._capture import warm_up_on_side_stream
 from benchmarks._children import error_line, run_module_child
+from trial_executor.train._captured import warm_up_on_side_stream
 
 VARIANTS = ("compiled", "eager-fused", "captured", "compiled-graphs")
 CUDA_ONLY = ("captured", "compiled-graphs")

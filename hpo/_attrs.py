@@ -113,6 +113,7 @@ RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
     SKIPPED_STEPS_ATTR: lambda r: r.skipped_steps,
     # Whether the whole step ran compiled (CUDA graphs on CUDA), and why not when it was asked for.
     "compiled_step": lambda r: r.compiled_step,
+    "captured_step": lambda r: r.captured_step,
     "compile_refused": lambda r: r.compile_refused,
     # What "bf16" meant: autocast over float32 weights, or bf16 copies of float32 master weights.
     "master_weights": lambda r: r.master_weights,

@@ -89,11 +89,14 @@ class TrainConfig(BaseModel):
     training step (forward with loss, backward, clipping, optimizer step) per static-shape bucket
     with ``dynamic=False``, as CUDA graphs on CUDA (see :mod:`trial_executor.train._compiled`); a step with
     more than one backward, or fp16's GradScaler, runs eager instead, with the reason recorded.
+    ``capture_step`` (CUDA only) records that same step uncompiled, per bucket, as one CUDA graph
+    and replays it (see :mod:`trial_executor.train._captured`); refused as ``compile_step`` is, and
+    off CUDA (the step then runs eager); not both at once.
     ``master_weights`` (bf16 only) runs the forward and backward on bf16 copies of the weights,
     refreshed once per optimizer step from the float32 weights the optimizer updates (see
     :mod:`trial_executor.precision._master_weights`), instead of under autocast.
     ``None`` for ``chunk_by_length``, ``packed_forward``, ``buckets``, ``torch_compile``,
-    ``compile_step``, ``master_weights`` and ``varlen_attention`` takes the device's default
+    ``compile_step``, ``capture_step``, ``master_weights`` and ``varlen_attention`` takes the device's default
     (:mod:`trial_executor.device._defaults`, the one place that decides them).
     ``max_skipped_steps``: fp16 trials stop as non-finite once GradScaler skips more optimizer
     steps than this in a row.
@@ -141,6 +144,7 @@ class TrainConfig(BaseModel):
     chunk_by_length: bool | None = None
     torch_compile: bool | None = None
     compile_step: bool | None = None
+    capture_step: bool | None = None
     master_weights: bool | None = None
     packed_forward: bool | None = None
     buckets: bool | None = None
@@ -186,6 +190,8 @@ class TrainConfig(BaseModel):
     def _check_relations(self) -> TrainConfig:
         needs_workers = {"persistent_workers": self.persistent_workers, "prefetch_factor": self.prefetch_factor is not None}
         unmet = [f"{name} needs num_workers > 0" for name, used in needs_workers.items() if used and self.num_workers == 0]
+        if self.compile_step and self.capture_step:
+            unmet.append("compile_step and capture_step are two ways to run the same whole step: turn one off")
         if unmet:
             raise ValueError("; ".join(unmet))
         return self

@@ -52,7 +52,8 @@ class TrialResult:
     drops no attention probabilities). ``checkpoint_dtype`` is the dtype the model's weights were
     stored in; training always used float32 master weights. ``compiled_step``: the whole step
     (forward with loss, backward, clipping, optimizer step) ran compiled per static-shape bucket, as
-    CUDA graphs on CUDA; ``compile_refused`` says why a requested compiled or captured step ran
+    CUDA graphs on CUDA; ``captured_step``: that step ran uncompiled, recorded by hand as a CUDA graph
+    per bucket and replayed (``capture_step``); ``compile_refused`` says why a requested compiled or captured step ran
     otherwise (more than one backward per step, fp16's GradScaler), ``None`` when nothing was refused.
     ``master_weights``: bf16 computed on bf16 copies of the float32 weights (no autocast: layer
     norms, softmax and the loss in bf16 too); ``master_weights_refused`` says why, asked for, it
@@ -100,6 +101,7 @@ class TrialResult:
     # fp16: optimizer steps GradScaler skipped for inf/NaN gradients (since the last resume); None without a scaler.
     skipped_steps: int | None = None
     compiled_step: bool = False
+    captured_step: bool = False
     compile_refused: str | None = None
     master_weights: bool = False
     master_weights_refused: str | None = None

@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_KNOBS = ("compile_step", "torch_compile", "varlen_attention", "master_weights")
+_KNOBS = ("compile_step", "capture_step", "torch_compile", "varlen_attention", "master_weights")
 
 
 # Per device: model, seq_len, batch sizes, steps, warmup when the flag is not given.

@@ -32,6 +32,7 @@ class DeviceDefaults:
     host_read_every: int  # optimizer steps between reads of the loss on the host (a GPU syncs there)
     evidence: dict[str, str]
     compile_step: bool = False
+    capture_step: bool = False
     master_weights: bool = False
 
 
@@ -65,6 +66,10 @@ _BY_KNOB: dict[str, dict[str, tuple[Any, str]]] = {
         "cpu": (False, "inductor compile per token bucket costs seconds per trial; not measured faster on a CPU"),
         "cuda": (False, f"H200, torch 2.11: the captured update segfaulted (session 22); forward captured, update not: {PENDING_GPU}"),
     },
+    "capture_step": {
+        "cpu": (False, "CUDA graphs are CUDA only"),
+        "cuda": (False, f"the whole step recorded by hand as a CUDA graph per bucket, no compiler: {PENDING_GPU} (benchmarks.step_capture)"),
+    },
     "master_weights": {
         "cpu": (False, "2-core Xeon with AMX, batch 32, packed: minilm-l6 107 ms/step against autocast's 103, tiny-bert 6.4 and 6.4"),
         "cuda": (False, f"a plain loop with bf16 weights ran 1.40x autocast at 32 x 32 tokens on an H100 (shared/gpu); ours {PENDING_GPU}"),
@@ -91,7 +96,10 @@ class Knobs:
     compile_dynamic: bool
     varlen_attention: bool
     host_read_every: int
-    compile_step: bool = False  # the whole step compiled per static-shape bucket (trial_executor.train._compiled)
+    # The whole step on static shapes, one backward, per bucket: compiled (trial_executor.train._compiled), or recorded
+    # by hand as CUDA graphs where capture_step (trial_executor.train._captured).
+    compile_step: bool = False
+    capture_step: bool = False
     compile_refused: str | None = None  # why a requested capture or compiled step did not run
     master_weights: bool = False  # bf16 computed on copies of float32 master weights (trial_executor.precision._master_weights)
     master_weights_refused: str | None = None  # why master_weights, asked for, did not run (autocast did)
@@ -122,12 +130,23 @@ def compile_step_refusal(config: TrainConfig, chunk_by_length: bool) -> str | No
     return reason
 
 
-def master_weights_refusal(config: TrainConfig, compile_step: bool) -> str | None:
-    """Why ``master_weights``, asked for with a half precision, cannot run (autocast then does), or ``None``."""
+def capture_step_refusal(config: TrainConfig, chunk_by_length: bool, device: torch.device) -> str | None:
+    """Why the whole step cannot be recorded as CUDA graphs (it then runs eager), or ``None``."""
+    if device.type != "cuda":
+        return f"capture_step: CUDA graphs are CUDA only, not {device.type}; the step runs eager"
+    return compile_step_refusal(config, chunk_by_length)
+
+
+def master_weights_refusal(config: TrainConfig, whole_step: str | None) -> str | None:
+    """Why ``master_weights``, asked for with a half precision, cannot run (autocast then does), or ``None``.
+
+    ``whole_step``: the knob running the whole step ("compile_step", "capture_step"), or ``None``.
+    """
     if BY_NAME[config.fp_precision].grad_scaler:  # as PrecisionPolicy.keep_master_weights requires
         return f"{config.fp_precision}: master weights are for bf16 only (not with GradScaler's loss scaling); autocast runs"
-    if compile_step:
-        return "compile_step: the compiled step fuses autocast's casts itself; master weights run eager steps only"
+    if whole_step:
+        how = {"compile_step": "the compiled step fuses autocast's casts itself", "capture_step": "the recorded step replays autocast's casts"}
+        return f"{whole_step}: {how[whole_step]}; master weights run eager steps only"
     if config.gradient_checkpointing:
         return "gradient_checkpointing: the recomputed forward would not run on the bf16 copies"
     return None
@@ -153,15 +172,17 @@ def resolve_knobs(
     if chunk_default is None:
         # Packed, only the attention product is padded: chunks would save little and cost calls.
         chunk_default = not packed and total_params >= CHUNKING_MIN_PARAMS
-    whole_step = pick(config.compile_step, base.compile_step)
-    # A compiled step asked for wins over chunking by default (chunks are more than one backward).
+    captured = pick(config.capture_step, base.capture_step)
+    whole_step = captured or pick(config.compile_step, base.compile_step)
+    # A whole step asked for wins over chunking by default (chunks are more than one backward).
     chunk = pick(config.chunk_by_length, chunk_default and not whole_step)
     buckets = pick(config.buckets, base.buckets)
     compile_ = pick(config.torch_compile, base.torch_compile)
     refused = None
     if whole_step:
-        refused = compile_step_refusal(config, chunk)
+        refused = capture_step_refusal(config, chunk, device) if captured else compile_step_refusal(config, chunk)
         whole_step = refused is None
+        captured = captured and whole_step
     # Static shapes (buckets, HF forward: the packed token count varies) can be captured as CUDA graphs.
     static = buckets and not packed
     capture = compile_ and device.type == "cuda" and static and not whole_step
@@ -172,7 +193,7 @@ def resolve_knobs(
     # fp32 and tf32 have no half-precision copies to make: master weights do not apply, as varlen does not.
     master = pick(config.master_weights, base.master_weights) and half
     # A default that does not apply (a compiled step) is no refusal: only a value asked for is.
-    master_refused = master_weights_refusal(config, whole_step) if master else None
+    master_refused = master_weights_refusal(config, ("capture_step" if captured else "compile_step") if whole_step else None) if master else None
     return Knobs(
         chunk_by_length=chunk,
         packed_forward=packed,
@@ -184,6 +205,7 @@ def resolve_knobs(
         varlen_attention=packed and half and device.type == "cuda" and varlen_supported and pick(config.varlen_attention, base.varlen_attention),
         host_read_every=base.host_read_every,
         compile_step=whole_step,
+        capture_step=captured,
         compile_refused=refused,
         master_weights=master and master_refused is None,
         master_weights_refused=master_refused if config.master_weights else None,

@@ -185,13 +185,17 @@ class PrecisionPolicy:
             raise ValueError(f"master weights are for bf16, not {self.name}")
         self.master_weights = MasterWeights(model, self.autocast_dtype)
 
-    def autocast(self) -> contextlib.AbstractContextManager[None]:
-        """The context of every forward: autocast (a no-op for fp32 and tf32), or the half-precision weights."""
+    def autocast(self, *, cache: bool = True) -> contextlib.AbstractContextManager[None]:
+        """The context of every forward: autocast (a no-op for fp32 and tf32), or the half-precision weights.
+
+        ``cache=False``: autocast casts each weight at each use instead of once per forward, as a
+        step recorded into a CUDA graph needs (``torch.cuda.make_graphed_callables`` refuses the cache).
+        """
         if self.master_weights is not None:
             return self.master_weights.computing()
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(self.device_type, dtype=self.autocast_dtype)
+        return torch.autocast(self.device_type, dtype=self.autocast_dtype, cache_enabled=cache)
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from trial_executor.train._build import StepParts, build_step
+from trial_executor.train._captured import CapturedStep
 from trial_executor.train._checkpoint import CHECKPOINT_FILE, Checkpointing, TrialInterrupted
 from trial_executor.train._compiled import CompiledStep, release_compiled
 from trial_executor.train._loop import STOPPED_EARLY_STOPPING, STOPPED_PRUNED, ReportFn, run_trial, seed_everything
@@ -12,6 +13,7 @@ __all__ = [
     "CHECKPOINT_FILE",
     "STOPPED_EARLY_STOPPING",
     "STOPPED_PRUNED",
+    "CapturedStep",
     "Checkpointing",
     "CompiledStep",
     "ReportFn",

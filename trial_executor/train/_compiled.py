@@ -62,43 +62,69 @@ def weighted_loss(logits: torch.Tensor, labels: torch.Tensor, row_weight: torch.
     return (per_row * row_weight).sum() / row_weight.sum()
 
 
-class CompiledStep(TrainStep):
-    """:class:`TrainStep` for windows of one micro-batch of one chunk, its regions compiled (see the module)."""
+class WholeStep(TrainStep):
+    """:class:`TrainStep` for windows of one micro-batch of one chunk, as two regions a compiler or a CUDA graph takes whole.
+
+    The regions: :meth:`_loss`, the forward with its weighted loss (whose backward comes with it), and
+    :meth:`_update`, clipping with the optimizer step. fp16's GradScaler has no place in them.
+    """
+
+    autocast_cache = True  # autocast's cache of cast weights (a CUDA-graph recording turns it off)
+    traced_clip = False  # clipping's norms written out per parameter (for a compiler that cannot lower _foreach_norm)
+
+    def __init__(
+        self, model: torch.nn.Module, forward: Callable[..., Any], optimizer: torch.optim.Optimizer,
+        scheduler: LearningRateSchedule, policy: PrecisionPolicy,
+        *, max_grad_norm: float | None, device: torch.device, loss_sum: float = 0.0,
+    ) -> None:
+        if policy.uses_grad_scaler:
+            raise ValueError("fp16's GradScaler is neither compiled nor captured: use TrainStep (see compile_step_refusal)")
+        super().__init__(model, forward, optimizer, scheduler, policy, max_grad_norm=max_grad_norm, device=device, loss_sum=loss_sum)
+        self.problem_type = getattr(getattr(model, "config", None), "problem_type", None)
+        self._raw_step = inspect.unwrap(type(optimizer).step)
+
+    def _loss(self, labels: torch.Tensor, row_weight: torch.Tensor, **inputs: torch.Tensor) -> torch.Tensor:
+        with self.policy.autocast(cache=self.autocast_cache):
+            logits = self.forward(**inputs).logits
+        return weighted_loss(logits.float(), labels, row_weight, self.problem_type)
+
+    def _update(self) -> None:
+        if self.max_grad_norm is not None:
+            clip_grad_norm(self.parameters, self.max_grad_norm, traced=self.traced_clip)
+        # The undecorated step: Optimizer.step's own wrappers break the graph on purpose around it
+        # (no_grad for AOTAutograd; the caller runs this region under no_grad instead) and
+        # count calls for the scheduler (see __init__).
+        self._raw_step(self.optimizer)
+
+    @staticmethod
+    def one_batch(window: Sequence[Sequence[Batch]]) -> Batch:
+        """The window's one batch; a window of more (more than one backward per optimizer step) is refused."""
+        if len(window) != 1 or len(window[0]) != 1:
+            raise ValueError("a whole step takes one micro-batch of one chunk (one backward per optimizer step)")
+        return window[0][0]
+
+
+class CompiledStep(WholeStep):
+    """:class:`WholeStep` with its two regions compiled (see the module)."""
+
+    traced_clip = True  # inductor does not lower _foreach_norm on the CPU
 
     def __init__(
         self, model: torch.nn.Module, forward: Callable[..., Any], optimizer: torch.optim.Optimizer,
         scheduler: LearningRateSchedule, policy: PrecisionPolicy,
         *, max_grad_norm: float | None, device: torch.device, loss_sum: float = 0.0, backend: str = "inductor",
     ) -> None:
-        if policy.uses_grad_scaler:
-            raise ValueError("fp16's GradScaler is not compiled: use TrainStep (see compile_step_refusal)")
         super().__init__(model, forward, optimizer, scheduler, policy, max_grad_norm=max_grad_norm, device=device, loss_sum=loss_sum)
-        self.problem_type = getattr(getattr(model, "config", None), "problem_type", None)
-        self._raw_step = inspect.unwrap(type(optimizer).step)
         loss_mode, update_mode = compile_modes(device)
         # ``backend``: torch.compile's; "aot_eager" traces the same graphs without generating code
         # (how the tests check graph breaks, recompiles and eager equality in seconds).
         self.compiled_loss = torch.compile(self._loss, dynamic=False, mode=loss_mode, backend=backend)
         self.compiled_update = torch.compile(self._update, dynamic=False, mode=update_mode, backend=backend)
 
-    def _loss(self, labels: torch.Tensor, row_weight: torch.Tensor, **inputs: torch.Tensor) -> torch.Tensor:
-        with self.policy.autocast():
-            logits = self.forward(**inputs).logits
-        return weighted_loss(logits.float(), labels, row_weight, self.problem_type)
-
-    def _update(self) -> None:
-        if self.max_grad_norm is not None:
-            clip_grad_norm(self.parameters, self.max_grad_norm, traced=True)
-        # The undecorated step: Optimizer.step's own wrappers break the graph on purpose around it
-        # (no_grad for AOTAutograd; the caller runs this region under no_grad instead) and
-        # count calls for the scheduler (see __init__).
-        self._raw_step(self.optimizer)
-
     def __call__(self, window: Sequence[Sequence[Batch]]) -> None:
-        if len(window) != 1 or len(window[0]) != 1:
-            raise ValueError("a compiled step takes one micro-batch of one chunk (one backward per optimizer step)")
+        batch = self.one_batch(window)
         with record_function(STEP_RANGE):
-            loss = self.compiled_loss(**to_device(window[0][0].inputs, self.device))
+            loss = self.compiled_loss(**to_device(batch.inputs, self.device))
             loss.backward()
             self.loss_sum += loss.detach()
             with torch.no_grad():

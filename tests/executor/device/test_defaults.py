@@ -73,6 +73,7 @@ def test_the_users_values_win() -> None:
         ({"fp_precision": "bf16"}, None),
         ({"fp_precision": "fp16"}, "fp16: master weights are for bf16 only"),
         ({"fp_precision": "bf16", "compile_step": True}, "compile_step: the compiled step fuses autocast's casts itself"),
+        ({"fp_precision": "bf16", "capture_step": True}, "capture_step: the recorded step replays autocast's casts"),
         ({"fp_precision": "bf16", "gradient_checkpointing": True}, "gradient_checkpointing: the recomputed forward"),
     ],
 )
@@ -84,3 +85,28 @@ def test_master_weights_run_in_eager_bf16_only_and_say_why_not(changes: dict[str
     # Left to the device's default (off until a GPU measures it), nothing is refused.
     default = resolve_knobs(TrainConfig(**changes), CUDA, packed_supported=True, total_params=BIG)
     assert not default.master_weights and default.master_weights_refused is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "device", "refused"),
+    [
+        ({"fp_precision": "bf16"}, CUDA, None),
+        ({"fp_precision": "bf16"}, CPU, "capture_step: CUDA graphs are CUDA only, not cpu; the step runs eager"),
+        ({"grad_accum_steps": 2}, CUDA, "grad_accum_steps=2: more than one backward per optimizer step is never captured"),
+        ({"fp_precision": "fp16"}, CUDA, "fp16: GradScaler's unscale, inf check and skipped step are not captured"),
+        ({"chunk_by_length": True}, CUDA, "chunk_by_length: one backward per chunk"),
+    ],
+)
+def test_capture_step_records_one_backward_on_cuda_only_else_the_step_runs_eager(
+    changes: dict[str, object], device: torch.device, refused: str | None,
+) -> None:
+    knobs = resolve_knobs(TrainConfig(capture_step=True, **changes), device, packed_supported=True, total_params=BIG)
+    # The whole step on static shapes (compile_step), recorded rather than compiled; or neither, with the reason.
+    assert (knobs.capture_step, knobs.compile_step) == ((True, True) if refused is None else (False, False))
+    assert (knobs.compile_refused or "").startswith(refused or "") and (refused is None) is (knobs.compile_refused is None)
+    assert not knobs.torch_compile and knobs.compile_mode is None  # the recording is the only graph
+    default = resolve_knobs(TrainConfig(**changes), device, packed_supported=True, total_params=BIG)
+    assert not default.capture_step and default.compile_refused is None  # off by default until a GPU measures it
+    assert PENDING_GPU in DEVICE_DEFAULTS["cuda"].evidence["capture_step"]
+    with pytest.raises(ValueError, match="compile_step and capture_step are two ways to run the same whole step: turn one off"):
+        TrainConfig(capture_step=True, compile_step=True)

@@ -40,9 +40,11 @@ def test_check_times_only_the_precisions_asked_for(capsys: pytest.CaptureFixture
     assert main([*flags, "--precision", "bf16", "--precision", "fp32"]) == 0
     rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert [r[0].strip() for r in rows[1:]] == ["fp32", "bf16"] and float(rows[2][3].strip().rstrip("x")) > 0
-    assert main([*flags, "--precision", "bf16"]) == 0  # no fp32: no reference, so no speedup rather than a made-up one
+    # No fp32: no reference, so no speedup rather than a made-up one. A knob the device cannot run says so on its row.
+    assert main([*flags, "--precision", "bf16", "--capture-step", "on"]) == 0
     rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert [r[0].strip() for r in rows[1:]] == ["bf16"] and rows[1][3].strip() == "-"
+    assert rows[1][-1].strip() == "capture_step: CUDA graphs are CUDA only, not cpu; the step runs eager"
 
 
 @pytest.mark.parametrize(
