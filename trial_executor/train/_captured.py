@@ -73,7 +73,9 @@ class CudaGraphs:
 
     def record(self, body: Callable[[], None]) -> Callable[[], None]:
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local, as inductor records: a DataLoader's pin-memory thread allocating while this thread
+        # records is no error of the recording ("global", the default, fails the recording for it).
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             body()
         self.graphs.append(graph)
         return graph.replay
