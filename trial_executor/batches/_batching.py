@@ -20,6 +20,7 @@ per distinct batch width.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -93,21 +94,23 @@ def bucket_width(longest: int, buckets: Sequence[int] | None) -> int:
 def collate(split: TokenizedSplit, indices: Sequence[int], pad_id: int, *, width: int | None = None) -> dict[str, torch.Tensor]:
     """Pad the rows at ``indices`` to the longest of them (or to ``width``): the HF forward's inputs."""
     rows = [split.input_ids[i] for i in indices]
-    width = max(width or 0, max(len(row) for row in rows))
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for r, row in enumerate(rows):
-        input_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
-        attention_mask[r, : len(row)] = 1
-    labels = label_tensor([split.labels[i] for i in indices])
-    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    lengths = torch.tensor([len(row) for row in rows])
+    width = max(width or 0, int(lengths.max()))
+    real = torch.arange(width) < lengths[:, None]  # right-padded: where each row's tokens go
+    batch = {
+        "input_ids": _right_padded(rows, real, pad_id), "attention_mask": real.long(),
+        "labels": label_tensor([split.labels[i] for i in indices]),
+    }
     if split.token_type_ids is not None:
-        token_type_ids = torch.zeros((len(rows), width), dtype=torch.long)
-        for r, i in enumerate(indices):
-            types = split.token_type_ids[i]
-            token_type_ids[r, : len(types)] = torch.tensor(types, dtype=torch.long)
-        batch["token_type_ids"] = token_type_ids
+        batch["token_type_ids"] = _right_padded([split.token_type_ids[i] for i in indices], real, 0)
     return batch
+
+
+def _right_padded(rows: list[list[int]], real: torch.Tensor, fill: int) -> torch.Tensor:
+    # A few tensor operations a batch, not two a row: the host collates every training step.
+    grid = torch.full(real.shape, fill, dtype=torch.long)
+    grid[real] = torch.tensor(list(itertools.chain.from_iterable(rows)), dtype=torch.long)
+    return grid
 
 
 def label_tensor(labels: Sequence[Any]) -> torch.Tensor:

@@ -113,3 +113,14 @@ def test_chunked_batch_has_the_whole_batch_gradient() -> None:
         (model(**collate(split, chunk, 0)).loss * len(chunk) / len(indices)).backward()
     for expected, param in zip(whole, model.parameters(), strict=True):
         torch.testing.assert_close(param.grad, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_collate_right_pads_ids_token_types_and_mask_to_the_width_asked_for() -> None:
+    split = TokenizedSplit(input_ids=[[3, 4, 5], [6], [7, 8]], labels=[[0.5], [1.5], [2.5]], token_type_ids=[[0, 1, 1], [0], [0, 1]])
+    batch = collate(split, [2, 1, 0], pad_id=9, width=4)
+    assert batch["input_ids"].tolist() == [[7, 8, 9, 9], [6, 9, 9, 9], [3, 4, 5, 9]]
+    assert batch["token_type_ids"].tolist() == [[0, 1, 0, 0], [0, 0, 0, 0], [0, 1, 1, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]]
+    assert batch["labels"].tolist() == [[2.5], [1.5], [0.5]] and batch["labels"].dtype == torch.float32
+    assert all(batch[k].dtype == torch.long for k in ("input_ids", "token_type_ids", "attention_mask"))
+    assert collate(split, [1], pad_id=9, width=None)["input_ids"].tolist() == [[6]]  # no width: the longest row's
