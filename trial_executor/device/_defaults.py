@@ -130,10 +130,16 @@ def compile_step_refusal(config: TrainConfig, chunk_by_length: bool) -> str | No
     return reason
 
 
-def capture_step_refusal(config: TrainConfig, chunk_by_length: bool, device: torch.device) -> str | None:
-    """Why the whole step cannot be recorded as CUDA graphs (it then runs eager), or ``None``."""
-    if device.type != "cuda":
+def whole_step_refusal(config: TrainConfig, chunk_by_length: bool, device: torch.device, *, captured: bool, sync_free_forward: bool) -> str | None:
+    """Why the whole step asked for cannot run (the step then runs eager), or ``None``: compiled, or recorded when ``captured``.
+
+    ``sync_free_forward``: the trial's forward reads no device value on the host (the packed forward, or an HF
+    forward given the 4D padding mask: ``tests/executor/train/test_no_sync.py``); a read fails a recording.
+    """
+    if captured and device.type != "cuda":
         return f"capture_step: CUDA graphs are CUDA only, not {device.type}; the step runs eager"
+    if captured and not sync_free_forward:
+        return "capture_step: this model's forward may read the device on the host, which a recording cannot; the step runs eager"
     return compile_step_refusal(config, chunk_by_length)
 
 
@@ -154,8 +160,10 @@ def master_weights_refusal(config: TrainConfig, whole_step: str | None) -> str |
 
 def resolve_knobs(
     config: TrainConfig, device: torch.device, *, packed_supported: bool, total_params: int, varlen_supported: bool | None = None,
+    padding_mask_forward: bool = False,
 ) -> Knobs:
-    """The knobs for ``config`` on ``device``; ``packed_supported``: the model has a packed forward.
+    """The knobs for ``config`` on ``device``; ``packed_supported``: the model has a packed forward;
+    ``padding_mask_forward``: its HF forward takes the 4D padding mask (``model.PaddingMaskForward``).
 
     ``varlen_supported`` (``None``: this process's torch and device decide): FlashAttention's varlen
     entry point can run, so a trial never reports varlen attention on where it could not run.
@@ -178,11 +186,9 @@ def resolve_knobs(
     chunk = pick(config.chunk_by_length, chunk_default and not whole_step)
     buckets = pick(config.buckets, base.buckets)
     compile_ = pick(config.torch_compile, base.torch_compile)
-    refused = None
-    if whole_step:
-        refused = capture_step_refusal(config, chunk, device) if captured else compile_step_refusal(config, chunk)
-        whole_step = refused is None
-        captured = captured and whole_step
+    sync_free = packed or padding_mask_forward
+    refused = whole_step_refusal(config, chunk, device, captured=captured, sync_free_forward=sync_free) if whole_step else None
+    whole_step, captured = whole_step and refused is None, captured and refused is None
     # Static shapes (buckets, HF forward: the packed token count varies) can be captured as CUDA graphs.
     static = buckets and not packed
     capture = compile_ and device.type == "cuda" and static and not whole_step

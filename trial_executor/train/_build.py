@@ -29,6 +29,7 @@ from trial_executor.data import TextClassificationData
 from trial_executor.device import Knobs, resolve_knobs
 from trial_executor.model import (
     ModelSource,
+    PaddingMaskForward,
     apply_lora,
     load_model,
     parameter_counts,
@@ -78,7 +79,10 @@ def build_step(model: PreTrainedModel, config: TrainConfig, device: torch.device
     ``hpo.check`` and the benchmarks build theirs here too, so their figures are a trial's.
     """
     total_params = parameter_counts(model)[1]
-    knobs = resolve_knobs(config, device, packed_supported=supports_packed_forward(model), total_params=total_params)
+    knobs = resolve_knobs(
+        config, device, packed_supported=supports_packed_forward(model), total_params=total_params,
+        padding_mask_forward=PaddingMaskForward.applies(model),
+    )
     forward, eval_forward = make_forward(model, config, knobs)
     if knobs.master_weights:  # before the optimizer: it updates the float32 masters, the model's own parameters
         policy.keep_master_weights(model)

@@ -20,15 +20,17 @@ every later one is replayed; the clock times those first steps of each shape apa
   into ``loss_sum`` inside the graph;
 - autocast casts without its cache (a cast cached across the recording would be a dangling address).
 
-Each bucket's graph keeps its own memory pool (graphs that replay in any order may not share one).
+A step's graphs share one memory pool (:class:`CudaGraphs` says why that is safe here).
 Recorders are pluggable: :class:`CudaGraphs` on CUDA; :class:`EagerReplay` runs the same body again
 at each "replay", which is how the CPU tests check all of the above (a CPU has no CUDA graphs).
-Refused where the compiled step is, and off CUDA (``trial_executor.device._defaults``). Off by
-default until a GPU says it takes the host off the pace (``benchmarks.step_capture``).
+Refused where the compiled step is, off CUDA, and for a forward not known to read nothing on the
+host (``trial_executor.device._defaults.whole_step_refusal``). Off by default until a GPU says it takes
+the host off the pace (``benchmarks.step_capture``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -44,9 +46,16 @@ from trial_executor.train._step import STEP_RANGE
 WARMUP_OCCURRENCES = 1  # eager steps of a bucket before it is recorded (SETUP_OCCURRENCES: warm-up, recording, first replay)
 
 
+@functools.cache
+def _side_stream(device: int) -> torch.cuda.Stream:
+    # One for the process: cuBLAS keeps a workspace per stream it ever ran on, which empty_cache never frees
+    # (pytorch/pytorch#99196), and torch hands out new streams from a pool of 32.
+    return torch.cuda.Stream(device)
+
+
 def warm_up_on_side_stream(step: Callable[[], None], times: int = 1) -> None:
     """``step`` run ``times`` times on a side stream, as a CUDA-graph recording needs first; synced back (CUDA only)."""
-    side = torch.cuda.Stream()
+    side = _side_stream(torch.cuda.current_device())
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(times):
@@ -63,10 +72,17 @@ class GraphRecorder(Protocol):
 
 
 class CudaGraphs:
-    """PyTorch's whole-network recipe: warm-up on a side stream, then ``torch.cuda.graph``, one private pool a graph."""
+    """PyTorch's whole-network recipe: warm-up on a side stream, then ``torch.cuda.graph``; one memory pool for all.
+
+    The graphs of a step share one pool, though they replay in any order: what a body allocates it
+    also frees within the recording (gradients, optimizer state, ``loss_sum``, the rate and the inputs
+    live outside every pool), so no graph reads memory another's replay writes. One pool a graph
+    would hold every bucket's activations at once (up to 4 buckets packed, 10 widths on the HF forward).
+    """
 
     def __init__(self) -> None:
         self.graphs: list[torch.cuda.CUDAGraph] = []
+        self.pool: Any = None  # the first graph's, shared by the rest
 
     def warm_up(self, step: Callable[[], None]) -> None:
         warm_up_on_side_stream(step)
@@ -75,8 +91,9 @@ class CudaGraphs:
         graph = torch.cuda.CUDAGraph()
         # thread_local, as inductor records: a DataLoader's pin-memory thread allocating while this thread
         # records is no error of the recording ("global", the default, fails the recording for it).
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             body()
+        self.pool = self.pool if self.pool is not None else graph.pool()
         self.graphs.append(graph)
         return graph.replay
 

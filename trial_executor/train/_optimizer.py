@@ -115,19 +115,36 @@ def make_optimizer(
         return torch.optim.AdamW(groups, lr=lr, foreach=False if rate_on_device else None)
 
 
-def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
-    """``optimizer.load_state_dict(saved)``, keeping each tensor-valued group setting's own tensor.
+# How a group's update runs: load_state_dict takes these from the checkpoint, not from the optimizer it loads into.
+_HOW_IT_STEPS = ("capturable", "foreach", "fused", "differentiable")
 
-    A compiled step's learning rate is a tensor on the device, read by its compiled graphs and
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(saved)``, keeping each tensor-valued group setting's own tensor and how it steps.
+
+    A compiled or captured step's learning rate is a tensor on the device, read by its graphs and
     filled in place by the scheduler. ``load_state_dict`` would put the checkpoint's tensor (on
     the CPU, where checkpoints are loaded) in its place: the step would then read a CPU rate, which
     CUDA graphs cannot capture. The saved values are copied into the tensors the step was built with.
+    It would also take ``capturable``, ``foreach`` and ``fused`` from the checkpoint, whose run may
+    have stepped another way (eager on a CPU worker, resumed on a GPU that records the step, which
+    a non-capturable AdamW refuses): the optimizer keeps its own, and each step count goes where
+    they want it (on the parameter's device when capturable or fused, else on the CPU).
     """
     built = [{key: value for key, value in group.items() if isinstance(value, torch.Tensor)} for group in optimizer.param_groups]
+    how = [{key: group[key] for key in _HOW_IT_STEPS if key in group} for group in optimizer.param_groups]
     optimizer.load_state_dict(saved)
-    for group, tensors in zip(optimizer.param_groups, built, strict=True):
+    for group, tensors, steps_how in zip(optimizer.param_groups, built, how, strict=True):
         for key, tensor in tensors.items():
             with torch.no_grad():
-                tensor.copy_(group[key])
+                tensor.copy_(torch.as_tensor(group[key]))  # a checkpoint of an eager step holds a float
             group[key] = tensor
+        if isinstance(group.get("lr"), torch.Tensor) and "lr" not in tensors:  # built with a float rate: it stays one
+            group["lr"] = group["lr"].item()
+        group.update(steps_how)
+        on_device = bool(steps_how.get("capturable") or steps_how.get("fused"))
+        for param in group["params"]:
+            step = optimizer.state.get(param, {}).get("step")
+            if isinstance(step, torch.Tensor):
+                optimizer.state[param]["step"] = step.to(dtype=torch.float32, device=param.device if on_device else "cpu")
 

@@ -110,3 +110,20 @@ def test_capture_step_records_one_backward_on_cuda_only_else_the_step_runs_eager
     assert PENDING_GPU in DEVICE_DEFAULTS["cuda"].evidence["capture_step"]
     with pytest.raises(ValueError, match="compile_step and capture_step are two ways to run the same whole step: turn one off"):
         TrainConfig(capture_step=True, compile_step=True)
+
+
+def test_capture_step_needs_a_forward_known_to_read_nothing_on_the_host() -> None:
+    # The packed forward, or an HF forward given the 4D padding mask (tests/executor/train/test_no_sync.py); another
+    # architecture's own forward may read the device (a 2D mask's .all(), a loss's nonzero), which fails a recording.
+    config = TrainConfig(fp_precision="bf16", capture_step=True)
+    packed = resolve_knobs(config, CUDA, packed_supported=True, total_params=BIG)
+    masked = resolve_knobs(config, CUDA, packed_supported=False, total_params=BIG, padding_mask_forward=True)
+    other = resolve_knobs(config, CUDA, packed_supported=False, total_params=BIG)
+    assert packed.capture_step and masked.capture_step and not other.capture_step and not other.compile_step
+    assert other.compile_refused == (
+        "capture_step: this model's forward may read the device on the host, which a recording cannot; the step runs eager"
+    )
+    unpacked = resolve_knobs(config.replace(packed_forward=False), CUDA, packed_supported=True, total_params=BIG)
+    assert not unpacked.capture_step  # BERT on its HF forward without the mask's applying: not known to be free of reads
+    compiled = resolve_knobs(TrainConfig(fp_precision="bf16", compile_step=True), CUDA, packed_supported=False, total_params=BIG)
+    assert compiled.compile_step  # a compiler breaks its graph at a host read instead of failing

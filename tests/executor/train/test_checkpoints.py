@@ -17,6 +17,7 @@ from trial_executor import (
     demo_dataset,
     run_trial,
 )
+from trial_executor.train._optimizer import load_optimizer_state, make_optimizer
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +98,28 @@ def test_a_stop_request_at_the_step_that_prunes_or_stops_early_ends_the_run_as_t
     pruning = config.replace(early_stopping_patience=None)
     pruned = run_trial(pruning, data, lambda step, metrics: step >= 2, checkpointing=Checkpointing(tmp_path / "b"), stop_requested=lambda: stop_at(2))
     assert pruned.stopped_reason == "pruned" and pruned.steps == 2
+
+
+def test_an_optimizer_resumed_from_a_run_that_stepped_another_way_keeps_its_own_way_and_rate_tensor() -> None:
+    # A checkpoint of an eager CPU run (fused AdamW, a float rate) resumed where the step is compiled or recorded
+    # (foreach, capturable, the rate a tensor its graphs read), and the other way round.
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    config = TrainConfig(learning_rate=3e-3)
+    eager = make_optimizer(model, config, torch.device("cpu"))
+    model(torch.randn(3, 4)).sum().backward()
+    eager.step()
+    whole_step = make_optimizer(model, config, torch.device("cpu"), compiled=True)
+    rate = whole_step.param_groups[0]["lr"]
+    load_optimizer_state(whole_step, eager.state_dict())
+    group = whole_step.param_groups[0]
+    assert (group["capturable"], group["foreach"], bool(group["fused"])) == (True, True, False) and group["lr"] is rate
+    assert rate.item() == pytest.approx(3e-3)
+    for param in model.parameters():
+        state, saved = whole_step.state[param], eager.state[param]
+        assert torch.equal(state["exp_avg"], saved["exp_avg"]) and state["step"].dtype == torch.float32 and state["step"].item() == 1
+    back = make_optimizer(model, config, torch.device("cpu"))
+    load_optimizer_state(back, whole_step.state_dict())
+    assert back.param_groups[0]["fused"] and not back.param_groups[0]["capturable"]
+    assert isinstance(back.param_groups[0]["lr"], float) and back.param_groups[0]["lr"] == pytest.approx(3e-3)
+    back.step()  # and steps as built
