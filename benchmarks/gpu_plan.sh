@@ -16,6 +16,7 @@ BERT=${BERT:-/tmp/bert-base}       # BERT-base, random init, made by .gpu/setup.
 CHECK_MODEL=${CHECK_MODEL:-bert-base-random}  # steps u and c: hpo check's random-init model (a dry run: tiny-bert)
 SST2=${SST2_DIR:-.gpu/sst2}
 ROWS=${ROWS:-8000}
+WHOLE_STEP=${WHOLE_STEP:-ours-compile-step}  # steps 7-8: ours-capture-step if steps c and 2 say so
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 if [ -z "${SKIP_SETUP:-}" ]; then . .gpu/setup.sh || exit 1; fi
@@ -100,9 +101,10 @@ gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$
             --study-name minilm-verdict --n-trials 4 --quiet
         # shellcheck disable=SC2046
         "$PY" -m hpo verdict $(data_flags) --study-name minilm-verdict --seeds 3 --out "$OUT/verdict" ;;
-    7)  # The full matrix, first half (fp32, tf32); step 8 the second (fp16, bf16).
-        gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp32,tf32 --tools ours-compile-step,hf,plain,plain-compiled ;;
-    8)  gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp16,bf16 --tools ours-compile-step,hf,plain,plain-compiled ;;
+    7)  # The full matrix, first half (fp32, tf32); step 8 the second (fp16, bf16). WHOLE_STEP: the whole step that won
+        # steps c and 2 (ours-compile-step or ours-capture-step).
+        gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp32,tf32 --tools "$WHOLE_STEP,hf,plain,plain-compiled" ;;
+    8)  gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp16,bf16 --tools "$WHOLE_STEP,hf,plain,plain-compiled" ;;
     *)  echo "unknown step $step: 1, 1b, 1c, u, c, 2 to 5, 5e, 5c, 6 to 8" >&2; exit 2 ;;
   esac
 } 2>&1 | tee "$log"
