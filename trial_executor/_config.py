@@ -90,8 +90,9 @@ class TrainConfig(BaseModel):
     with ``dynamic=False``, as CUDA graphs on CUDA (see :mod:`trial_executor.train._compiled`); a step with
     more than one backward, or fp16's GradScaler, runs eager instead, with the reason recorded.
     ``capture_step`` (CUDA only) records that same step uncompiled, per bucket, as one CUDA graph
-    and replays it (see :mod:`trial_executor.train._captured`); refused as ``compile_step`` is, and
-    off CUDA (the step then runs eager); not both at once.
+    and replays it (see :mod:`trial_executor.train._captured`); refused as ``compile_step`` is, off
+    CUDA, and for a forward not known to read nothing on the host (the step then runs eager); not
+    both at once.
     ``master_weights`` (bf16 only) runs the forward and backward on bf16 copies of the weights,
     refreshed once per optimizer step from the float32 weights the optimizer updates (see
     :mod:`trial_executor.precision._master_weights`), instead of under autocast.

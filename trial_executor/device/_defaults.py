@@ -143,16 +143,16 @@ def whole_step_refusal(config: TrainConfig, chunk_by_length: bool, device: torch
     return compile_step_refusal(config, chunk_by_length)
 
 
-def master_weights_refusal(config: TrainConfig, whole_step: str | None) -> str | None:
+def master_weights_refusal(config: TrainConfig, whole_step: bool, captured: bool = False) -> str | None:
     """Why ``master_weights``, asked for with a half precision, cannot run (autocast then does), or ``None``.
 
-    ``whole_step``: the knob running the whole step ("compile_step", "capture_step"), or ``None``.
+    ``whole_step``: the whole step runs, compiled, or recorded when ``captured``.
     """
     if BY_NAME[config.fp_precision].grad_scaler:  # as PrecisionPolicy.keep_master_weights requires
         return f"{config.fp_precision}: master weights are for bf16 only (not with GradScaler's loss scaling); autocast runs"
     if whole_step:
-        how = {"compile_step": "the compiled step fuses autocast's casts itself", "capture_step": "the recorded step replays autocast's casts"}
-        return f"{whole_step}: {how[whole_step]}; master weights run eager steps only"
+        how = "capture_step: the recorded step replays" if captured else "compile_step: the compiled step fuses"
+        return f"{how} autocast's casts itself; master weights run eager steps only"
     if config.gradient_checkpointing:
         return "gradient_checkpointing: the recomputed forward would not run on the bf16 copies"
     return None
@@ -199,7 +199,7 @@ def resolve_knobs(
     # fp32 and tf32 have no half-precision copies to make: master weights do not apply, as varlen does not.
     master = pick(config.master_weights, base.master_weights) and half
     # A default that does not apply (a compiled step) is no refusal: only a value asked for is.
-    master_refused = master_weights_refusal(config, ("capture_step" if captured else "compile_step") if whole_step else None) if master else None
+    master_refused = master_weights_refusal(config, whole_step, captured) if master else None
     return Knobs(
         chunk_by_length=chunk,
         packed_forward=packed,

@@ -18,7 +18,8 @@ every later one is replayed; the clock times those first steps of each shape apa
   to ``None``, so every bucket's graph accumulates into the same tensors;
 - the learning rate is a tensor the scheduler fills in place between replays; the loss is added
   into ``loss_sum`` inside the graph;
-- autocast casts without its cache (a cast cached across the recording would be a dangling address).
+- autocast casts without its cache, as PyTorch's CUDA-graph recipe asks (``make_graphed_callables``
+  refuses it); each weight is cast once a forward either way, the casts recorded with the rest.
 
 A step's graphs share one memory pool (:class:`CudaGraphs` says why that is safe here).
 Recorders are pluggable: :class:`CudaGraphs` on CUDA; :class:`EagerReplay` runs the same body again
@@ -81,7 +82,6 @@ class CudaGraphs:
     """
 
     def __init__(self) -> None:
-        self.graphs: list[torch.cuda.CUDAGraph] = []
         self.pool: Any = None  # the first graph's, shared by the rest
 
     def warm_up(self, step: Callable[[], None]) -> None:
@@ -94,8 +94,7 @@ class CudaGraphs:
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             body()
         self.pool = self.pool if self.pool is not None else graph.pool()
-        self.graphs.append(graph)
-        return graph.replay
+        return graph.replay  # which keeps the graph alive as long as the step keeps it
 
 
 class EagerReplay:
