@@ -31,14 +31,16 @@ the host off the pace (``benchmarks.step_capture``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import torch
 from torch.profiler import record_function
 
 from trial_executor.batches import Batch, to_device
+from trial_executor.device import is_oom
 from trial_executor.precision import PrecisionPolicy
 from trial_executor.train._compiled import WholeStep
 from trial_executor.train._optimizer import LearningRateSchedule
@@ -91,10 +93,27 @@ class CudaGraphs:
         graph = torch.cuda.CUDAGraph()
         # thread_local, as inductor records: a DataLoader's pin-memory thread allocating while this thread
         # records is no error of the recording ("global", the default, fails the recording for it).
-        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+        with oom_unmasked(), torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             body()
         self.pool = self.pool if self.pool is not None else graph.pool()
         return graph.replay  # which keeps the graph alive as long as the step keeps it
+
+
+@contextlib.contextmanager
+def oom_unmasked() -> Iterator[None]:
+    """Raise an out-of-memory error itself where an error raised over it while it unwound would hide it.
+
+    ``torch.cuda.graph`` ends its capture even when the body raised, and where the body's OOM left
+    the capture broken, ending it raises its own error, the OOM only its ``__context__``. The
+    trial must see the OOM: it is what sends a trial on at half the batch instead of failing it.
+    """
+    try:
+        yield
+    except Exception as err:
+        hidden = err.__context__
+        if not is_oom(err) and hidden is not None and is_oom(hidden):
+            raise hidden from None
+        raise
 
 
 class EagerReplay:

@@ -10,13 +10,17 @@ gradients would drift at once).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 import torch
 from test_compiled_step import BASE, _losses, _parts, _windows
 
 from trial_executor import TextClassificationData, TrainConfig, demo_dataset, run_trial
+from trial_executor.device import is_oom
 from trial_executor.train._build import TrialParts
-from trial_executor.train._captured import WARMUP_OCCURRENCES, CapturedStep, EagerReplay
+from trial_executor.train._captured import WARMUP_OCCURRENCES, CapturedStep, EagerReplay, oom_unmasked
 from trial_executor.train._optimizer import LearningRateSchedule
 
 CPU = torch.device("cpu")
@@ -94,3 +98,31 @@ def test_capture_step_asked_for_on_the_cpu_runs_the_eager_step_and_says_why() ->
     result = run_trial(config, demo_dataset(n_train=32, n_valid=16, seed=3))
     assert result.steps == 8 and not result.captured_step and not result.compiled_step
     assert result.compile_refused == "capture_step: CUDA graphs are CUDA only, not cpu; the step runs eager"
+
+
+@contextlib.contextmanager
+def _capture_whose_end_fails() -> Iterator[None]:
+    """What ``torch.cuda.graph`` does on exit when its body broke the capture: it ends the capture anyway, and that raises."""
+    try:
+        yield
+    finally:
+        raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+
+def _oom() -> None:
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def test_an_oom_inside_a_recording_reaches_the_trial_as_an_oom_not_as_the_capture_error_over_it() -> None:
+    with pytest.raises(RuntimeError) as hidden, _capture_whose_end_fails():
+        _oom()
+    assert not is_oom(hidden.value) and is_oom(hidden.value.__context__)  # what the trial saw without the unmasking
+    with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"), oom_unmasked(), _capture_whose_end_fails():
+        _oom()
+
+
+def test_an_error_that_was_not_raised_over_an_oom_passes_unchanged() -> None:
+    with pytest.raises(RuntimeError, match="previous error during capture"), oom_unmasked(), _capture_whose_end_fails():
+        raise ValueError("a shape the graph did not expect")
+    with pytest.raises(torch.OutOfMemoryError), oom_unmasked():
+        _oom()
