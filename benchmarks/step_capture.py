@@ -20,8 +20,9 @@ batch through ``trial_executor.train.build_step``):
   stream, then replayed; the learning rate is filled in place between replays, as every step does.
 
 Per variant and precision: the first steps' seconds (compiling or capturing), ms a step, the
-host's ms to issue one, and the loss after the timed steps (the same batch every step, from the
-same seed). Dropout draws differ between the variants; with ``--no-dropout`` every variant computes
+host's ms to issue one, the loss after the timed steps (the same batch every step, from the
+same seed), and on CUDA the peak MB allocated and reserved (a recording's pool beside the
+allocator's cache). Dropout draws differ between the variants; with ``--no-dropout`` every variant computes
 the same function, so the losses must agree to rounding (the compiled step's fused kernels
 round differently): a captured step that lost an update or doubled a gradient shows. Run
 from the repository root::
@@ -71,6 +72,8 @@ def run_variant(variant: str, precision: str, args: argparse.Namespace) -> dict[
             if getattr(config, name, None):
                 setattr(config, name, 0.0)
     step, window, resolved = _executor_step(policy, config, device, args.batch_size, args.seq_len, 0, knobs)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
 
     def one() -> None:
@@ -100,7 +103,15 @@ def run_variant(variant: str, precision: str, args: argparse.Namespace) -> dict[
         "variant": variant, "precision": precision, "whole_step": resolved.compile_step, "first_s": first,
         "ms_per_step": seconds / args.steps * 1000, "host_ms": statistics.median(issued) * 1000,
         "loss": float(step.loss_sum.item()), "steps": WARMUP_STEPS + 2 + args.warmup + 3 + args.steps,
+        "peak_mb": _peak_mb(device),
     }
+
+
+def _peak_mb(device: torch.device) -> str:
+    """The device's peak MB allocated / reserved (the allocator's cache and the graphs' pool included); ``-`` off CUDA."""
+    if device.type != "cuda":
+        return "-"
+    return f"{torch.cuda.max_memory_allocated(device) / 2**20:.0f} / {torch.cuda.max_memory_reserved(device) / 2**20:.0f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -124,8 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(run_variant(spec.pop("variant"), spec.pop("precision"), argparse.Namespace(**spec))))
         return 0
     print(f"{args.model}, batch {args.batch_size} x {args.seq_len} tokens, {args.steps} timed steps on {args.device}")
-    print("| variant | precision | first steps s | ms/step | host ms to issue a step | loss after | steps | note |")
-    print("|---|---|---:|---:|---:|---:|---:|---|")
+    print("| variant | precision | first steps s | ms/step | host ms to issue a step | loss after | steps | peak MB allocated / reserved | note |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for precision in args.precisions.split(","):
         for variant in args.variants.split(","):
             print(_row(variant, precision, args), flush=True)
@@ -149,17 +160,17 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def _row(variant: str, precision: str, args: argparse.Namespace) -> str:
     """One variant and precision in a fresh process (a crash or a hang costs that row only)."""
     if variant == "captured" and args.device != "cuda":
-        return f"| {variant} | {precision} | | | | | | CUDA only |"
+        return f"| {variant} | {precision} | | | | | | | CUDA only |"
     if variant == "captured" and precision == "fp16":  # the compiled step refuses fp16: there are no regions to capture
-        return f"| {variant} | {precision} | | | | | | not for fp16: its GradScaler is not captured |"
+        return f"| {variant} | {precision} | | | | | | | not for fp16: its GradScaler is not captured |"
     spec = {**{k: v for k, v in vars(args).items() if k not in ("one", "out", "variants", "precisions")},
             "variant": variant, "precision": precision}
     r, error = run_module_child("benchmarks.step_capture", spec, args.timeout)
     if r is None:
-        return f"| {variant} | {precision} | | | | | | {error_line(error)} |"
+        return f"| {variant} | {precision} | | | | | | | {error_line(error)} |"
     note = "" if variant == "eager" or r["whole_step"] else "the whole step refused for this precision: eager"
     return (f"| {variant} | {precision} | {r['first_s']:.1f} | {r['ms_per_step']:.1f} | {r['host_ms']:.1f} | {r['loss']:.4f} "
-            f"| {r['steps']} | {note} |")
+            f"| {r['steps']} | {r['peak_mb']} | {note} |")
 
 
 if __name__ == "__main__":
