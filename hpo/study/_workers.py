@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import IO
+from typing import IO, Any
 
 from hpo.study._liveness import GPU_SHARED_ENV
 
@@ -33,10 +33,22 @@ class StopSignal:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.interrupt_owed = False  # a second signal's KeyboardInterrupt that Python ignored where it landed
+        self._unraisable_hook: Callable[[Any], object] = sys.unraisablehook
 
     def install(self) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._handle)
+        self._unraisable_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
+
+    def _unraisable(self, unraisable: Any) -> None:
+        # A handler's KeyboardInterrupt raised inside a finalizer or a gc callback (a checkpoint's save runs
+        # many) is "ignored" there: Python prints it with a traceback and goes on as after one signal. It is owed
+        # instead, and requested() raises it at the next poll, at most a step later.
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and self.signum is not None:
+            self.interrupt_owed = True
+            return
+        self._unraisable_hook(unraisable)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is not None:
@@ -48,6 +60,10 @@ class StopSignal:
             print(f"received {signal.Signals(signum).name}: checkpointing the running trial, then stopping", file=sys.stderr, flush=True)
 
     def requested(self) -> bool:
+        """Whether a signal came; raises the KeyboardInterrupt of a second one that Python ignored where it landed."""
+        if self.interrupt_owed:
+            self.interrupt_owed = False
+            raise KeyboardInterrupt
         return self.signum is not None
 
     @property
