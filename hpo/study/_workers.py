@@ -42,9 +42,9 @@ class StopSignal:
         self._unraisable_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
 
     def _unraisable(self, unraisable: Any) -> None:
-        # A handler's KeyboardInterrupt raised inside a finalizer or a gc callback (a checkpoint's save runs
-        # many) is "ignored" there: Python prints it with a traceback and goes on as after one signal. It is owed
-        # instead, and requested() raises it at the next poll, at most a step later.
+        # The handler's KeyboardInterrupt raised inside a finalizer or a gc callback (a README audit saw a second
+        # Ctrl-C land in one while the first's checkpoint was taken) is "ignored" there: Python prints it with a
+        # traceback and goes on as after one signal. It is owed instead: requested() raises it at the next poll.
         if isinstance(unraisable.exc_value, KeyboardInterrupt) and self.signum is not None:
             self.interrupt_owed = True
             return
