@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
 from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import GRPC_SCHEME, Heartbeat, check_storage_url, create_storage, resolve_storage_url
 from hpo.study._data import DataLike, data_source_of, resolve_data, stored_data
+from hpo.study._liveness import fail_trials_of_killed_actors
 from hpo.study._options import DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions, Track
 from hpo.study._ray_workers import RayCluster, RayRun, TrialWatcher, connect, plan, start_workers, wait_for_workers
 from hpo.study._study import finished_count, open_study, run_to_budget
@@ -239,7 +241,8 @@ def run_on_ray(
     assert run.cluster is not None and run.placement is not None, "open_run(options with ray) connects the cluster"
     cluster, study = run.cluster, run.prepared.study
     try:
-        actors = start_workers(cluster, run.placement)
+        driver = uuid.uuid4().hex  # names this run's actors in their trials: the ones it fails if it kills them
+        actors = start_workers(cluster, run.placement, driver)
         watcher = TrialWatcher(study)
 
         def poll() -> None:
@@ -249,7 +252,8 @@ def run_on_ray(
             if tick is not None:
                 tick()
 
-        wait_for_workers(cluster, actors, functools.partial(run_job, job_of(run)), stop_requested=stop_requested, tick=poll)
+        wait_for_workers(cluster, actors, functools.partial(run_job, job_of(run)), stop_requested=stop_requested, tick=poll,
+                         on_killed=lambda: fail_trials_of_killed_actors(study, driver, run.options.max_retry))
         poll()
     finally:
         cluster.shutdown()

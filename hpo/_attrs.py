@@ -21,11 +21,13 @@ CONFIG_ATTR = "config"  # the trial's resolved TrainConfig as a dict
 HARDWARE_ATTR = "hardware"
 WORKER_ATTR = "worker"  # host, pid and start time of the process running the trial
 # Keys of the WORKER_ATTR dict saying where the trial ran: the node (host name), under Ray its node, worker
-# and actor ids, the GPU fraction reserved, and how many trials may share the GPU (1: it had it alone).
+# and actor ids and the run of the driver that started the actor, the GPU fraction reserved, and how many
+# trials may share the GPU (1: it had it alone).
 NODE_KEY = "node"
 RAY_NODE_KEY = "ray_node"
 RAY_WORKER_KEY = "ray_worker"
 RAY_ACTOR_KEY = "ray_actor"
+RAY_DRIVER_KEY = "ray_driver"
 GPU_FRACTION_KEY = "gpu_fraction"
 TRIALS_PER_GPU_KEY = "trials_per_gpu"
 BASELINE_ATTR = "fp32_baseline"  # the enqueued fp32 trial speedups are measured against

@@ -29,6 +29,7 @@ from hpo._attrs import (
     GPU_FRACTION_KEY,
     NODE_KEY,
     RAY_ACTOR_KEY,
+    RAY_DRIVER_KEY,
     RAY_NODE_KEY,
     RAY_WORKER_KEY,
     TRIALS_PER_GPU_KEY,
@@ -43,6 +44,8 @@ from hpo.study._outcomes import INTERRUPTED
 _NO_HEARTBEAT_WAIT_S = 120.0
 # Set by the launchers (--workers with --gpus, --ray with --gpus-per-trial): how many workers' trials share this worker's GPU.
 GPU_SHARED_ENV = "HPO_TRIALS_PER_GPU"
+# Set in each Ray actor: the run of the driver that started it, which fails that run's trials once it killed its actors.
+RAY_DRIVER_ENV = "HPO_RAY_DRIVER"
 
 
 def _ray_placement() -> dict[str, Any]:
@@ -55,7 +58,7 @@ def _ray_placement() -> dict[str, Any]:
         return {}
     return {
         RAY_NODE_KEY: context.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
-        RAY_WORKER_KEY: context.get_worker_id(), RAY_ACTOR_KEY: context.get_actor_id(),
+        RAY_WORKER_KEY: context.get_worker_id(), RAY_ACTOR_KEY: context.get_actor_id(), RAY_DRIVER_KEY: os.environ.get(RAY_DRIVER_ENV),
         GPU_FRACTION_KEY: float(context.get_assigned_resources().get("GPU", 0.0)),
     }
 
@@ -177,14 +180,30 @@ def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[i
     ``RetryHeartbeatStaleTrialCallback``, exactly as a trial whose heartbeat went stale.
     """
     storage = study._storage
-    failed = []
+    dead = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if worker_is_gone(trial):
-            why = "its worker process exited mid-trial"
+            dead.append((trial, "its worker process exited mid-trial"))
         elif died_claiming(trial, storage):
-            why = "its worker died claiming it (no identity nor heartbeat for the grace period)"
-        else:
-            continue
+            dead.append((trial, "its worker died claiming it (no identity nor heartbeat for the grace period)"))
+    return _fail_and_requeue(study, dead, max_retry)
+
+
+def fail_trials_of_killed_actors(study: optuna.Study, driver: str, max_retry: int | None) -> list[int]:
+    """Fail and re-queue the study's RUNNING trials of the Ray actors that the driver run ``driver`` started, and
+    killed (they are dead: the caller waited for Ray to say so); their numbers."""
+    why = "its Ray worker was killed by the driver (a second signal, or a stop past its grace)"
+    return _fail_and_requeue(study, [
+        (trial, why) for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if (_own_worker(trial) or {}).get(RAY_DRIVER_KEY) == driver
+    ], max_retry)
+
+
+def _fail_and_requeue(study: optuna.Study, dead: list[tuple[FrozenTrial, str]], max_retry: int | None) -> list[int]:
+    """Fail each trial of ``dead`` (``worker_died: why``), then re-queue it as a stale heartbeat's is; their numbers."""
+    storage = study._storage
+    failed = []
+    for trial, why in dead:
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # another worker swept it first
             storage.set_trial_user_attr(trial._trial_id, FAIL_REASON_ATTR, f"{WORKER_DIED}: {why}")
             if storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):

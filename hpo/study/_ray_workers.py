@@ -24,7 +24,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._errors import UserError
-from hpo.study._liveness import GPU_SHARED_ENV
+from hpo.study._liveness import GPU_SHARED_ENV, RAY_DRIVER_ENV
 from hpo.study._outcomes import quiet_trial_failures
 from hpo.study._workers import WORKER_INDEX_ENV
 
@@ -38,6 +38,8 @@ STOP_GRACE_S = 120.0
 # How often the driver looks for Ctrl-C while it waits: a signal's handler runs only between Ray's waits,
 # and a stop that reaches the workers a tick late lets a trial it should have interrupted run on.
 STOP_POLL_S = 0.1
+# How long killed actors may take to be dead before the driver fails their trials (else the heartbeat does).
+KILLED_WAIT_S = 10.0
 
 Work = Callable[[Callable[[], bool]], None]  # runs the worker's share of the study until the budget or stop_requested()
 
@@ -174,10 +176,12 @@ def connect(address: str | None, storage_url: str) -> RayCluster:
 class _Worker:
     """The body of one Ray actor: runs ``work`` until the budget, or until :meth:`stop` is called."""
 
-    def __init__(self, index: int, trials_per_gpu: int) -> None:
+    def __init__(self, index: int, trials_per_gpu: int, driver: str | None = None) -> None:
         self._stop = threading.Event()
         # Read by the objective when it records where each trial ran (hpo.study._liveness).
         os.environ[WORKER_INDEX_ENV] = str(index)
+        if driver is not None:
+            os.environ[RAY_DRIVER_ENV] = driver
         os.environ[GPU_SHARED_ENV] = str(trials_per_gpu)
         # The driver prints each trial's line; Ray relays whatever a worker logs, so workers log only warnings.
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -219,18 +223,21 @@ def plan(cluster: RayCluster, workers: int | None, gpus_per_trial: float | None)
     return RayRun(workers=count, gpus_per_trial=gpus, cpus_per_trial=cpus)
 
 
-def start_workers(cluster: RayCluster, run: RayRun) -> list[Any]:
-    """The actors, placed by Ray on the resources ``run`` reserves; a dead one is restarted (its run retried)."""
+def start_workers(cluster: RayCluster, run: RayRun, driver: str | None = None) -> list[Any]:
+    """The actors, placed by Ray on the resources ``run`` reserves; a dead one is restarted (its run retried).
+
+    ``driver`` (the driver's run, any unique string) is recorded in each trial's ``worker`` attr.
+    """
     actor = cluster.ray.remote(_Worker).options(
         num_cpus=run.cpus_per_trial, num_gpus=run.gpus_per_trial, max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS,
         max_concurrency=2,  # run() and stop() at once: stop() reaches a worker in the middle of its trial
     )
-    return [actor.remote(index, run.trials_per_gpu) for index in range(run.workers)]
+    return [actor.remote(index, run.trials_per_gpu, driver) for index in range(run.workers)]
 
 
 def wait_for_workers(
     cluster: RayCluster, actors: list[Any], work: Work, *, stop_requested: Callable[[], bool],
-    tick: Callable[[], None] | None = None, tick_every: float = 2.0,
+    tick: Callable[[], None] | None = None, tick_every: float = 2.0, on_killed: Callable[[], None] | None = None,
 ) -> None:
     """Run ``work`` in every actor until the budget; on ``stop_requested()`` or a worker's error, stop them all.
 
@@ -238,6 +245,9 @@ def wait_for_workers(
     ``tick_every`` seconds. Stopped workers checkpoint their trials and leave them WAITING (``STOP_GRACE_S`` at most).
     A worker's exception (a storage it cannot reach, say) is raised here, in the driver, once
     the others have stopped; a worker that died past its restarts raises :class:`WorkerLostError`.
+    Workers killed in the middle of their trials (a second signal: KeyboardInterrupt here; or a stop past
+    its grace) are waited for until Ray has them dead (``KILLED_WAIT_S`` at most), then ``on_killed()`` is
+    called to fail and re-queue their trials. Not after a worker's error, which may be the storage's own.
     """
     ray = cluster.ray
     shared = ray.put(work)  # one copy of the data in the object store, not one per actor; kept for retried runs
@@ -245,6 +255,7 @@ def wait_for_workers(
     error: BaseException | None = None
     deadline: float | None = None
     next_tick = time.monotonic() + tick_every
+    killing = False  # the workers are to be killed mid-trial, not after a worker's error (which may be the storage's)
     try:
         while pending:
             done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=STOP_POLL_S)
@@ -263,15 +274,30 @@ def wait_for_workers(
                 for actor in actors:
                     actor.stop.remote()
             if deadline is not None and time.monotonic() > deadline:
-                break  # killed below: their trials are failed by the heartbeat or the next run's sweep
+                killing = error is None
+                break  # killed below, mid-trial
             if tick is not None and time.monotonic() >= next_tick:
                 tick()  # the caller's database reads, at their own pace
                 next_tick = time.monotonic() + tick_every
+    except KeyboardInterrupt:  # a second signal: the workers are killed at once, in the middle of their trials
+        killing = True
+        raise
     finally:
-        for actor in actors:
-            ray.kill(actor, no_restart=True)
+        _kill(ray, actors, list(pending), on_killed if killing else None)
     if error is not None:
         raise error
+
+
+def _kill(ray: ModuleType, actors: list[Any], running: list[Any], on_killed: Callable[[], None] | None) -> None:
+    """Kill ``actors``; with ``on_killed``, call it once the ``running`` work of theirs has resolved (``KILLED_WAIT_S`` at most)."""
+    for actor in actors:
+        ray.kill(actor, no_restart=True)
+    if running and on_killed is not None:
+        # A killed actor's run resolves (to its death) once Ray has it dead: only then are its trials failed by
+        # on_killed; an actor still alive after the wait leaves its trial to the heartbeat.
+        _, alive = ray.wait(running, num_returns=len(running), timeout=KILLED_WAIT_S)
+        if not alive:
+            on_killed()
 
 
 class TrialWatcher:

@@ -6,11 +6,13 @@ too) serves the whole module; the CLI drivers connect to it by address, as on a 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -136,6 +138,40 @@ def test_sigterm_on_the_driver_leaves_the_running_trials_waiting_and_a_rerun_fin
     trials = _trials(pg_database, "ray-int")
     assert _counted(trials) == 2 and not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     _assert_resumed(next(t for t in trials if t.system_attrs.get("failed_trial") == interrupted[0].number), interrupted[0])
+
+
+def test_a_second_signal_kills_the_workers_then_their_trials_are_failed_and_requeued_at_once(
+    ray_address: str, pg_database: str, small_data: Path, tmp_path: Path,
+) -> None:
+    """A second SIGTERM while a worker cannot stop (here: frozen with SIGSTOP; in life, a long checkpoint or a hung
+    device): the workers are killed mid-trial. Their trials stayed RUNNING until a heartbeat sweep or a rerun on the
+    same machine; the driver now fails and re-queues them once Ray has the workers dead, and a retry resumes from
+    the last checkpoint they saved."""
+    args = _ray_args(pg_database, small_data, tmp_path, "ray-twice", ray_address, LONGER_CHECKPOINTED)
+    frozen: list[int] = []
+
+    def twice(driver: subprocess.Popen[str], trial: FrozenTrial) -> None:
+        frozen.append(trial.user_attrs["worker"]["pid"])
+        os.kill(frozen[0], signal.SIGSTOP)  # this worker never sees the stop the first signal sends
+        os.killpg(driver.pid, signal.SIGTERM)
+        time.sleep(1.0)  # the first signal reaches the workers (STOP_POLL_S); the other one stops as it should
+        os.killpg(driver.pid, signal.SIGTERM)
+
+    try:
+        victim, out, err, code = _strike(pg_database, "ray-twice", args, tmp_path, twice)
+    finally:
+        for pid in frozen:  # killed by Ray already, unless the driver failed before it could
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert code == 143, err[-3000:]
+    assert "Traceback" not in out + err and "rerun the same command" in err.strip().splitlines()[-1]
+    trials = _trials(pg_database, "ray-twice")
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    killed = next(t for t in trials if t.number == victim.number)
+    assert killed.state == TrialState.FAIL
+    assert killed.user_attrs["fail_reason"].startswith("worker_died: its Ray worker was killed by the driver")
+    assert killed.user_attrs["checkpoint"]["step"] > 0  # what its retry resumes from
+    assert [t.state for t in trials if t.system_attrs.get("failed_trial") == killed.number] == [TrialState.WAITING]
 
 
 def test_gpus_per_trial_reaches_ray_and_the_report_flags_shared_gpu_speeds_then_the_actors_make_the_verdict(
