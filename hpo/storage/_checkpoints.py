@@ -15,6 +15,10 @@ the ``checkpoint`` pointer names the one it ``superseded`` until the next upload
 both (the committed checkpoint, which it resumes from, aside), so a killed worker's leftovers
 (a checkpoint half-written or never committed, or a superseded one not yet removed) do not pile up.
 
+A worker killed between the tell and the removal leaves a finished trial's checkpoint behind; a
+later run's :func:`sweep_told_checkpoints` removes it. Each checkpoint is named after the trial that
+wrote it (``checkpoint-<trial id>-<uuid>``), so the sweep reads only those trials, not the study.
+
 Checkpoints are written to the store directly, not registered as trial artifacts: they come
 and go while the trial runs, and a registered artifact that is gone would stay listed in
 optuna-dashboard (Optuna can't remove a trial's system attr).
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -31,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, download_artifact
+from optuna.trial import TrialState
 
 from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, RESUMED_AT_STEP_ATTR, RESUMED_FROM_TRIAL_ATTR
 from hpo.storage._best_model import final_model_dir
@@ -43,6 +49,8 @@ if TYPE_CHECKING:
 
 DEFAULT_ARTIFACT_DIR = "hpo-artifacts"
 REMOVED_WHEN_TOLD = "removed_when_told"
+# A checkpoint's artifact id: the id (the storage's, not the study's number) of the trial that wrote it, and a uuid.
+_CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _logger = logging.getLogger(__name__)
 
 
@@ -112,7 +120,7 @@ class TrialCheckpoints:
         )
 
     def _saved(self, path: Path, step: int) -> None:
-        artifact_id = str(uuid.uuid4())
+        artifact_id = f"checkpoint-{self.trial._trial_id}-{uuid.uuid4()}"
         self.trial.set_user_attr(CHECKPOINT_UPLOADING_ATTR, artifact_id)  # named before a byte of it is written
         try:
             with path.open("rb") as checkpoint:
@@ -149,6 +157,30 @@ def remove_told_checkpoint(trial: FrozenTrial, store: FileSystemArtifactStore) -
     pointer = trial.user_attrs.get(CHECKPOINT_ATTR)
     if trial.state.is_finished() and pointer and pointer.get(REMOVED_WHEN_TOLD):
         _remove(store, pointer)
+
+
+def sweep_told_checkpoints(storage: optuna.storages.BaseStorage, store: FileSystemArtifactStore, directory: Path) -> list[str]:
+    """Remove the checkpoints in ``directory`` (``store``'s) that their trial, told COMPLETE or PRUNED, marked for removal
+    when told: what a worker killed between the tell and the removal left. The artifact ids removed.
+
+    A failed trial's checkpoint is left: its retry may resume from it (and removes it when told). So is any file
+    not named as this module names checkpoints, or whose trial is not in ``storage`` (a store shared by several).
+    """
+    removed = []
+    for path in directory.iterdir() if directory.is_dir() else ():
+        match = _CHECKPOINT_NAME.fullmatch(path.name)
+        if match is None:
+            continue
+        try:
+            trial = storage.get_trial(int(match.group(1)))
+        except KeyError:  # another storage's trial
+            continue
+        pointer = trial.user_attrs.get(CHECKPOINT_ATTR) or {}
+        told = trial.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        if told and pointer.get(REMOVED_WHEN_TOLD) and pointer.get("artifact_id") == path.name:
+            _remove(store, pointer)
+            removed.append(path.name)
+    return removed
 
 
 def _remove(store: FileSystemArtifactStore, pointer: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from optuna.artifacts import FileSystemArtifactStore
 from optuna.trial import TrialState
 
 from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, RESUMED_AT_STEP_ATTR
-from hpo.storage._checkpoints import REMOVED_WHEN_TOLD, TrialCheckpoints, remove_told_checkpoint
+from hpo.storage._checkpoints import REMOVED_WHEN_TOLD, TrialCheckpoints, remove_told_checkpoint, sweep_told_checkpoints
 
 
 class WorkerKilled(BaseException):
@@ -129,9 +129,10 @@ def _finished_with_checkpoints(study: optuna.Study, store: DyingStore, checkpoin
     checkpoints = TrialCheckpoints(trial, store)
     on_saved = checkpoints.checkpointing().on_saved
     assert on_saved is not None
+    others = _files(store.base)
     for step in (10, 20, 30):
         on_saved(checkpoint_file, step)
-        assert len(_files(store.base)) == 1  # the latest only, while the trial runs
+        assert len(_files(store.base) - others) == 1  # the latest only, while the trial runs
     checkpoints.close(finished=True)
     return trial
 
@@ -169,6 +170,32 @@ def test_a_worker_killed_between_the_end_of_training_and_the_tell_leaves_its_ret
     study.tell(retry, state=TrialState.FAIL)
     remove_told_checkpoint(study.trials[retry.number], store)
     assert _files(tmp_path / "artifacts") == {retry.user_attrs[CHECKPOINT_ATTR]["artifact_id"]}
+
+
+def test_checkpoints_left_by_a_worker_killed_between_the_tell_and_the_removal_are_swept_by_the_next_run(
+    study: optuna.Study, checkpoint_file: Path, tmp_path: Path,
+) -> None:
+    """Only a told COMPLETE or PRUNED trial's marked checkpoint goes: a failed trial's retry may resume from its
+    own, a running trial's is in use, and a file of another storage or not a checkpoint is not this sweep's."""
+    store = DyingStore(tmp_path / "artifacts")
+    completed = _finished_with_checkpoints(study, store, checkpoint_file)
+    study.tell(completed, 0.5)  # and the worker dies before remove_told_checkpoint
+    pruned = _finished_with_checkpoints(study, store, checkpoint_file)
+    study.tell(pruned, state=TrialState.PRUNED)
+    failed = _finished_with_checkpoints(study, store, checkpoint_file)
+    study.tell(failed, state=TrialState.FAIL)  # a stale heartbeat's sweep: its retry resumes from this checkpoint
+    running = study.ask()
+    TrialCheckpoints(running, store).checkpointing().on_saved(checkpoint_file, 10)  # type: ignore[misc]
+    others = {"checkpoint-99999-0b8f5bde-8a4c-4d0e-9a49-1e2f3a4b5c6d", "6b1d8a52-7c1e-4f57-b0d3-2a9e8f7c6b5a"}
+    for name in others:  # another storage's trial sharing the directory; a registered artifact (config.json)
+        (tmp_path / "artifacts" / name).write_bytes(b"kept")
+    ids = {t.number: t.user_attrs[CHECKPOINT_ATTR]["artifact_id"] for t in study.trials}
+    assert all(ids[t.number].startswith(f"checkpoint-{t._trial_id}-") for t in study.trials)
+
+    removed = sweep_told_checkpoints(study._storage, store, tmp_path / "artifacts")
+    assert sorted(removed) == sorted([ids[completed.number], ids[pruned.number]])
+    assert _files(tmp_path / "artifacts") == {ids[failed.number], ids[running.number], *others}
+    assert sweep_told_checkpoints(study._storage, store, tmp_path / "artifacts") == []  # nothing twice
 
 
 def test_a_retry_run_with_another_artifact_store_starts_over_and_says_so(
