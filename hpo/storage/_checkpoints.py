@@ -7,7 +7,8 @@ resumes from it. Only the latest checkpoint of a retry chain is kept, and none o
 finishes unless ``keep`` is set: a finished trial's checkpoint is removed once Optuna has told the
 trial (:func:`remove_told_checkpoint`), never before, so a worker killed between the end of
 training and the tell leaves its retry the checkpoint to resume from (the pointer then says
-``removed_when_told``).
+``removed_when_told``, with the number of the trial that finished with it: a retry that inherits the pointer
+and is told without having run, as one started past the budget is, removes nothing).
 
 A worker can die at any point of an upload, so every file is named in the trial's attrs before
 it is written and until it is removed: ``checkpoint_uploading`` names the upload in progress, and
@@ -81,7 +82,7 @@ class TrialCheckpoints:
         self.scratch = scratch_dir(trial.number)
         # A retry starts with its predecessor's user attrs, the checkpoint pointer among them.
         self.inherited: dict[str, Any] | None = trial.user_attrs.get(CHECKPOINT_ATTR)
-        if self.inherited and self.inherited.get(REMOVED_WHEN_TOLD):  # its predecessor died before the tell: this one's now
+        if self.inherited and REMOVED_WHEN_TOLD in self.inherited:  # its predecessor died before the tell: this one's now
             self.inherited = {k: v for k, v in self.inherited.items() if k != REMOVED_WHEN_TOLD}
             trial.set_user_attr(CHECKPOINT_ATTR, self.inherited)
         self.latest = self.inherited
@@ -147,7 +148,7 @@ class TrialCheckpoints:
         """Drop local files; once the trial finished, mark its stored checkpoint for removal when told (unless ``keep``)."""
         shutil.rmtree(self.scratch, ignore_errors=True)
         if finished and not self.keep and self.latest is not None:
-            self.trial.set_user_attr(CHECKPOINT_ATTR, {**self.latest, REMOVED_WHEN_TOLD: True})
+            self.trial.set_user_attr(CHECKPOINT_ATTR, {**self.latest, REMOVED_WHEN_TOLD: self.trial.number})
         if finished and self.trial.user_attrs.get(CHECKPOINT_UPLOADING_ATTR) is not None:
             self.trial.set_user_attr(CHECKPOINT_UPLOADING_ATTR, None)  # the upload it named is committed or removed
 
@@ -155,8 +156,14 @@ class TrialCheckpoints:
 def remove_told_checkpoint(trial: FrozenTrial, store: FileSystemArtifactStore) -> None:
     """Remove the stored checkpoint ``trial`` finished with, now that Optuna has told it (see the module's docstring)."""
     pointer = trial.user_attrs.get(CHECKPOINT_ATTR)
-    if trial.state.is_finished() and pointer and pointer.get(REMOVED_WHEN_TOLD):
+    if trial.state.is_finished() and pointer and _marked_by(pointer, trial):
         _remove(store, pointer)
+
+
+def _marked_by(pointer: dict[str, Any], trial: FrozenTrial) -> bool:
+    """Whether ``trial`` itself finished with ``pointer``'s checkpoint and marked it for removal (not a predecessor)."""
+    mark = pointer.get(REMOVED_WHEN_TOLD)
+    return mark is True or (type(mark) is int and mark == trial.number)  # True: the mark before it named its trial
 
 
 def sweep_told_checkpoints(storage: optuna.storages.BaseStorage, store: FileSystemArtifactStore, directory: Path) -> list[str]:
@@ -177,7 +184,7 @@ def sweep_told_checkpoints(storage: optuna.storages.BaseStorage, store: FileSyst
             continue
         pointer = trial.user_attrs.get(CHECKPOINT_ATTR) or {}
         told = trial.state in (TrialState.COMPLETE, TrialState.PRUNED)
-        if told and pointer.get(REMOVED_WHEN_TOLD) and pointer.get("artifact_id") == path.name:
+        if told and _marked_by(pointer, trial) and pointer.get("artifact_id") == path.name:
             _remove(store, pointer)
             removed.append(path.name)
     return removed

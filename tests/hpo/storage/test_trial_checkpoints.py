@@ -143,7 +143,7 @@ def test_a_finished_trial_keeps_its_checkpoint_until_told_then_leaves_none(
     store = DyingStore(tmp_path / "artifacts")
     trial = _finished_with_checkpoints(study, store, checkpoint_file)
     pointer = trial.user_attrs[CHECKPOINT_ATTR]
-    assert pointer[REMOVED_WHEN_TOLD] and pointer["step"] == 30 and trial.user_attrs[CHECKPOINT_UPLOADING_ATTR] is None
+    assert pointer[REMOVED_WHEN_TOLD] == trial.number and pointer["step"] == 30 and trial.user_attrs[CHECKPOINT_UPLOADING_ATTR] is None
     assert _files(tmp_path / "artifacts") == {pointer["artifact_id"]}
     remove_told_checkpoint(study.trials[trial.number], store)  # still RUNNING: not told, so kept
     assert _files(tmp_path / "artifacts") == {pointer["artifact_id"]}
@@ -170,6 +170,24 @@ def test_a_worker_killed_between_the_end_of_training_and_the_tell_leaves_its_ret
     study.tell(retry, state=TrialState.FAIL)
     remove_told_checkpoint(study.trials[retry.number], store)
     assert _files(tmp_path / "artifacts") == {retry.user_attrs[CHECKPOINT_ATTR]["artifact_id"]}
+
+
+def test_a_retry_told_without_having_run_removes_nothing_its_requeued_copy_resumes_from(
+    study: optuna.Study, checkpoint_file: Path, tmp_path: Path,
+) -> None:
+    """The trial's worker died between the end of training and the tell; its retry then found the budget held by
+    others, was re-queued and told PRUNED without running. Told, it removed the checkpoint its predecessor had
+    marked, and the re-queued copy started over from step 0."""
+    store = DyingStore(tmp_path / "artifacts")
+    study.tell(study.ask(), 0.1)  # trial 0: the mark is a trial's number, and 0 is falsy
+    trial = _finished_with_checkpoints(study, store, checkpoint_file)
+    study.tell(trial, state=TrialState.FAIL)  # the stale heartbeat's sweep
+    optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study.trials[trial.number])
+    retry = study.ask()  # over the budget: no TrialCheckpoints, so the inherited mark stays on its pointer
+    assert retry.user_attrs[CHECKPOINT_ATTR][REMOVED_WHEN_TOLD] == trial.number
+    study.tell(retry, state=TrialState.PRUNED)
+    remove_told_checkpoint(study.trials[retry.number], store)
+    assert _files(tmp_path / "artifacts") == {trial.user_attrs[CHECKPOINT_ATTR]["artifact_id"]}
 
 
 def test_checkpoints_left_by_a_worker_killed_between_the_tell_and_the_removal_are_swept_by_the_next_run(
