@@ -44,7 +44,7 @@ class StopSignal:
     def _unraisable(self, unraisable: Any) -> None:
         # The handler's KeyboardInterrupt raised inside a finalizer or a gc callback (a README audit saw a second
         # Ctrl-C land in one while the first's checkpoint was taken) is "ignored" there: Python prints it with a
-        # traceback and goes on as after one signal. It is owed instead: requested() raises it at the next poll.
+        # traceback and goes on as after one signal. It is owed instead: the main thread's next requested() raises it.
         if isinstance(unraisable.exc_value, KeyboardInterrupt) and self.signum is not None:
             self.interrupt_owed = True
             return
@@ -60,8 +60,9 @@ class StopSignal:
             print(f"received {signal.Signals(signum).name}: checkpointing the running trial, then stopping", file=sys.stderr, flush=True)
 
     def requested(self) -> bool:
-        """Whether a signal came; raises the KeyboardInterrupt of a second one that Python ignored where it landed."""
-        if self.interrupt_owed:
+        """Whether a signal came; in the main thread, raises the KeyboardInterrupt of a second one that Python ignored
+        where it landed (another thread, Optuna's heartbeat retrying a storage call, must not take it)."""
+        if self.interrupt_owed and threading.current_thread() is threading.main_thread():
             self.interrupt_owed = False
             raise KeyboardInterrupt
         return self.signum is not None

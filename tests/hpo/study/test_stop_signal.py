@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -49,6 +50,7 @@ def test_a_second_signal_ignored_in_a_finalizer_is_raised_at_the_next_poll_witho
 
 
 def test_a_second_signal_raised_where_it_lands_is_not_owed_again(stop: StopSignal) -> None:
+    """Owed only where Python ignored it: a StopSignal owing every second signal would raise it twice."""
     os.kill(os.getpid(), signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGINT)
@@ -67,3 +69,16 @@ def test_other_ignored_errors_reach_the_previous_hook(stop: StopSignal) -> None:
 
     Failing()
     assert seen == [ValueError] and not stop.interrupt_owed
+
+
+def test_an_owed_interrupt_is_the_main_threads_to_raise_not_another_threads(stop: StopSignal) -> None:
+    """Optuna's heartbeat thread polls the stop while it retries a storage call: it must not take the interrupt."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    _Finalized()
+    polled: list[bool] = []
+    other = threading.Thread(target=lambda: polled.append(stop.requested()))
+    other.start()
+    other.join()
+    assert polled == [True] and stop.interrupt_owed
+    with pytest.raises(KeyboardInterrupt):
+        stop.requested()
