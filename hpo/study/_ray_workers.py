@@ -8,6 +8,7 @@ Ray is an optional extra: it is imported here, when ``--ray`` is asked for, and 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -24,10 +25,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._errors import UserError
+from hpo.storage._backoff import waiting_ends_on
 from hpo.study._liveness import GPU_SHARED_ENV, RAY_DRIVER_ENV
 from hpo.study._outcomes import quiet_trial_failures
 from hpo.study._workers import WORKER_INDEX_ENV
 
+_logger = logging.getLogger(__name__)
 RAY_EXTRA = "pip install 'precision-hpo[ray]'"
 # A worker whose process (or node) dies is restarted, and its run retried, this many times.
 MAX_RESTARTS = 3
@@ -280,7 +283,7 @@ def wait_for_workers(
                 tick()  # the caller's database reads, at their own pace
                 next_tick = time.monotonic() + tick_every
     except KeyboardInterrupt:  # a second signal: the workers are killed at once, in the middle of their trials
-        killing = True
+        killing = error is None
         raise
     finally:
         _kill(ray, actors, list(pending), on_killed if killing else None)
@@ -289,15 +292,25 @@ def wait_for_workers(
 
 
 def _kill(ray: ModuleType, actors: list[Any], running: list[Any], on_killed: Callable[[], None] | None) -> None:
-    """Kill ``actors``; with ``on_killed``, call it once the ``running`` work of theirs has resolved (``KILLED_WAIT_S`` at most)."""
+    """Kill ``actors``; with ``on_killed``, call it once the ``running`` work of theirs has resolved (``KILLED_WAIT_S`` at most).
+
+    ``on_killed`` waits out no storage outage, and its failure is a warning: the heartbeat fails those trials later.
+    """
     for actor in actors:
         ray.kill(actor, no_restart=True)
-    if running and on_killed is not None:
-        # A killed actor's run resolves (to its death) once Ray has it dead: only then are its trials failed by
-        # on_killed; an actor still alive after the wait leaves its trial to the heartbeat.
-        _, alive = ray.wait(running, num_returns=len(running), timeout=KILLED_WAIT_S)
-        if not alive:
+    if not running or on_killed is None:
+        return
+    # A killed actor's run resolves once Ray has marked it dead, which may be a moment before its process is gone
+    # (Ray force-kills a worker that does not exit soon after): in between, the storage refuses its writes to a
+    # trial failed here (Optuna never updates a finished trial). An unresolved run leaves its trial to the heartbeat.
+    _, unresolved = ray.wait(running, num_returns=len(running), timeout=KILLED_WAIT_S)
+    if unresolved:
+        return
+    try:
+        with waiting_ends_on(lambda: True):
             on_killed()
+    except Exception as err:
+        _logger.warning("the killed Ray workers' trials stay RUNNING until the heartbeat fails them: %s", err)
 
 
 class TrialWatcher:
