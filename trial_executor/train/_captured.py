@@ -93,8 +93,13 @@ class CudaGraphs:
         graph = torch.cuda.CUDAGraph()
         # thread_local, as inductor records: a DataLoader's pin-memory thread allocating while this thread
         # records is no error of the recording ("global", the default, fails the recording for it).
-        with oom_unmasked(), torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            body()
+        stream = torch.cuda.current_stream()
+        try:
+            with oom_unmasked(), torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                body()
+        except BaseException:
+            torch.cuda.set_stream(stream)  # the graph's exit leaves its capture stream current where ending the capture raised
+            raise
         self.pool = self.pool if self.pool is not None else graph.pool()
         return graph.replay  # which keeps the graph alive as long as the step keeps it
 
@@ -104,14 +109,19 @@ def oom_unmasked() -> Iterator[None]:
     """Raise an out-of-memory error itself where an error raised over it while it unwound would hide it.
 
     ``torch.cuda.graph`` ends its capture even when the body raised, and where the body's OOM left
-    the capture broken, ending it raises its own error, the OOM only its ``__context__``. The
+    the capture broken, ending it raises its own error, the OOM in its ``__context__`` chain. The
     trial must see the OOM: it is what sends a trial on at half the batch instead of failing it.
     """
     try:
         yield
     except Exception as err:
-        hidden = err.__context__
-        if not is_oom(err) and hidden is not None and is_oom(hidden):
+        if is_oom(err):
+            raise
+        hidden, seen = err.__context__, {id(err)}
+        while hidden is not None and id(hidden) not in seen and not is_oom(hidden):
+            seen.add(id(hidden))
+            hidden = hidden.__context__
+        if hidden is not None and is_oom(hidden):
             raise hidden from None
         raise
 

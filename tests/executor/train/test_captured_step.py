@@ -119,6 +119,8 @@ def test_an_oom_inside_a_recording_reaches_the_trial_as_an_oom_not_as_the_captur
     assert not is_oom(hidden.value) and is_oom(hidden.value.__context__)  # what the trial saw without the unmasking
     with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"), oom_unmasked(), _capture_whose_end_fails():
         _oom()
+    with pytest.raises(torch.OutOfMemoryError), oom_unmasked(), _capture_whose_end_fails(), _capture_whose_end_fails():
+        _oom()  # two errors over it (the capture's end, then the stream's restore, say)
 
 
 def test_an_error_that_was_not_raised_over_an_oom_passes_unchanged() -> None:
