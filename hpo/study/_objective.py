@@ -201,6 +201,11 @@ class Objective:
         except Exception as err:
             unfinished = isinstance(err, TrialInterrupted) or storage_failure_in(err) is not None
             raise _outcome(trial, err) from None
+        except KeyboardInterrupt:  # a second signal: no new checkpoint, but the last one stays for the retry
+            unfinished = True
+            with contextlib.suppress(Exception):  # a storage down, say: the trial is still failed, not re-queued
+                trial.set_user_attr(FAIL_REASON_ATTR, INTERRUPTED)
+            raise
         finally:
             try:
                 self._record_end(trial, precision)

@@ -265,6 +265,15 @@ def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None,
     return False
 
 
+def _requeue_interrupted(study: optuna.Study, trial_id: int, max_retry: int | None) -> None:
+    """Re-queue trial ``trial_id`` if a second signal failed it (``interrupted``, by the objective) while it ran, so that
+    a rerun resumes it from its last checkpoint; a storage that fails here leaves it to the lost-retry sweep."""
+    with contextlib.suppress(Exception):
+        trial = study._storage.get_trial(trial_id)
+        if was_interrupted(trial):
+            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, copy.deepcopy(trial))
+
+
 def _requeue_lost_retries(study: optuna.Study, max_retry: int | None) -> None:
     """Re-queue the failed trials whose re-queue was lost (``lost_retries``), each once, under the study's lock."""
     if not lost_retries(study.get_trials(deepcopy=False), study._storage, max_retry):
@@ -325,6 +334,8 @@ def run_to_budget(
     the budget; ``on_told(trial)`` gets it first (an :class:`~hpo.study._objective.Objective`'s ``told``).
     """
     failures, stopping = 0, stop_requested or (lambda: False)
+    running: list[int] = []  # the ids of the trials this worker started, the last one running
+    requeued: set[int] = set()  # the ids of those it re-queued after a first signal
 
     def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         nonlocal failures
@@ -335,6 +346,7 @@ def run_to_budget(
             on_trial_finished(trial, finished)
         interrupted = was_interrupted(trial)
         if interrupted:
+            requeued.add(trial._trial_id)  # first: a second signal inside the re-queue leaves it to the lost-retry sweep, never twice
             optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, trial)
         # Bad enqueued values say nothing about the environment: they do not count as failures in a row.
         invalid = fail_reason_of(trial).startswith(f"{InvalidTrialError.__name__}:")
@@ -343,6 +355,7 @@ def run_to_budget(
             study.stop()
 
     def budgeted(trial: optuna.Trial) -> float | Sequence[float]:
+        running.append(trial._trial_id)
         # The lock's own connection is not the storage's: a lost one is retried like every storage call.
         if not retry_lost_connection("taking a slot of the budget", lambda: _take_slot(study, trial, n_trials)):
             _requeue_if_enqueued(study, trial)
@@ -359,7 +372,12 @@ def run_to_budget(
     # Sweeps first: a worker of this machine killed mid-trial (SIGKILL, OOM killer) is found at once, not after the grace period.
     while _room_for_a_trial(study, n_trials, max_retry, go_on):
         remaining = None if deadline is None else deadline - time.monotonic()
-        _optimize(study, budgeted, remaining, after_trial)
+        try:
+            _optimize(study, budgeted, remaining, after_trial)
+        except KeyboardInterrupt:
+            if running and running[-1] not in requeued:
+                _requeue_interrupted(study, running[-1], max_retry)
+            raise
     # Optuna sweeps dead workers' trials when a trial starts; sweep once more on the way out.
     optuna.storages.fail_stale_trials(study)
     fail_dead_local_trials(study, max_retry)

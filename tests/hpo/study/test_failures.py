@@ -375,3 +375,39 @@ def test_a_retry_that_loses_the_last_slot_goes_back_with_its_params(tmp_path: Pa
     run_to_budget(study, lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
     copy = study.get_trials()[2]
     assert copy.state == TrialState.WAITING and copy.params == {"x": 0.25} and copy.system_attrs["failed_trial"] == 7
+
+
+def test_a_second_signal_fails_the_trial_at_once_and_its_retry_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
+    """A second Ctrl-C: the trial was failed with no reason and not re-queued, its last checkpoint marked for removal;
+    a rerun started another trial from step 0. Now it is failed ``interrupted`` and re-queued, and resumes."""
+    from optuna.artifacts import FileSystemArtifactStore
+
+    from hpo._attrs import CHECKPOINT_ATTR, fail_reason_of
+
+    space = parse_search_space({"params": {"fp_precision": {"type": "categorical", "choices": ["fp32"]}},
+                                "fixed": {**FIXED, "max_steps": 6, "eval_every": 2}})
+    study = open_study(create_storage(f"sqlite:///{tmp_path / 'f.db'}"), "f", space, DATA, seed=0)
+    (tmp_path / "store").mkdir()
+    store = FileSystemArtifactStore(str(tmp_path / "store"))
+    polls = [0]
+
+    def second_signal() -> bool:  # as StopSignal's handler raises it, here at the 6th poll: after step 5's, checkpointed at 4
+        polls[0] += 1
+        if polls[0] == 6:
+            raise KeyboardInterrupt
+        return False
+
+    objective = make_objective(space, DATA, base_seed=0, device="cpu", checkpoints=store, stop_requested=second_signal)
+    with pytest.raises(KeyboardInterrupt):
+        run_to_budget(study, objective, 1, stop_requested=second_signal)
+    failed, retry = study.get_trials()
+    assert failed.state == TrialState.FAIL and fail_reason_of(failed) == "interrupted"
+    pointer = failed.user_attrs[CHECKPOINT_ATTR]
+    assert pointer["step"] == 4 and "removed_when_told" not in pointer and (tmp_path / "store" / pointer["artifact_id"]).exists()
+    assert retry.state == TrialState.WAITING and retry.system_attrs["failed_trial"] == failed.number
+
+    rerun = make_objective(space, DATA, base_seed=0, device="cpu", checkpoints=store)
+    run_to_budget(study, rerun, 1, on_told=rerun.told)
+    resumed = study.get_trials()[1]
+    assert resumed.state == TrialState.COMPLETE and resumed.user_attrs["resumed_at_step"] == 4
+    assert not list((tmp_path / "store").glob("checkpoint-*"))  # told: removed
