@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from hpo.reporting._verdict_cost import verdict_cost_line
 from hpo.space._resolving import SpaceLike, check_models, check_precisions, choose_space, resolve_space
 from hpo.space._space import DEFAULT_SPACE, SearchSpace
 from hpo.storage._best_model import keep_if_best, keeping_best_model
-from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store, sweep_told_checkpoints
+from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
 from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import GRPC_SCHEME, Heartbeat, check_storage_url, create_storage, resolve_storage_url
 from hpo.study._data import DataLike, data_source_of, resolve_data, stored_data
@@ -150,9 +149,7 @@ def run_study(prepared: PreparedStudy, options: RunOptions, *, hooks: RunHooks |
 
     hooks = hooks or RunHooks()
     quiet_transformers()
-    store = artifact_store(options.artifact_store) if options.artifact_store else None
-    if options.artifact_store and store is not None:  # what a worker killed between a tell and its removal left
-        sweep_told_checkpoints(prepared.study._storage, store, Path(options.artifact_store))
+    store = artifact_store(options.artifact_store, prepared.study._storage) if options.artifact_store else None
     tracking = Tracking(trackers)
 
     def progress(number: int, update: StepProgress) -> None:
@@ -243,7 +240,7 @@ def run_on_ray(
     assert run.cluster is not None and run.placement is not None, "open_run(options with ray) connects the cluster"
     cluster, study = run.cluster, run.prepared.study
     try:
-        driver = uuid.uuid4().hex  # names this run's actors in their trials: the ones it fails if it kills them
+        driver = os.urandom(16).hex()  # names this run's actors in their trials: the ones it fails if it kills them
         actors = start_workers(cluster, run.placement, driver)
         watcher = TrialWatcher(study)
 

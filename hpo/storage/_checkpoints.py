@@ -55,15 +55,19 @@ _CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f
 _logger = logging.getLogger(__name__)
 
 
-def artifact_store(path: str | None) -> FileSystemArtifactStore:
-    """A local (or shared network) directory store: ``--artifact-store PATH``.
+def artifact_store(path: str | None, storage: optuna.storages.BaseStorage | None = None) -> FileSystemArtifactStore:
+    """A local (or shared network) directory store: ``--artifact-store PATH``; for a run on ``storage``, what its
+    workers killed between a tell and the removal left is swept first (:func:`sweep_told_checkpoints`).
 
     For S3-style stores, Optuna's ``optuna.artifacts.Boto3ArtifactStore`` has the same
     interface; every worker of a study must reach the same store.
     """
     directory = Path(path or DEFAULT_ARTIFACT_DIR)
     directory.mkdir(parents=True, exist_ok=True)
-    return FileSystemArtifactStore(str(directory))
+    store = FileSystemArtifactStore(str(directory))
+    if storage is not None:
+        sweep_told_checkpoints(storage, store, directory)
+    return store
 
 
 def existing_artifact_store(path: str) -> FileSystemArtifactStore | None:

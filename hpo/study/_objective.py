@@ -50,6 +50,7 @@ from hpo.storage._scratch import remove_dead_workers_scratch
 from hpo.study._liveness import worker_identity
 from hpo.study._options import RunOptions
 from hpo.study._outcomes import INTERRUPTED, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, TrialFailedError
+from hpo.study._workers import second_signal_in, stop_on_second_signal
 from trial_executor import (
     METRICS,
     Checkpointing,
@@ -191,26 +192,25 @@ class Objective:
         saved: TrialCheckpoints | None = None
         unfinished = False  # interrupted, or its storage failed: its retry resumes from its checkpoint, which stays
         precision: str | None = None
-        trial.set_user_attr(MEMORY_BEFORE_ATTR, self._memory_in_use())
         try:
+            trial.set_user_attr(MEMORY_BEFORE_ATTR, self._memory_in_use())
             config, original = self._configure(trial)
             precision = config.fp_precision
             saved = self._checkpoints(trial, config, original)
             result = self._train(trial, config, saved.checkpointing() if saved else None)
             return self._finish(trial, config, result)
-        except Exception as err:
-            unfinished = isinstance(err, TrialInterrupted) or storage_failure_in(err) is not None
+        except BaseException as err:
+            unfinished = second_signal_in(err) or isinstance(err, TrialInterrupted) or storage_failure_in(err) is not None
+            stop_on_second_signal(trial, err)  # no new checkpoint: the last one stays, for the retry the run makes
+            if not isinstance(err, Exception):
+                raise
             raise _outcome(trial, err) from None
-        except KeyboardInterrupt:  # a second signal: no new checkpoint, but the last one stays for the retry
-            unfinished = True
-            with contextlib.suppress(Exception):  # a storage down, say: the trial is still failed, not re-queued
-                trial.set_user_attr(FAIL_REASON_ATTR, INTERRUPTED)
-            raise
         finally:
             try:
                 self._record_end(trial, precision)
-            except Exception as err:
-                unfinished = unfinished or storage_failure_in(err) is not None
+            except BaseException as err:  # a second signal raised here, or in flight from above (any error's context then)
+                unfinished = unfinished or second_signal_in(err) or storage_failure_in(err) is not None
+                stop_on_second_signal(trial, err)
                 raise
             finally:
                 if saved is not None:  # its scratch files go however it ended (a storage down included)

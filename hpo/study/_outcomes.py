@@ -13,7 +13,8 @@ How a trial ends:
 - FAIL with ``fail_reason`` ("Type: message"): anything else, a bug or a broken environment;
   the traceback goes to the worker's log, never into the study.
 - FAIL with ``fail_reason`` ``interrupted``: the worker got SIGINT/SIGTERM; the trial saved a
-  checkpoint and is re-queued, so the next run resumes it (see :mod:`hpo.storage._checkpoints`).
+  checkpoint (after a second signal, none: its last one is kept) and is re-queued, so the next run
+  resumes it (see :mod:`hpo.storage._checkpoints`).
 - FAIL with ``fail_reason`` ``InvalidTrialError: ...``: an enqueued value the space cannot
   sample, or a config the executor refuses; bad input, not counted as a failure in a row.
 - FAIL with ``fail_reason`` ``worker_died: ...``: its worker process on this machine exited

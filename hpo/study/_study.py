@@ -10,7 +10,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import optuna
 import sqlalchemy
@@ -39,6 +39,7 @@ from hpo.storage._sqlite_lock import sqlite_file_lock
 from hpo.study._data import data_flags
 from hpo.study._liveness import fail_dead_local_trials, lost_retries, releasable
 from hpo.study._outcomes import SKIP_OVER_BUDGET, SKIP_UNSUPPORTED, was_interrupted
+from hpo.study._workers import second_signal_in
 from trial_executor import TextClassificationData
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -265,13 +266,23 @@ def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None,
     return False
 
 
+def _requeue_once(study: optuna.Study, trial: FrozenTrial, max_retry: int | None) -> None:
+    """Re-queue the failed ``trial`` (Optuna's retry, up to ``max_retry``) unless a retry of it exists: under the study's
+    lock and by the same test as the lost-retry sweep, so a trial is never re-queued twice, by this worker or another."""
+    with _study_lock(study._storage, study.study_name):
+        retried = {number for t in study.get_trials(deepcopy=False) for number in t.system_attrs.get("retry_history", ())}
+        if trial.number not in retried:
+            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, copy.deepcopy(trial))
+
+
 def _requeue_interrupted(study: optuna.Study, trial_id: int, max_retry: int | None) -> None:
-    """Re-queue trial ``trial_id`` if a second signal failed it (``interrupted``, by the objective) while it ran, so that
-    a rerun resumes it from its last checkpoint; a storage that fails here leaves it to the lost-retry sweep."""
+    """Re-queue trial ``trial_id`` if a second signal failed it (marked ``interrupted`` by the objective, or with no reason:
+    the mark's write lost), for a rerun to resume; a storage failing here leaves it to the lost-retry sweep."""
     with contextlib.suppress(Exception):
         trial = study._storage.get_trial(trial_id)
-        if was_interrupted(trial):
-            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, copy.deepcopy(trial))
+        unexplained = trial.state == TrialState.FAIL and not (fail_reason_of(trial) or skip_reason_of(trial))
+        if was_interrupted(trial) or unexplained:
+            _requeue_once(study, trial, max_retry)
 
 
 def _requeue_lost_retries(study: optuna.Study, max_retry: int | None) -> None:
@@ -301,16 +312,27 @@ def _requeue_if_enqueued(study: optuna.Study, trial: optuna.Trial) -> None:
         ))
 
 
+def _skip_over_budget(study: optuna.Study, trial: optuna.Trial) -> NoReturn:
+    """Prune ``trial``: other workers' running trials hold the rest of the budget (an enqueued one goes back as a copy)."""
+    _requeue_if_enqueued(study, trial)
+    trial.set_user_attr(SKIP_REASON_ATTR, SKIP_OVER_BUDGET)
+    study.stop()
+    raise optuna.TrialPruned("the running trials of other workers hold the rest of the budget")
+
+
 def _optimize(
     study: optuna.Study, objective: Callable[[optuna.Trial], Any], timeout: float | None,
-    after_trial: Callable[[optuna.Study, FrozenTrial], None],
+    after_trial: Callable[[optuna.Study, FrozenTrial], None], running: Callable[[], int | None], max_retry: int | None,
 ) -> None:
-    """``study.optimize``, which a trial failed under this worker by another one's sweep does not stop: a heartbeat
-    stale during a database outage longer than the grace period. Optuna's tell of it then raises."""
+    """``study.optimize``, not stopped by a trial another worker's sweep failed under this one (its heartbeat stale in an
+    outage past the grace period; Optuna's tell then raises). A second signal re-queues the trial ``running()`` names."""
     try:
         study.optimize(objective, timeout=timeout, callbacks=[after_trial], catch=(Exception,))
-    except ValueError as err:
-        if str(err) not in (f"Cannot tell a {state.name} trial." for state in (TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED)):
+    except BaseException as err:
+        if (trial_id := running()) is not None and second_signal_in(err):
+            _requeue_interrupted(study, trial_id, max_retry)
+        finished = (TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED)
+        if not isinstance(err, ValueError) or str(err) not in (f"Cannot tell a {state.name} trial." for state in finished):
             raise
         _logger.warning("the trial this worker ran was failed by another worker while this one could not reach the database "
                         "(its heartbeat went stale); its retry resumes from its last checkpoint")
@@ -334,8 +356,7 @@ def run_to_budget(
     the budget; ``on_told(trial)`` gets it first (an :class:`~hpo.study._objective.Objective`'s ``told``).
     """
     failures, stopping = 0, stop_requested or (lambda: False)
-    running: list[int] = []  # the ids of the trials this worker started, the last one running
-    requeued: set[int] = set()  # the ids of those it re-queued after a first signal
+    running: list[int | None] = [None]  # the id of the trial this worker runs (None: handed back, the budget full)
 
     def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         nonlocal failures
@@ -346,8 +367,7 @@ def run_to_budget(
             on_trial_finished(trial, finished)
         interrupted = was_interrupted(trial)
         if interrupted:
-            requeued.add(trial._trial_id)  # first: a second signal inside the re-queue leaves it to the lost-retry sweep, never twice
-            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, trial)
+            retry_lost_connection("re-queuing an interrupted trial", lambda: _requeue_once(study, trial, max_retry))
         # Bad enqueued values say nothing about the environment: they do not count as failures in a row.
         invalid = fail_reason_of(trial).startswith(f"{InvalidTrialError.__name__}:")
         failures = failures + 1 if trial.state == TrialState.FAIL and not (interrupted or invalid) else 0
@@ -355,13 +375,11 @@ def run_to_budget(
             study.stop()
 
     def budgeted(trial: optuna.Trial) -> float | Sequence[float]:
-        running.append(trial._trial_id)
+        running[0] = trial._trial_id
         # The lock's own connection is not the storage's: a lost one is retried like every storage call.
         if not retry_lost_connection("taking a slot of the budget", lambda: _take_slot(study, trial, n_trials)):
-            _requeue_if_enqueued(study, trial)
-            trial.set_user_attr(SKIP_REASON_ATTR, SKIP_OVER_BUDGET)
-            study.stop()
-            raise optuna.TrialPruned("the running trials of other workers hold the rest of the budget")
+            running[0] = None  # first: a retry copied back to the queue, then interrupted, is not re-queued twice
+            _skip_over_budget(study, trial)
         return objective(trial)
 
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -372,12 +390,7 @@ def run_to_budget(
     # Sweeps first: a worker of this machine killed mid-trial (SIGKILL, OOM killer) is found at once, not after the grace period.
     while _room_for_a_trial(study, n_trials, max_retry, go_on):
         remaining = None if deadline is None else deadline - time.monotonic()
-        try:
-            _optimize(study, budgeted, remaining, after_trial)
-        except KeyboardInterrupt:
-            if running and running[-1] not in requeued:
-                _requeue_interrupted(study, running[-1], max_retry)
-            raise
+        _optimize(study, budgeted, remaining, after_trial, lambda: running[0], max_retry)
     # Optuna sweeps dead workers' trials when a trial starts; sweep once more on the way out.
     optuna.storages.fail_stale_trials(study)
     fail_dead_local_trials(study, max_retry)

@@ -10,9 +10,15 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
+from hpo._attrs import FAIL_REASON_ATTR
+from hpo.storage._db_errors import error_chain
 from hpo.study._liveness import GPU_SHARED_ENV
+from hpo.study._outcomes import INTERRUPTED
+
+if TYPE_CHECKING:
+    import optuna
 
 # Set in each worker started by run_workers: its index among the machine's workers.
 WORKER_INDEX_ENV = "HPO_WORKER_INDEX"
@@ -70,6 +76,23 @@ class StopSignal:
     @property
     def exit_code(self) -> int:
         return 128 + self.signum if self.signum is not None else 0
+
+
+def second_signal_in(err: BaseException) -> bool:
+    """Whether ``err`` is a second signal's KeyboardInterrupt (:class:`StopSignal`), or an error raised over one."""
+    return any(isinstance(link, KeyboardInterrupt) for link in error_chain(err))
+
+
+def stop_on_second_signal(trial: optuna.Trial, err: BaseException) -> None:
+    """Where ``err`` is a second signal's (:func:`second_signal_in`), end the run with a KeyboardInterrupt (``err``, or
+    one raised from it), ``trial`` marked ``interrupted`` for the run to re-queue; else return."""
+    if not second_signal_in(err):
+        return
+    with contextlib.suppress(Exception):  # a storage down, say: the run re-queues it all the same (a FAIL with no reason)
+        trial.set_user_attr(FAIL_REASON_ATTR, INTERRUPTED)
+    if isinstance(err, KeyboardInterrupt):
+        raise err
+    raise KeyboardInterrupt from err
 
 
 def run_workers(

@@ -377,12 +377,28 @@ def test_a_retry_that_loses_the_last_slot_goes_back_with_its_params(tmp_path: Pa
     assert copy.state == TrialState.WAITING and copy.params == {"x": 0.25} and copy.system_attrs["failed_trial"] == 7
 
 
-def test_a_second_signal_fails_the_trial_at_once_and_its_retry_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
+def _second_signal() -> None:
+    raise KeyboardInterrupt  # as StopSignal's handler raises it
+
+
+def _second_signal_under_another_error() -> None:
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:  # an __exit__ that fails while it unwinds (Optuna's tell, a CUDA-graph capture's end)
+        raise RuntimeError("operation failed while the interrupt unwound")  # noqa: B904
+
+
+@pytest.mark.parametrize("signal", [_second_signal, _second_signal_under_another_error], ids=["plain", "under-another-error"])
+def test_a_second_signal_fails_the_trial_at_once_and_its_retry_resumes_from_its_last_checkpoint(
+    tmp_path: Path, signal: Any,
+) -> None:
     """A second Ctrl-C: the trial was failed with no reason and not re-queued, its last checkpoint marked for removal;
-    a rerun started another trial from step 0. Now it is failed ``interrupted`` and re-queued, and resumes."""
+    a rerun started another trial from step 0 (and an error raised over the interrupt let the run go on). Now it is
+    failed ``interrupted`` and re-queued once, and resumes."""
     from optuna.artifacts import FileSystemArtifactStore
 
     from hpo._attrs import CHECKPOINT_ATTR, fail_reason_of
+    from hpo.study._study import _requeue_once
 
     space = parse_search_space({"params": {"fp_precision": {"type": "categorical", "choices": ["fp32"]}},
                                 "fixed": {**FIXED, "max_steps": 6, "eval_every": 2}})
@@ -391,20 +407,22 @@ def test_a_second_signal_fails_the_trial_at_once_and_its_retry_resumes_from_its_
     store = FileSystemArtifactStore(str(tmp_path / "store"))
     polls = [0]
 
-    def second_signal() -> bool:  # as StopSignal's handler raises it, here at the 6th poll: after step 5's, checkpointed at 4
+    def stop_requested() -> bool:  # the second signal lands at the 6th poll: after step 5's, checkpointed at step 4
         polls[0] += 1
         if polls[0] == 6:
-            raise KeyboardInterrupt
+            signal()
         return False
 
-    objective = make_objective(space, DATA, base_seed=0, device="cpu", checkpoints=store, stop_requested=second_signal)
+    objective = make_objective(space, DATA, base_seed=0, device="cpu", checkpoints=store, stop_requested=stop_requested)
     with pytest.raises(KeyboardInterrupt):
-        run_to_budget(study, objective, 1, stop_requested=second_signal)
+        run_to_budget(study, objective, 1, stop_requested=stop_requested)
     failed, retry = study.get_trials()
     assert failed.state == TrialState.FAIL and fail_reason_of(failed) == "interrupted"
     pointer = failed.user_attrs[CHECKPOINT_ATTR]
     assert pointer["step"] == 4 and "removed_when_told" not in pointer and (tmp_path / "store" / pointer["artifact_id"]).exists()
     assert retry.state == TrialState.WAITING and retry.system_attrs["failed_trial"] == failed.number
+    _requeue_once(study, failed, None)  # as the lost-retry sweep or another worker would try: never a second retry
+    assert len(study.get_trials()) == 2
 
     rerun = make_objective(space, DATA, base_seed=0, device="cpu", checkpoints=store)
     run_to_budget(study, rerun, 1, on_told=rerun.told)
