@@ -186,20 +186,20 @@ def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[i
             dead.append((trial, "its worker process exited mid-trial"))
         elif died_claiming(trial, storage):
             dead.append((trial, "its worker died claiming it (no identity nor heartbeat for the grace period)"))
-    return _fail_and_requeue(study, dead, max_retry)
+    return fail_and_requeue(study, dead, max_retry)
 
 
 def fail_trials_of_killed_actors(study: optuna.Study, driver: str, max_retry: int | None) -> list[int]:
     """Fail and re-queue the study's RUNNING trials of the Ray actors that the driver run ``driver`` started, and
     killed (they are dead: the caller waited for Ray to say so); their numbers."""
     why = "its Ray worker was killed by the driver (a second signal, or a stop past its grace)"
-    return _fail_and_requeue(study, [
+    return fail_and_requeue(study, [
         (trial, why) for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         if (_own_worker(trial) or {}).get(RAY_DRIVER_KEY) == driver
     ], max_retry)
 
 
-def _fail_and_requeue(study: optuna.Study, dead: list[tuple[FrozenTrial, str]], max_retry: int | None) -> list[int]:
+def fail_and_requeue(study: optuna.Study, dead: list[tuple[FrozenTrial, str]], max_retry: int | None) -> list[int]:
     """Fail each trial of ``dead`` (``worker_died: why``), then re-queue it as a stale heartbeat's is; their numbers."""
     storage = study._storage
     failed = []

@@ -200,7 +200,8 @@ class Objective:
             result = self._train(trial, config, saved.checkpointing() if saved else None)
             return self._finish(trial, config, result)
         except BaseException as err:
-            unfinished = second_signal_in(err) or isinstance(err, TrialInterrupted) or storage_failure_in(err) is not None
+            unfinished = (not isinstance(err, Exception) or second_signal_in(err) or isinstance(err, TrialInterrupted)
+                          or storage_failure_in(err) is not None)  # SystemExit too: its trial stays RUNNING, for a retry
             stop_on_second_signal(trial, err)  # no new checkpoint: the last one stays, for the retry the run makes
             if not isinstance(err, Exception):
                 raise

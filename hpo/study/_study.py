@@ -23,6 +23,7 @@ from hpo._attrs import (
     DATA_SOURCE_ATTR,
     DATASET_FINGERPRINT_ATTR,
     ENQUEUED_FROM_ATTR,
+    FAIL_REASON_ATTR,
     LABEL_NAMES_ATTR,
     SEARCH_SPACE_ATTR,
     SKIP_REASON_ATTR,
@@ -37,8 +38,8 @@ from hpo.space._trial_values import InvalidTrialError
 from hpo.storage._backoff import retry_lost_connection
 from hpo.storage._sqlite_lock import sqlite_file_lock
 from hpo.study._data import data_flags
-from hpo.study._liveness import fail_dead_local_trials, lost_retries, releasable
-from hpo.study._outcomes import SKIP_OVER_BUDGET, SKIP_UNSUPPORTED, was_interrupted
+from hpo.study._liveness import fail_and_requeue, fail_dead_local_trials, lost_retries, releasable
+from hpo.study._outcomes import INTERRUPTED, SKIP_OVER_BUDGET, SKIP_UNSUPPORTED, was_interrupted
 from hpo.study._workers import second_signal_in
 from trial_executor import TextClassificationData
 
@@ -228,9 +229,8 @@ def _take_slot(study: optuna.Study, trial: optuna.Trial, n_trials: int) -> bool:
     the study's lock, so several workers never start more trials than the budget has left."""
     with _study_lock(study._storage, study.study_name):
         finished, held = _budget_used(study)
-        # Ours already: an earlier attempt wrote it, then its lock's connection was lost, which
-        # released the lock early; another worker may have taken the last slot meanwhile. So the
-        # slot is counted again under this lock, without ours, and given back if over.
+        # Ours already: an earlier attempt wrote it, then lost its lock's connection (the lock released early) while another
+        # worker may have taken the last slot meanwhile: so the slot is counted again under this lock, without ours, given back if over.
         mine = trial.user_attrs.get(BUDGET_SLOT_ATTR) == trial.number
         if finished + len(held) - mine >= n_trials:
             if mine:
@@ -267,8 +267,7 @@ def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None,
 
 
 def _requeue_once(study: optuna.Study, trial: FrozenTrial, max_retry: int | None) -> None:
-    """Re-queue the failed ``trial`` (Optuna's retry, up to ``max_retry``) unless a retry of it exists: under the study's
-    lock and by the same test as the lost-retry sweep, so a trial is never re-queued twice, by this worker or another."""
+    """Re-queue the failed ``trial`` unless a retry of it exists, under the study's lock (the lost-retry sweep's test): once."""
     with _study_lock(study._storage, study.study_name):
         retried = {number for t in study.get_trials(deepcopy=False) for number in t.system_attrs.get("retry_history", ())}
         if trial.number not in retried:
@@ -276,12 +275,13 @@ def _requeue_once(study: optuna.Study, trial: FrozenTrial, max_retry: int | None
 
 
 def _requeue_interrupted(study: optuna.Study, trial_id: int, max_retry: int | None) -> None:
-    """Re-queue trial ``trial_id`` if a second signal failed it (marked ``interrupted`` by the objective, or with no reason:
-    the mark's write lost), for a rerun to resume; a storage failing here leaves it to the lost-retry sweep."""
+    """Re-queue trial ``trial_id``, stopped by a second signal: FAIL ``interrupted`` or with no reason (the mark's write lost),
+    or RUNNING (the signal landed in Optuna's tell). A storage failing here leaves a marked one to the lost-retry sweep."""
     with contextlib.suppress(Exception):
         trial = study._storage.get_trial(trial_id)
-        unexplained = trial.state == TrialState.FAIL and not (fail_reason_of(trial) or skip_reason_of(trial))
-        if was_interrupted(trial) or unexplained:
+        if trial.state == TrialState.RUNNING:  # this worker's own, which stops here
+            fail_and_requeue(study, [(trial, "its worker was stopped by a second signal while Optuna told the trial")], max_retry)
+        elif trial.state == TrialState.FAIL and trial.user_attrs.get(FAIL_REASON_ATTR) in (INTERRUPTED, None) and not skip_reason_of(trial):
             _requeue_once(study, trial, max_retry)
 
 

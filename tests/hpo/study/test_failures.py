@@ -429,3 +429,18 @@ def test_a_second_signal_fails_the_trial_at_once_and_its_retry_resumes_from_its_
     resumed = study.get_trials()[1]
     assert resumed.state == TrialState.COMPLETE and resumed.user_attrs["resumed_at_step"] == 4
     assert not list((tmp_path / "store").glob("checkpoint-*"))  # told: removed
+
+
+def test_a_second_signal_in_optunas_tell_leaves_its_trial_failed_and_requeued_not_running(tmp_path: Path) -> None:
+    """The interrupt landed in Optuna's tell (it then raises UnboundLocalError over it): the trial stayed RUNNING until
+    a heartbeat sweep or a rerun on this machine. The worker fails and re-queues its own trial, once."""
+    from hpo._attrs import fail_reason_of
+    from hpo.study._study import _requeue_interrupted
+
+    study, _ = _study(tmp_path, {"fp_precision": {"type": "categorical", "choices": ["fp32"]}})
+    running = study.ask()
+    _requeue_interrupted(study, running._trial_id, None)
+    _requeue_interrupted(study, running._trial_id, None)  # a later attempt at it: no second retry
+    failed, retry = study.get_trials()
+    assert failed.state == TrialState.FAIL and fail_reason_of(failed).startswith("worker_died: its worker was stopped by a second signal")
+    assert retry.state == TrialState.WAITING and retry.system_attrs["failed_trial"] == failed.number
