@@ -137,6 +137,20 @@ def _finished_with_checkpoints(study: optuna.Study, store: DyingStore, checkpoin
     return trial
 
 
+def _failed_stale_then_retried(study: optuna.Study, trial: optuna.Trial) -> optuna.Trial:
+    """``trial`` failed by the stale heartbeat's sweep (no tell of its own, no told callback) and re-queued; its retry, asked."""
+    study.tell(trial, state=TrialState.FAIL)
+    optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study.trials[trial.number])
+    return study.ask()
+
+
+def _files_once_told(study: optuna.Study, trial: optuna.Trial, state: TrialState, store: DyingStore) -> set[str]:
+    """Tell ``trial`` ``state`` and remove its checkpoint as a run's told callback does: the files left in the store."""
+    study.tell(trial, state=state)
+    remove_told_checkpoint(study.trials[trial.number], store)
+    return _files(store.base)
+
+
 def test_a_finished_trial_keeps_its_checkpoint_until_told_then_leaves_none(
     study: optuna.Study, checkpoint_file: Path, tmp_path: Path,
 ) -> None:
@@ -159,17 +173,13 @@ def test_a_worker_killed_between_the_end_of_training_and_the_tell_leaves_its_ret
     interrupted retry's FAIL, once told, does not remove what the next retry resumes from."""
     store = DyingStore(tmp_path / "artifacts")
     trial = _finished_with_checkpoints(study, store, checkpoint_file)
-    study.tell(trial, state=TrialState.FAIL)  # the stale heartbeat's sweep: no tell of its own, no told callback
-    optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study.trials[trial.number])
-    retry = study.ask()
+    retry = _failed_stale_then_retried(study, trial)
     checkpoints = TrialCheckpoints(retry, store)
     checkpointing = checkpoints.checkpointing()
     assert checkpointing.resume_from is not None and retry.user_attrs[RESUMED_AT_STEP_ATTR] == 30
     assert REMOVED_WHEN_TOLD not in retry.user_attrs[CHECKPOINT_ATTR]
     checkpoints.close(finished=False)  # interrupted (Ctrl-C): its retry resumes from the same checkpoint
-    study.tell(retry, state=TrialState.FAIL)
-    remove_told_checkpoint(study.trials[retry.number], store)
-    assert _files(tmp_path / "artifacts") == {retry.user_attrs[CHECKPOINT_ATTR]["artifact_id"]}
+    assert _files_once_told(study, retry, TrialState.FAIL, store) == {retry.user_attrs[CHECKPOINT_ATTR]["artifact_id"]}
 
 
 def test_a_retry_told_without_having_run_removes_nothing_its_requeued_copy_resumes_from(
@@ -181,13 +191,9 @@ def test_a_retry_told_without_having_run_removes_nothing_its_requeued_copy_resum
     store = DyingStore(tmp_path / "artifacts")
     study.tell(study.ask(), 0.1)  # trial 0: the mark is a trial's number, and 0 is falsy
     trial = _finished_with_checkpoints(study, store, checkpoint_file)
-    study.tell(trial, state=TrialState.FAIL)  # the stale heartbeat's sweep
-    optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study.trials[trial.number])
-    retry = study.ask()  # over the budget: no TrialCheckpoints, so the inherited mark stays on its pointer
+    retry = _failed_stale_then_retried(study, trial)  # over the budget: no TrialCheckpoints, the inherited mark stays
     assert retry.user_attrs[CHECKPOINT_ATTR][REMOVED_WHEN_TOLD] == trial.number
-    study.tell(retry, state=TrialState.PRUNED)
-    remove_told_checkpoint(study.trials[retry.number], store)
-    assert _files(tmp_path / "artifacts") == {trial.user_attrs[CHECKPOINT_ATTR]["artifact_id"]}
+    assert _files_once_told(study, retry, TrialState.PRUNED, store) == {trial.user_attrs[CHECKPOINT_ATTR]["artifact_id"]}
 
 
 def test_checkpoints_left_by_a_worker_killed_between_the_tell_and_the_removal_are_swept_by_the_next_run(
