@@ -177,9 +177,17 @@ def bound_native_caches() -> None:
         os.environ.setdefault(variable, NATIVE_CACHE_CAPACITY)
 
 
-def is_oom(err: BaseException) -> bool:
-    """Whether ``err`` is the device or the host running out of memory."""
-    # The CPU allocator reports exhaustion as a plain RuntimeError.
-    return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
-        isinstance(err, RuntimeError) and "can't allocate memory" in str(err)
-    )
+def oom_in(err: BaseException) -> BaseException | None:
+    """The device or the host running out of memory: ``err``, or what it was raised over while that unwound (an
+    ``__exit__`` that failed after it, as ``torch.cuda.graph`` ending a capture the OOM broke); else ``None``."""
+    link: BaseException | None = err
+    seen: set[int] = set()
+    while link is not None and id(link) not in seen:
+        # The CPU allocator reports exhaustion as a plain RuntimeError.
+        if isinstance(link, (torch.OutOfMemoryError, MemoryError)) or (
+            isinstance(link, RuntimeError) and "can't allocate memory" in str(link)
+        ):
+            return link
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return None

@@ -31,16 +31,14 @@ the host off the pace (``benchmarks.step_capture``).
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
 from torch.profiler import record_function
 
 from trial_executor.batches import Batch, to_device
-from trial_executor.device import is_oom
 from trial_executor.precision import PrecisionPolicy
 from trial_executor.train._compiled import WholeStep
 from trial_executor.train._optimizer import LearningRateSchedule
@@ -95,35 +93,13 @@ class CudaGraphs:
         # records is no error of the recording ("global", the default, fails the recording for it).
         stream = torch.cuda.current_stream()
         try:
-            with oom_unmasked(), torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 body()
         except BaseException:
             torch.cuda.set_stream(stream)  # the graph's exit leaves its capture stream current where ending the capture raised
             raise
         self.pool = self.pool if self.pool is not None else graph.pool()
         return graph.replay  # which keeps the graph alive as long as the step keeps it
-
-
-@contextlib.contextmanager
-def oom_unmasked() -> Iterator[None]:
-    """Raise an out-of-memory error itself where an error raised over it while it unwound would hide it.
-
-    ``torch.cuda.graph`` ends its capture even when the body raised, and where the body's OOM left
-    the capture broken, ending it raises its own error, the OOM in its ``__context__`` chain. The
-    trial must see the OOM: it is what sends a trial on at half the batch instead of failing it.
-    """
-    try:
-        yield
-    except Exception as err:
-        if is_oom(err):
-            raise
-        hidden, seen = err.__context__, {id(err)}
-        while hidden is not None and id(hidden) not in seen and not is_oom(hidden):
-            seen.add(id(hidden))
-            hidden = hidden.__context__
-        if hidden is not None and is_oom(hidden):
-            raise hidden from None
-        raise
 
 
 class EagerReplay:

@@ -28,7 +28,7 @@ from trial_executor.device import (
     LoopTiming,
     MemoryWindow,
     bound_native_caches,
-    is_oom,
+    oom_in,
     release_memory,
     resolve_device,
 )
@@ -95,11 +95,12 @@ def run_trial(
     except TrialInterrupted as err:
         failure = TrialInterrupted(err.step, err.checkpoint)
     except Exception as err:
-        if not is_oom(err):
+        oom = oom_in(err)
+        if oom is None:
             raise
         failure = TrialOutOfMemoryError(
             config.batch_size, config.grad_accum_steps,
-            f"out of memory at batch_size {config.batch_size} on {device.type}: {type(err).__name__}: {str(err)[:200]}",
+            f"out of memory at batch_size {config.batch_size} on {device.type}: {type(oom).__name__}: {str(oom)[:200]}",
         )
     finally:
         # _train's model, optimizer and batches are unreachable once it returns; compiled graphs

@@ -18,9 +18,9 @@ import torch
 from test_compiled_step import BASE, _losses, _parts, _windows
 
 from trial_executor import TextClassificationData, TrainConfig, demo_dataset, run_trial
-from trial_executor.device import is_oom
+from trial_executor.device import oom_in
 from trial_executor.train._build import TrialParts
-from trial_executor.train._captured import WARMUP_OCCURRENCES, CapturedStep, EagerReplay, oom_unmasked
+from trial_executor.train._captured import WARMUP_OCCURRENCES, CapturedStep, EagerReplay
 from trial_executor.train._optimizer import LearningRateSchedule
 
 CPU = torch.device("cpu")
@@ -116,15 +116,17 @@ def _oom() -> None:
 def test_an_oom_inside_a_recording_reaches_the_trial_as_an_oom_not_as_the_capture_error_over_it() -> None:
     with pytest.raises(RuntimeError) as hidden, _capture_whose_end_fails():
         _oom()
-    assert not is_oom(hidden.value) and is_oom(hidden.value.__context__)  # what the trial saw without the unmasking
-    with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"), oom_unmasked(), _capture_whose_end_fails():
-        _oom()
-    with pytest.raises(torch.OutOfMemoryError), oom_unmasked(), _capture_whose_end_fails(), _capture_whose_end_fails():
+    assert isinstance(hidden.value.__context__, torch.OutOfMemoryError)  # what the trial sees: the capture's error
+    assert oom_in(hidden.value) is hidden.value.__context__  # and what it takes it for: the OOM under it
+    with pytest.raises(RuntimeError) as twice, _capture_whose_end_fails(), _capture_whose_end_fails():
         _oom()  # two errors over it (the capture's end, then the stream's restore, say)
+    assert isinstance(oom_in(twice.value), torch.OutOfMemoryError)
 
 
 def test_an_error_that_was_not_raised_over_an_oom_passes_unchanged() -> None:
-    with pytest.raises(RuntimeError, match="previous error during capture"), oom_unmasked(), _capture_whose_end_fails():
+    with pytest.raises(RuntimeError, match="previous error during capture") as raised, _capture_whose_end_fails():
         raise ValueError("a shape the graph did not expect")
-    with pytest.raises(torch.OutOfMemoryError), oom_unmasked():
+    assert oom_in(raised.value) is None
+    with pytest.raises(torch.OutOfMemoryError) as plain:
         _oom()
+    assert oom_in(plain.value) is plain.value
