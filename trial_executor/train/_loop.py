@@ -102,6 +102,7 @@ def run_trial(
             config.batch_size, config.grad_accum_steps,
             f"out of memory at batch_size {config.batch_size} on {device.type}: {type(oom).__name__}: {str(oom)[:200]}",
         )
+        del oom  # its traceback holds _train's frames, and with them the model
     finally:
         # _train's model, optimizer and batches are unreachable once it returns; compiled graphs
         # and CUDA-graph pools would keep them (and their memory) alive.
