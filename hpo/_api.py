@@ -31,7 +31,7 @@ from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
 from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import GRPC_SCHEME, Heartbeat, check_storage_url, create_storage, resolve_storage_url
 from hpo.study._data import DataLike, data_source_of, resolve_data, stored_data
-from hpo.study._liveness import fail_trials_of_killed_actors
+from hpo.study._liveness import checkpoint_sweep, fail_trials_of_killed_actors
 from hpo.study._options import DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions, Track
 from hpo.study._ray_workers import RayCluster, RayRun, TrialWatcher, connect, plan, start_workers, wait_for_workers
 from hpo.study._study import finished_count, open_study, run_to_budget
@@ -149,7 +149,8 @@ def run_study(prepared: PreparedStudy, options: RunOptions, *, hooks: RunHooks |
 
     hooks = hooks or RunHooks()
     quiet_transformers()
-    store = artifact_store(options.artifact_store, prepared.study._storage) if options.artifact_store else None
+    sweep = checkpoint_sweep(prepared.study, options.max_retry, keep=options.keep_checkpoints)
+    store = artifact_store(options.artifact_store, sweep) if options.artifact_store else None
     tracking = Tracking(trackers)
 
     def progress(number: int, update: StepProgress) -> None:
@@ -320,8 +321,7 @@ def optimize(
         storage=storage, study_name=study_name, n_trials=n_trials, timeout=timeout, seed=seed, device=device, model=model,
         fix=fix, text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
         valid_data=valid_data, valid_fraction=valid_fraction, empty_text=empty_text, cache_dir=cache_dir,
-        artifact_store=artifact_store, keep_checkpoints=keep_checkpoints, max_retry=max_retry,
-        track=track, warm_start=warm_start,
+        artifact_store=artifact_store, keep_checkpoints=keep_checkpoints, max_retry=max_retry, track=track, warm_start=warm_start,
         warm_start_trials=warm_start_trials, ray=ray, workers=workers, gpus_per_trial=gpus_per_trial, verdict=verdict,
     )
     run = open_run(space, data, options)

@@ -16,9 +16,10 @@ the ``checkpoint`` pointer names the one it ``superseded`` until the next upload
 both (the committed checkpoint, which it resumes from, aside), so a killed worker's leftovers
 (a checkpoint half-written or never committed, or a superseded one not yet removed) do not pile up.
 
-A worker killed between the tell and the removal leaves a finished trial's checkpoint behind; a
-later run's :func:`sweep_told_checkpoints` removes it. Each checkpoint is named after the trial that
-wrote it (``checkpoint-<trial id>-<uuid>``), so the sweep reads only those trials, not the study.
+What no trial will resume from is swept when a run starts (:func:`sweep_checkpoints`): the checkpoint of a
+trial whose worker was killed between the tell and the removal, of a trial whose retries ran out, and what a
+killed worker left that no retry came to remove. Each checkpoint is named after the trial that wrote it
+(``checkpoint-<trial id>-<uuid>``), so the sweep reads that trial, and its retries only once it has ended.
 
 Checkpoints are written to the store directly, not registered as trial artifacts: they come
 and go while the trial runs, and a registered artifact that is gone would stay listed in
@@ -32,6 +33,8 @@ import logging
 import re
 import shutil
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,9 +58,19 @@ _CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f
 _logger = logging.getLogger(__name__)
 
 
-def artifact_store(path: str | None, storage: optuna.storages.BaseStorage | None = None) -> FileSystemArtifactStore:
-    """A local (or shared network) directory store: ``--artifact-store PATH``; for a run on ``storage``, what its
-    workers killed between a tell and the removal left is swept first (:func:`sweep_told_checkpoints`).
+@dataclass(frozen=True)
+class CheckpointSweep:
+    """What :func:`sweep_checkpoints` needs to know of a run: its study, whether a failed trial's retry may yet come
+    (the run's retry policy: ``hpo.study._liveness.retry_may_come``), and whether it keeps finished trials' checkpoints."""
+
+    study: optuna.Study
+    retry_may_come: Callable[[FrozenTrial], bool]
+    keep: bool = False
+
+
+def artifact_store(path: str | None, sweep: CheckpointSweep | None = None) -> FileSystemArtifactStore:
+    """A local (or shared network) directory store: ``--artifact-store PATH``; for a run, the checkpoints in it that no
+    trial of its study will resume from are swept first (:func:`sweep_checkpoints`).
 
     For S3-style stores, Optuna's ``optuna.artifacts.Boto3ArtifactStore`` has the same
     interface; every worker of a study must reach the same store.
@@ -65,8 +78,8 @@ def artifact_store(path: str | None, storage: optuna.storages.BaseStorage | None
     directory = Path(path or DEFAULT_ARTIFACT_DIR)
     directory.mkdir(parents=True, exist_ok=True)
     store = FileSystemArtifactStore(str(directory))
-    if storage is not None:
-        sweep_told_checkpoints(storage, store, directory)
+    if sweep is not None:
+        sweep_checkpoints(sweep, store, directory)
     return store
 
 
@@ -170,28 +183,47 @@ def _marked_by(pointer: dict[str, Any], trial: FrozenTrial) -> bool:
     return mark is True or (type(mark) is int and mark == trial.number)  # True: the mark before it named its trial
 
 
-def sweep_told_checkpoints(storage: optuna.storages.BaseStorage, store: FileSystemArtifactStore, directory: Path) -> list[str]:
-    """Remove the checkpoints in ``directory`` (``store``'s) that their trial, told COMPLETE or PRUNED, marked for removal
-    when told: what a worker killed between the tell and the removal left. The artifact ids removed.
+def sweep_checkpoints(sweep: CheckpointSweep, store: FileSystemArtifactStore, directory: Path) -> list[str]:
+    """Remove the checkpoints in ``directory`` (``store``'s) that no trial of ``sweep.study`` will resume from; their ids.
 
-    A failed trial's checkpoint is left: its retry may resume from it (and removes it when told). So is any file
-    not named as this module names checkpoints, or whose trial is not in ``storage`` (a store shared by several).
+    A checkpoint belongs to its writer's retry chain: the writer and the trials that retry it (``retry_history``).
+    While a trial of the chain waits or runs, or a retry of its last failed trial may yet come, its files stay. Once
+    the chain has ended, only the checkpoint its last trial finished with and kept (``--keep-checkpoints``) stays:
+    one marked for removal when told goes (its worker was killed between the tell and the removal), as do a failed
+    trial's whose retries ran out (unless this run keeps checkpoints) and any file the last trial does not name (a
+    superseded checkpoint, an upload never committed). Files not named as this module names checkpoints, or written
+    by another study's trial, are left.
     """
+    trials: dict[int, FrozenTrial] | None = None  # the study's, by id: read once, and only if a checkpoint is there
+    retries: dict[int, list[FrozenTrial]] = {}  # a trial's number -> the trials that retry it
     removed = []
-    for path in directory.iterdir() if directory.is_dir() else ():
+    for path in sorted(directory.iterdir()) if directory.is_dir() else ():
         match = _CHECKPOINT_NAME.fullmatch(path.name)
         if match is None:
             continue
-        try:
-            trial = storage.get_trial(int(match.group(1)))
-        except KeyError:  # another storage's trial
+        if trials is None:
+            trials = {t._trial_id: t for t in sweep.study.get_trials(deepcopy=False)}
+            for trial in trials.values():
+                for number in trial.system_attrs.get("retry_history", ()):
+                    retries.setdefault(number, []).append(trial)
+        writer = trials.get(int(match.group(1)))
+        if writer is None or not writer.state.is_finished():  # another study's checkpoint, or in use
             continue
-        pointer = trial.user_attrs.get(CHECKPOINT_ATTR) or {}
-        told = trial.state in (TrialState.COMPLETE, TrialState.PRUNED)
-        if told and _marked_by(pointer, trial) and pointer.get("artifact_id") == path.name:
-            _remove(store, pointer)
+        if not _resumable_or_kept(path.name, [writer, *retries.get(writer.number, ())], sweep):
+            _remove(store, {"artifact_id": path.name})
             removed.append(path.name)
     return removed
+
+
+def _resumable_or_kept(artifact_id: str, chain: list[FrozenTrial], sweep: CheckpointSweep) -> bool:
+    """Whether a trial of the retry chain ``chain`` may resume from ``artifact_id``, or its last trial keeps it."""
+    last = max(chain, key=lambda t: t.number)
+    if any(not t.state.is_finished() for t in chain) or sweep.retry_may_come(last):
+        return True  # the chain goes on: which of its files the next trial needs is its own business
+    pointer = last.user_attrs.get(CHECKPOINT_ATTR) or {}
+    if pointer.get("artifact_id") != artifact_id or REMOVED_WHEN_TOLD in pointer:
+        return False
+    return last.state != TrialState.FAIL or sweep.keep  # kept by --keep-checkpoints; a failed trial's, only if this run keeps
 
 
 def _remove(store: FileSystemArtifactStore, pointer: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import os
 import socket
 import sys
@@ -37,6 +38,7 @@ from hpo._attrs import (
     WORKER_DIED,
 )
 from hpo._process import has_exited, numbered_here, process_key
+from hpo.storage._checkpoints import CheckpointSweep
 from hpo.storage._heartbeats import heartbeat_ages
 from hpo.study._outcomes import INTERRUPTED
 
@@ -158,19 +160,39 @@ def lost_retries(trials: list[FrozenTrial], storage: optuna.storages.BaseStorage
     period ago (a worker's own re-queue, a moment after its fail, is not still on its way).
     """
     requeued = {number for t in trials for number in t.system_attrs.get("retry_history", ())}
-    wait = _grace_seconds(storage) or _NO_HEARTBEAT_WAIT_S
-    now = datetime.now()  # Optuna's own clock: naive local time
+    wait = _requeue_wait_s(storage)
     return [
         t for t in trials
-        if t.state == TrialState.FAIL and t.number not in requeued and _requeued_on_failure(t)
-        and (max_retry is None or len(t.system_attrs.get("retry_history", ())) < max_retry)
-        and t.datetime_complete is not None and (now - t.datetime_complete).total_seconds() > wait
+        if t.state == TrialState.FAIL and t.number not in requeued and _retried_on_failure(t, max_retry)
+        and not _failed_within(t, wait)
     ]
 
 
-def _requeued_on_failure(trial: FrozenTrial) -> bool:
+def retry_may_come(trial: FrozenTrial, storage: optuna.storages.BaseStorage, max_retry: int | None) -> bool:
+    """Whether a re-queued copy of the failed ``trial`` may yet appear, if none has: its worker's own re-queue may be on
+    its way (it failed within the grace period), or the retry policy re-queues it (a lost re-queue, :func:`lost_retries`)."""
+    return trial.state == TrialState.FAIL and (_failed_within(trial, _requeue_wait_s(storage)) or _retried_on_failure(trial, max_retry))
+
+
+def checkpoint_sweep(study: optuna.Study, max_retry: int | None, *, keep: bool) -> CheckpointSweep:
+    """What a run with this retry policy (and ``--keep-checkpoints`` or not) sweeps from its artifact store when it starts."""
+    return CheckpointSweep(study, functools.partial(retry_may_come, storage=study._storage, max_retry=max_retry), keep=keep)
+
+
+def _requeue_wait_s(storage: optuna.storages.BaseStorage) -> float:
+    return _grace_seconds(storage) or _NO_HEARTBEAT_WAIT_S
+
+
+def _failed_within(trial: FrozenTrial, seconds: float) -> bool:
+    # Optuna's own clock: naive local time.
+    return trial.datetime_complete is None or (datetime.now() - trial.datetime_complete).total_seconds() <= seconds
+
+
+def _retried_on_failure(trial: FrozenTrial, max_retry: int | None) -> bool:
+    """Whether the retry policy re-queues ``trial``: it failed stopped or with its worker dead, with a retry left."""
     reason = str(trial.user_attrs.get(FAIL_REASON_ATTR, ""))
-    return reason == INTERRUPTED or reason.startswith(f"{WORKER_DIED}:")
+    retry_left = max_retry is None or len(trial.system_attrs.get("retry_history", ())) < max_retry
+    return (reason == INTERRUPTED or reason.startswith(f"{WORKER_DIED}:")) and retry_left
 
 
 def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[int]:

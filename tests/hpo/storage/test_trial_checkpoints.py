@@ -7,16 +7,23 @@ retry is Optuna's own ``RetryHeartbeatStaleTrialCallback``, as a stale heartbeat
 
 from __future__ import annotations
 
+import time
+import uuid
 from pathlib import Path
 from typing import BinaryIO
 
 import optuna
 import pytest
+from _tiny_study import TINY
 from optuna.artifacts import FileSystemArtifactStore
 from optuna.trial import TrialState
 
-from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, RESUMED_AT_STEP_ATTR
-from hpo.storage._checkpoints import REMOVED_WHEN_TOLD, TrialCheckpoints, remove_told_checkpoint, sweep_told_checkpoints
+import hpo
+from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, FAIL_REASON_ATTR, RESUMED_AT_STEP_ATTR
+from hpo.storage._checkpoints import REMOVED_WHEN_TOLD, TrialCheckpoints, remove_told_checkpoint, sweep_checkpoints
+from hpo.storage._storage import Heartbeat, create_storage
+from hpo.study._liveness import checkpoint_sweep, fail_and_requeue
+from trial_executor import demo_dataset
 
 
 class WorkerKilled(BaseException):
@@ -199,8 +206,8 @@ def test_a_retry_told_without_having_run_removes_nothing_its_requeued_copy_resum
 def test_checkpoints_left_by_a_worker_killed_between_the_tell_and_the_removal_are_swept_by_the_next_run(
     study: optuna.Study, checkpoint_file: Path, tmp_path: Path,
 ) -> None:
-    """Only a told COMPLETE or PRUNED trial's marked checkpoint goes: a failed trial's retry may resume from its
-    own, a running trial's is in use, and a file of another storage or not a checkpoint is not this sweep's."""
+    """A told trial's marked checkpoint goes; a just-failed trial's stays (its retry may resume from it), a running
+    trial's is in use, and a file of another study or storage, or not a checkpoint, is not this sweep's."""
     store = DyingStore(tmp_path / "artifacts")
     completed = _finished_with_checkpoints(study, store, checkpoint_file)
     study.tell(completed, 0.5)  # and the worker dies before remove_told_checkpoint
@@ -210,16 +217,88 @@ def test_checkpoints_left_by_a_worker_killed_between_the_tell_and_the_removal_ar
     study.tell(failed, state=TrialState.FAIL)  # a stale heartbeat's sweep: its retry resumes from this checkpoint
     running = study.ask()
     TrialCheckpoints(running, store).checkpointing().on_saved(checkpoint_file, 10)  # type: ignore[misc]
+    other_study = optuna.create_study(storage=study._storage, study_name="another")
+    in_other = _finished_with_checkpoints(other_study, store, checkpoint_file)
+    other_study.tell(in_other, 0.5)
     others = {"checkpoint-99999-0b8f5bde-8a4c-4d0e-9a49-1e2f3a4b5c6d", "6b1d8a52-7c1e-4f57-b0d3-2a9e8f7c6b5a"}
     for name in others:  # another storage's trial sharing the directory; a registered artifact (config.json)
         (tmp_path / "artifacts" / name).write_bytes(b"kept")
     ids = {t.number: t.user_attrs[CHECKPOINT_ATTR]["artifact_id"] for t in study.trials}
     assert all(ids[t.number].startswith(f"checkpoint-{t._trial_id}-") for t in study.trials)
 
-    removed = sweep_told_checkpoints(study._storage, store, tmp_path / "artifacts")
+    sweep = checkpoint_sweep(study, max_retry=3, keep=False)
+    removed = sweep_checkpoints(sweep, store, tmp_path / "artifacts")
     assert sorted(removed) == sorted([ids[completed.number], ids[pruned.number]])
-    assert _files(tmp_path / "artifacts") == {ids[failed.number], ids[running.number], *others}
-    assert sweep_told_checkpoints(study._storage, store, tmp_path / "artifacts") == []  # nothing twice
+    in_other_id = other_study.trials[0].user_attrs[CHECKPOINT_ATTR]["artifact_id"]
+    assert _files(tmp_path / "artifacts") == {ids[failed.number], ids[running.number], in_other_id, *others}
+    assert sweep_checkpoints(sweep, store, tmp_path / "artifacts") == []  # nothing twice
+
+
+def _beating(url: str, grace_period: int) -> optuna.storages.BaseStorage:
+    """A run's storage, with heartbeats: a failed trial's retry, if one is coming, comes within the grace period (its
+    worker re-queues it at once); after it, only the retry policy re-queues it (a lost re-queue)."""
+    return create_storage(url, heartbeat=Heartbeat(interval=1, grace_period=grace_period))
+
+
+def _killed(study: optuna.Study, trial: optuna.Trial, max_retry: int) -> None:
+    """``trial``'s worker found dead: failed ``worker_died`` and re-queued while ``max_retry`` allows, as a sweep does."""
+    fail_and_requeue(study, [(study._storage.get_trial(trial._trial_id), "killed in this test")], max_retry)
+
+
+def test_a_retry_chain_that_ended_leaves_no_checkpoint_unless_kept(checkpoint_file: Path, tmp_path: Path) -> None:
+    """What a sweep of told trials alone left: the checkpoint of a failed trial that its retry resumed and finished
+    with, its worker killed before the removal; that of a trial that failed with an error, killed the same way; and
+    the last checkpoint of a trial whose retries ran out, with the one it superseded. A retry that may still come
+    keeps its checkpoints."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study, store = optuna.create_study(storage=_beating(url, grace_period=60)), DyingStore(tmp_path / "artifacts")
+    resumed = study.ask()
+    TrialCheckpoints(resumed, store).checkpointing().on_saved(checkpoint_file, 10)  # type: ignore[misc]
+    _killed(study, resumed, max_retry=1)
+    retry = study.ask()
+    TrialCheckpoints(retry, store).close(finished=True)  # resumed at step 10 and trained to the end: no new checkpoint
+    study.tell(retry, 0.5)  # and killed before remove_told_checkpoint
+
+    errored = _finished_with_checkpoints(study, store, checkpoint_file)  # an error after its last checkpoint
+    study._storage.set_trial_user_attr(errored._trial_id, FAIL_REASON_ATTR, "ValueError: in this test")
+    study.tell(errored, state=TrialState.FAIL)  # and killed before remove_told_checkpoint
+
+    out_of_retries = study.ask()
+    TrialCheckpoints(out_of_retries, store).checkpointing().on_saved(checkpoint_file, 10)  # type: ignore[misc]
+    _killed(study, out_of_retries, max_retry=1)
+    last_retry = study.ask()
+    store.die_on_remove = True  # its checkpoint at step 20 is committed, the one at step 10 not yet removed
+    with pytest.raises(WorkerKilled):
+        TrialCheckpoints(last_retry, store).checkpointing().on_saved(checkpoint_file, 20)  # type: ignore[misc]
+    store.die_on_remove = False
+    _killed(study, last_retry, max_retry=1)  # its second failure: no retry left
+    assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.FAIL, TrialState.FAIL, TrialState.FAIL]
+    pointers = {t.number: t.user_attrs[CHECKPOINT_ATTR] for t in study.trials}
+    assert pointers[retry.number]["artifact_id"] == pointers[resumed.number]["artifact_id"]
+    superseded, last = pointers[last_retry.number]["superseded"], pointers[last_retry.number]["artifact_id"]
+    assert _files(store.base) == {pointers[resumed.number]["artifact_id"], pointers[errored.number]["artifact_id"], superseded, last}
+
+    # Within the grace period a failed trial's retry may be on its way: only the finished chain's checkpoint goes.
+    assert sweep_checkpoints(checkpoint_sweep(study, max_retry=1, keep=False), store, store.base) == [pointers[resumed.number]["artifact_id"]]
+    time.sleep(1.1)
+    study = optuna.load_study(study_name=study.study_name, storage=_beating(url, grace_period=1))
+    # After it: a policy of 2 retries would re-queue the last retry (a lost re-queue), so its checkpoints stay.
+    assert sweep_checkpoints(checkpoint_sweep(study, max_retry=2, keep=False), store, store.base) == [pointers[errored.number]["artifact_id"]]
+    assert sweep_checkpoints(checkpoint_sweep(study, max_retry=1, keep=True), store, store.base) == [superseded]
+    assert sweep_checkpoints(checkpoint_sweep(study, max_retry=1, keep=False), store, store.base) == [last]
+    assert _files(store.base) == set()
+
+
+def test_a_run_sweeps_its_artifact_store_when_it_starts(tmp_path: Path) -> None:
+    """Wired where a run opens its store: a checkpoint its ended trial does not name (its worker was killed while
+    replacing it) goes, even with the budget already reached; the kept best model and config files stay."""
+    url, store, data = f"sqlite:///{tmp_path / 's.db'}", tmp_path / "store", demo_dataset(n_train=64, n_valid=16, seed=1)
+    study = hpo.optimize(TINY, data, storage=url, study_name="s", n_trials=1, device="cpu", artifact_store=str(store))
+    kept = _files(store)
+    left = store / f"checkpoint-{study.trials[0]._trial_id}-{uuid.uuid4()}"
+    left.write_bytes(b"a superseded checkpoint")
+    hpo.optimize(TINY, data, storage=url, study_name="s", n_trials=1, device="cpu", artifact_store=str(store))
+    assert _files(store) == kept and kept
 
 
 def test_a_retry_run_with_another_artifact_store_starts_over_and_says_so(
