@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 
 DEFAULT_ARTIFACT_DIR = "hpo-artifacts"
 REMOVED_WHEN_TOLD = "removed_when_told"
+KEPT = "kept"  # the finished trial's number, on a checkpoint kept by --keep-checkpoints
+_MARKS = (REMOVED_WHEN_TOLD, KEPT)
 # A checkpoint's artifact id: the id (the storage's, not the study's number) of the trial that wrote it, and a uuid.
 _CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _logger = logging.getLogger(__name__)
@@ -99,8 +101,8 @@ class TrialCheckpoints:
         self.scratch = scratch_dir(trial.number)
         # A retry starts with its predecessor's user attrs, the checkpoint pointer among them.
         self.inherited: dict[str, Any] | None = trial.user_attrs.get(CHECKPOINT_ATTR)
-        if self.inherited and REMOVED_WHEN_TOLD in self.inherited:  # its predecessor died before the tell: this one's now
-            self.inherited = {k: v for k, v in self.inherited.items() if k != REMOVED_WHEN_TOLD}
+        if self.inherited and any(mark in self.inherited for mark in _MARKS):  # its predecessor died before the tell: this one's now
+            self.inherited = {k: v for k, v in self.inherited.items() if k not in _MARKS}
             trial.set_user_attr(CHECKPOINT_ATTR, self.inherited)
         self.latest = self.inherited
         self.upload_failed = False
@@ -162,10 +164,10 @@ class TrialCheckpoints:
 
 
     def close(self, *, finished: bool) -> None:
-        """Drop local files; once the trial finished, mark its stored checkpoint for removal when told (unless ``keep``)."""
+        """Drop local files; once the trial finished, mark its stored checkpoint for removal when told (``kept`` if ``keep``)."""
         shutil.rmtree(self.scratch, ignore_errors=True)
-        if finished and not self.keep and self.latest is not None:
-            self.trial.set_user_attr(CHECKPOINT_ATTR, {**self.latest, REMOVED_WHEN_TOLD: self.trial.number})
+        if finished and self.latest is not None:
+            self.trial.set_user_attr(CHECKPOINT_ATTR, {**self.latest, (KEPT if self.keep else REMOVED_WHEN_TOLD): self.trial.number})
         if finished and self.trial.user_attrs.get(CHECKPOINT_UPLOADING_ATTR) is not None:
             self.trial.set_user_attr(CHECKPOINT_UPLOADING_ATTR, None)  # the upload it named is committed or removed
 
@@ -223,7 +225,8 @@ def _resumable_or_kept(artifact_id: str, chain: list[FrozenTrial], sweep: Checkp
     pointer = last.user_attrs.get(CHECKPOINT_ATTR) or {}
     if pointer.get("artifact_id") != artifact_id or REMOVED_WHEN_TOLD in pointer:
         return False
-    return last.state != TrialState.FAIL or sweep.keep  # kept by --keep-checkpoints; a failed trial's, only if this run keeps
+    # Kept by --keep-checkpoints (unmarked: kept before the mark existed); a trial's whose retries ran out, if this run keeps.
+    return KEPT in pointer or last.state != TrialState.FAIL or sweep.keep
 
 
 def _remove(store: FileSystemArtifactStore, pointer: dict[str, Any]) -> None:

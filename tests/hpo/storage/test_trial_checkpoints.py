@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 import hpo
 from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, FAIL_REASON_ATTR, RESUMED_AT_STEP_ATTR
-from hpo.storage._checkpoints import REMOVED_WHEN_TOLD, TrialCheckpoints, remove_told_checkpoint, sweep_checkpoints
+from hpo.storage._checkpoints import KEPT, REMOVED_WHEN_TOLD, TrialCheckpoints, remove_told_checkpoint, sweep_checkpoints
 from hpo.storage._storage import Heartbeat, create_storage
 from hpo.study._liveness import checkpoint_sweep, fail_and_requeue
 from trial_executor import demo_dataset
@@ -130,10 +130,10 @@ def test_a_worker_killed_before_removing_the_superseded_checkpoint_leaves_it_to_
     assert _files(tmp_path / "artifacts") == {committed["artifact_id"]}
 
 
-def _finished_with_checkpoints(study: optuna.Study, store: DyingStore, checkpoint_file: Path) -> optuna.Trial:
+def _finished_with_checkpoints(study: optuna.Study, store: DyingStore, checkpoint_file: Path, *, keep: bool = False) -> optuna.Trial:
     """A trial that saved at steps 10, 20 and 30 and then finished training: closed, not yet told."""
     trial = study.ask()
-    checkpoints = TrialCheckpoints(trial, store)
+    checkpoints = TrialCheckpoints(trial, store, keep=keep)
     on_saved = checkpoints.checkpointing().on_saved
     assert on_saved is not None
     others = _files(store.base)
@@ -249,7 +249,7 @@ def test_a_retry_chain_that_ended_leaves_no_checkpoint_unless_kept(checkpoint_fi
     """What a sweep of told trials alone left: the checkpoint of a failed trial that its retry resumed and finished
     with, its worker killed before the removal; that of a trial that failed with an error, killed the same way; and
     the last checkpoint of a trial whose retries ran out, with the one it superseded. A retry that may still come
-    keeps its checkpoints."""
+    keeps its checkpoints, and a checkpoint kept by --keep-checkpoints stays."""
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     study, store = optuna.create_study(storage=_beating(url, grace_period=60)), DyingStore(tmp_path / "artifacts")
     resumed = study.ask()
@@ -260,8 +260,10 @@ def test_a_retry_chain_that_ended_leaves_no_checkpoint_unless_kept(checkpoint_fi
     study.tell(retry, 0.5)  # and killed before remove_told_checkpoint
 
     errored = _finished_with_checkpoints(study, store, checkpoint_file)  # an error after its last checkpoint
-    study._storage.set_trial_user_attr(errored._trial_id, FAIL_REASON_ATTR, "ValueError: in this test")
-    study.tell(errored, state=TrialState.FAIL)  # and killed before remove_told_checkpoint
+    kept = _finished_with_checkpoints(study, store, checkpoint_file, keep=True)  # the same, run with --keep-checkpoints
+    for trial in (errored, kept):
+        study._storage.set_trial_user_attr(trial._trial_id, FAIL_REASON_ATTR, "ValueError: in this test")
+        study.tell(trial, state=TrialState.FAIL)  # and killed before remove_told_checkpoint (errored's)
 
     out_of_retries = study.ask()
     TrialCheckpoints(out_of_retries, store).checkpointing().on_saved(checkpoint_file, 10)  # type: ignore[misc]
@@ -272,11 +274,13 @@ def test_a_retry_chain_that_ended_leaves_no_checkpoint_unless_kept(checkpoint_fi
         TrialCheckpoints(last_retry, store).checkpointing().on_saved(checkpoint_file, 20)  # type: ignore[misc]
     store.die_on_remove = False
     _killed(study, last_retry, max_retry=1)  # its second failure: no retry left
-    assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.FAIL, TrialState.FAIL, TrialState.FAIL]
+    assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.COMPLETE, *[TrialState.FAIL] * 4]
     pointers = {t.number: t.user_attrs[CHECKPOINT_ATTR] for t in study.trials}
+    assert pointers[kept.number][KEPT] == kept.number and REMOVED_WHEN_TOLD not in pointers[kept.number]
     assert pointers[retry.number]["artifact_id"] == pointers[resumed.number]["artifact_id"]
     superseded, last = pointers[last_retry.number]["superseded"], pointers[last_retry.number]["artifact_id"]
-    assert _files(store.base) == {pointers[resumed.number]["artifact_id"], pointers[errored.number]["artifact_id"], superseded, last}
+    kept_id = pointers[kept.number]["artifact_id"]
+    assert _files(store.base) == {pointers[resumed.number]["artifact_id"], pointers[errored.number]["artifact_id"], kept_id, superseded, last}
 
     # Within the grace period a failed trial's retry may be on its way: only the finished chain's checkpoint goes.
     assert sweep_checkpoints(checkpoint_sweep(study, max_retry=1, keep=False), store, store.base) == [pointers[resumed.number]["artifact_id"]]
@@ -286,7 +290,7 @@ def test_a_retry_chain_that_ended_leaves_no_checkpoint_unless_kept(checkpoint_fi
     assert sweep_checkpoints(checkpoint_sweep(study, max_retry=2, keep=False), store, store.base) == [pointers[errored.number]["artifact_id"]]
     assert sweep_checkpoints(checkpoint_sweep(study, max_retry=1, keep=True), store, store.base) == [superseded]
     assert sweep_checkpoints(checkpoint_sweep(study, max_retry=1, keep=False), store, store.base) == [last]
-    assert _files(store.base) == set()
+    assert _files(store.base) == {kept_id}  # what --keep-checkpoints kept stays, whether or not later runs keep
 
 
 def test_a_run_sweeps_its_artifact_store_when_it_starts(tmp_path: Path) -> None:
