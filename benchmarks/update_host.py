@@ -45,7 +45,6 @@ from typing import Any
 import torch
 
 from benchmarks._children import error_line, run_module_child
-from trial_executor.train._captured import warm_up_on_side_stream
 
 VARIANTS = ("compiled", "eager-fused", "captured", "compiled-graphs")
 CUDA_ONLY = ("captured", "compiled-graphs")
@@ -70,6 +69,8 @@ def _setup(model_name: str, device: torch.device) -> tuple[list[torch.nn.Paramet
 
 def _update(variant: str, params: list[torch.nn.Parameter], lr: torch.Tensor, device: torch.device) -> Callable[[], None]:
     """One update of ``variant`` as a callable (``captured``: the graph's replay)."""
+    # Imported here, as the model is: the parent process, which only starts a child per variant, need not pay for them.
+    from trial_executor.train._captured import warm_up_on_side_stream
     from trial_executor.train._step import clip_grad_norm
 
     traced = variant.startswith("compiled")
