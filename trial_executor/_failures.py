@@ -1,6 +1,19 @@
-"""Ways a trial can end that are the config's fault, not a bug: the caller records and moves on."""
+"""Ways a trial can end that are the config's fault, not a bug: the caller records and moves on; and the chain of
+errors one was raised over (:func:`error_chain`), where a caller finds the error that decides."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+
+
+def error_chain(err: BaseException) -> Iterator[BaseException]:
+    """``err`` and the exceptions it was raised from or while handling, innermost last."""
+    seen: set[int] = set()
+    link: BaseException | None = err
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
 
 
 class NonFiniteLossError(RuntimeError):

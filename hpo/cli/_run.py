@@ -35,7 +35,6 @@ from hpo.reporting._run_lines import run_summary, stopped_line, trial_line
 from hpo.reporting._verdict import Verdict, verdict_table
 from hpo.storage._backoff import waiting_ends_on
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
-from hpo.storage._db_errors import error_chain
 from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
 from hpo.study._options import CACHE_ENV, DEFAULT_CACHE_DIR, DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions
 from hpo.study._outcomes import quiet_trial_failures, was_interrupted
@@ -44,7 +43,7 @@ from hpo.study._run_checks import check_gpus
 from hpo.study._study import TooManyFailuresError, finished_count
 from hpo.study._verdict import verdict_after_budget, verdict_due, verdict_not_started
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
-from hpo.study._workers import StopSignal, exit_described, run_workers, worker_index
+from hpo.study._workers import StopSignal, exit_described, run_workers, second_signal_in, worker_index
 from trial_executor import DEVICES, MIXED_PRECISION, DataError
 
 PROG = command_prog("run")
@@ -333,7 +332,7 @@ def run_training(
         with waiting_ends_on(stop.requested):
             return run_guarded(prog, url, body, user_errors=(UserError, DataError), failures=failures)
     except BaseException as err:
-        if not any(isinstance(link, KeyboardInterrupt) for link in error_chain(err)):
+        if not second_signal_in(err):
             raise
         print(f"{prog}: interrupted; rerun the same command to resume {resume}", file=sys.stderr)
         return stop.exit_code or 130

@@ -16,7 +16,8 @@ from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError
 
-from hpo.storage._db_errors import StorageFailedError, error_chain, is_creation_collision, is_lost_connection
+from hpo.storage._db_errors import StorageFailedError, is_creation_collision, is_lost_connection
+from trial_executor._failures import error_chain
 
 _logger = logging.getLogger("hpo.storage")
 RETRY_SECONDS = 300.0

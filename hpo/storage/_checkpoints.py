@@ -196,24 +196,23 @@ def sweep_checkpoints(sweep: CheckpointSweep, store: FileSystemArtifactStore, di
     superseded checkpoint, an upload never committed). Files not named as this module names checkpoints, or written
     by another study's trial, are left.
     """
-    trials: dict[int, FrozenTrial] | None = None  # the study's, by id: read once, and only if a checkpoint is there
+    checkpoints = {path.name: int(match.group(1)) for path in (sorted(directory.iterdir()) if directory.is_dir() else ())
+                   if (match := _CHECKPOINT_NAME.fullmatch(path.name))}
+    if not checkpoints:  # the study's trials are read only when there is something to judge
+        return []
+    trials = {t._trial_id: t for t in sweep.study.get_trials(deepcopy=False)}
     retries: dict[int, list[FrozenTrial]] = {}  # a trial's number -> the trials that retry it
+    for trial in trials.values():
+        for number in trial.system_attrs.get("retry_history", ()):
+            retries.setdefault(number, []).append(trial)
     removed = []
-    for path in sorted(directory.iterdir()) if directory.is_dir() else ():
-        match = _CHECKPOINT_NAME.fullmatch(path.name)
-        if match is None:
-            continue
-        if trials is None:
-            trials = {t._trial_id: t for t in sweep.study.get_trials(deepcopy=False)}
-            for trial in trials.values():
-                for number in trial.system_attrs.get("retry_history", ()):
-                    retries.setdefault(number, []).append(trial)
-        writer = trials.get(int(match.group(1)))
+    for artifact_id, writer_id in checkpoints.items():
+        writer = trials.get(writer_id)
         if writer is None or not writer.state.is_finished():  # another study's checkpoint, or in use
             continue
-        if not _resumable_or_kept(path.name, [writer, *retries.get(writer.number, ())], sweep):
-            _remove(store, {"artifact_id": path.name})
-            removed.append(path.name)
+        if not _resumable_or_kept(artifact_id, [writer, *retries.get(writer.number, ())], sweep):
+            _remove(store, {"artifact_id": artifact_id})
+            removed.append(artifact_id)
     return removed
 
 

@@ -7,10 +7,11 @@ opening a storage (:func:`~hpo.storage._storage.create_storage`) decide to retry
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 
 import optuna
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError, PendingRollbackError
+
+from trial_executor._failures import error_chain
 
 # PostgreSQL SQLSTATEs of a lost or refused connection, a server shutting down, too many
 # connections, and a transaction rolled back by a serialization failure or a deadlock.
@@ -23,16 +24,6 @@ _PG_REFUSED = ("does not exist", "password authentication failed", "no pg_hba.co
 class StorageFailedError(Exception):
     """The storage cannot be used and waiting will not help (a SQLite file deleted, a read-only database, or a
     connection lost for longer than the retry bound): never retried again, wherever it is caught."""
-
-
-def error_chain(err: BaseException) -> Iterator[BaseException]:
-    """``err`` and the exceptions it was raised from or while handling, innermost last."""
-    seen: set[int] = set()
-    link: BaseException | None = err
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
-        yield link
-        link = link.__cause__ or link.__context__
 
 
 def _sqlstate(err: DBAPIError) -> str | None:

@@ -13,9 +13,9 @@ from types import FrameType
 from typing import IO, TYPE_CHECKING, Any
 
 from hpo._attrs import FAIL_REASON_ATTR
-from hpo.storage._db_errors import error_chain
 from hpo.study._liveness import GPU_SHARED_ENV
 from hpo.study._outcomes import INTERRUPTED
+from trial_executor._failures import error_chain
 
 if TYPE_CHECKING:
     import optuna

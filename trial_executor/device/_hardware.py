@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 import torch
 
+from trial_executor._failures import error_chain
 from trial_executor.precision import emulated_precisions, precision_support, runs_in_tf32, tf32_enabled
 
 
@@ -180,14 +181,6 @@ def bound_native_caches() -> None:
 def oom_in(err: BaseException) -> BaseException | None:
     """The device or the host running out of memory: ``err``, or what it was raised over while that unwound (an
     ``__exit__`` that failed after it, as ``torch.cuda.graph`` ending a capture the OOM broke); else ``None``."""
-    link: BaseException | None = err
-    seen: set[int] = set()
-    while link is not None and id(link) not in seen:
-        # The CPU allocator reports exhaustion as a plain RuntimeError.
-        if isinstance(link, (torch.OutOfMemoryError, MemoryError)) or (
-            isinstance(link, RuntimeError) and "can't allocate memory" in str(link)
-        ):
-            return link
-        seen.add(id(link))
-        link = link.__cause__ or link.__context__
-    return None
+    # The CPU allocator reports exhaustion as a plain RuntimeError.
+    return next((link for link in error_chain(err) if isinstance(link, (torch.OutOfMemoryError, MemoryError))
+                 or (isinstance(link, RuntimeError) and "can't allocate memory" in str(link))), None)
