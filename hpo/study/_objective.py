@@ -50,7 +50,7 @@ from hpo.storage._scratch import remove_dead_workers_scratch
 from hpo.study._liveness import worker_identity
 from hpo.study._options import RunOptions
 from hpo.study._outcomes import INTERRUPTED, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, TrialFailedError
-from hpo.study._workers import second_signal_in, stop_on_second_signal
+from hpo.study._workers import defer_second_signal, second_signal_in, stop_on_second_signal
 from trial_executor import (
     METRICS,
     Checkpointing,
@@ -198,6 +198,7 @@ class Objective:
             precision = config.fp_precision
             saved = self._checkpoints(trial, config, original)
             result = self._train(trial, config, saved.checkpointing() if saved else None)
+            defer_second_signal()  # trained: its outcome is stored and told whole (run_to_budget ends the deferral)
             return self._finish(trial, config, result)
         except BaseException as err:
             unfinished = (not isinstance(err, Exception) or second_signal_in(err) or isinstance(err, TrialInterrupted)

@@ -40,7 +40,7 @@ from hpo.storage._sqlite_lock import sqlite_file_lock
 from hpo.study._data import data_flags
 from hpo.study._liveness import fail_and_requeue, fail_dead_local_trials, lost_retries, releasable
 from hpo.study._outcomes import INTERRUPTED, SKIP_OVER_BUDGET, SKIP_UNSUPPORTED, was_interrupted
-from hpo.study._workers import second_signal_in
+from hpo.study._workers import defer_second_signal, end_deferral, second_signal_in
 from trial_executor import TextClassificationData
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -129,11 +129,9 @@ def open_study(
 
 @contextlib.contextmanager
 def _study_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Iterator[None]:
-    """Serialise a check-then-enqueue across workers opening the same study at once.
-
-    ``enqueue_trial(skip_if_exists=True)`` alone can enqueue twice when two processes check
-    before either writes. PostgreSQL: a transaction-scoped advisory lock (released even if the
-    worker dies); SQLite: a lock on the database file; other storages live in one process.
+    """Serialise a check-then-enqueue across workers opening the same study at once: ``enqueue_trial(skip_if_exists=True)``
+    alone can enqueue twice when two processes check before either writes. PostgreSQL: a transaction-scoped advisory
+    lock (released even if the worker dies); SQLite: a lock on the database file; other storages live in one process.
     """
     engine = getattr(storage, "engine", None)
     if not isinstance(engine, sqlalchemy.Engine):
@@ -150,11 +148,8 @@ def _study_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Iterat
 
 
 def _enqueue_baseline(study: optuna.Study, space: SearchSpace, storage: optuna.storages.BaseStorage) -> bool:
-    """Enqueue the fp32 baseline (every other parameter at its default) unless the study has one.
-
-    Speedups are measured against it. Only when ``fp_precision`` is searched and includes
-    fp32. Returns whether a trial was enqueued.
-    """
+    """Enqueue the fp32 baseline (every other parameter at its default), which speedups are measured against, unless the
+    study has one; only when ``fp_precision`` is searched and includes fp32. Returns whether a trial was enqueued."""
     params = space.baseline_params()
     if params is None:
         return False
@@ -314,6 +309,7 @@ def _requeue_if_enqueued(study: optuna.Study, trial: optuna.Trial) -> None:
 
 def _skip_over_budget(study: optuna.Study, trial: optuna.Trial) -> NoReturn:
     """Prune ``trial``: other workers' running trials hold the rest of the budget (an enqueued one goes back as a copy)."""
+    defer_second_signal()  # until told (run_to_budget ends it): a second signal then loses no queued trial
     _requeue_if_enqueued(study, trial)
     trial.set_user_attr(SKIP_REASON_ATTR, SKIP_OVER_BUDGET)
     study.stop()
@@ -329,6 +325,7 @@ def _optimize(
     try:
         study.optimize(objective, timeout=timeout, callbacks=[after_trial], catch=(Exception,))
     except BaseException as err:
+        end_deferral(raise_owed=False)  # a tell that failed: a second signal it deferred is raised at the next poll
         if (trial_id := running()) is not None and second_signal_in(err):
             _requeue_interrupted(study, trial_id, max_retry)
         finished = (TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED)
@@ -348,12 +345,11 @@ def run_to_budget(
 ) -> None:
     """Run trials until the study, across all workers and runs, has ``n_trials`` finished ones.
 
-    A study already at its budget runs nothing, so rerunning a command after a crash runs
-    only the remainder. Raises :class:`TooManyFailuresError` after several failures in a row.
-    Stops after the current trial once ``stop_requested()``; a trial it interrupted is
-    re-queued (up to ``max_retry`` times) so that the next run resumes it.
-    ``on_trial_finished(trial, finished)`` gets each ended trial and the study's count toward
-    the budget; ``on_told(trial)`` gets it first (an :class:`~hpo.study._objective.Objective`'s ``told``).
+    A study already at its budget runs nothing, so rerunning a command after a crash runs only the remainder. Raises
+    :class:`TooManyFailuresError` after several failures in a row. Stops after the current trial once ``stop_requested()``;
+    a trial it interrupted is re-queued (up to ``max_retry`` times) so that the next run resumes it. ``on_trial_finished(trial,
+    finished)`` gets each ended trial and the study's count toward the budget; ``on_told(trial)`` gets it first (an
+    :class:`~hpo.study._objective.Objective`'s ``told``).
     """
     failures, stopping = 0, stop_requested or (lambda: False)
     running: list[int | None] = [None]  # the id of the trial this worker runs (None: handed back, the budget full)
@@ -373,6 +369,7 @@ def run_to_budget(
         failures = failures + 1 if trial.state == TrialState.FAIL and not (interrupted or invalid) else 0
         if failures >= MAX_CONSECUTIVE_FAILURES or finished + len(held) >= n_trials or stopping():
             study.stop()
+        end_deferral()  # the trial is told: a second signal its last writes deferred ends the run now
 
     def budgeted(trial: optuna.Trial) -> float | Sequence[float]:
         running[0] = trial._trial_id

@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from hpo._attrs import FAIL_REASON_ATTR
 from hpo.study._liveness import GPU_SHARED_ENV
@@ -34,18 +34,30 @@ class StopSignal:
     """Records SIGINT/SIGTERM instead of dying at once, so the running trial can checkpoint and end cleanly.
 
     ``requested()`` is what the executor polls after each optimizer step; ``exit_code`` is the
-    shell convention 128 + signal number (130 for SIGINT, 143 for SIGTERM).
+    shell convention 128 + signal number (130 for SIGINT, 143 for SIGTERM). While the writes that
+    decide a trial run (:func:`defer_second_signal`), a second signal waits for their end; a third does not.
     """
+
+    _installed: ClassVar[StopSignal | None] = None
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        self.interrupt_owed = False  # a second signal's KeyboardInterrupt that Python ignored where it landed
+        # A second signal's KeyboardInterrupt not raised where it landed: Python ignored it there, or it was deferred.
+        self.interrupt_owed = False
+        self.deferring = False
         self._unraisable_hook: Callable[[Any], object] = sys.unraisablehook
 
     def install(self) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._handle)
         self._unraisable_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
+        StopSignal._installed = self
+
+    @classmethod
+    def installed(cls) -> StopSignal | None:
+        """The StopSignal handling this process's SIGINT now, if one does."""
+        stop = cls._installed
+        return stop if stop is not None and signal.getsignal(signal.SIGINT) == stop._handle else None
 
     def _unraisable(self, unraisable: Any) -> None:
         # The handler's KeyboardInterrupt raised inside a finalizer or a gc callback (a README audit saw a second
@@ -58,8 +70,14 @@ class StopSignal:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is not None:
+            if self.deferring and not self.interrupt_owed:
+                self.interrupt_owed = True
+                if sys.stderr.isatty():
+                    print("received a second signal: stopping once the trial's outcome is stored (again: at once)", file=sys.stderr, flush=True)
+                return
             # A second signal means "now": skip the checkpoint. KeyboardInterrupt, which Optuna
             # catches to mark the running trial FAIL (SystemExit would leave it RUNNING).
+            self.interrupt_owed = False  # a deferred one is this one now
             raise KeyboardInterrupt
         self.signum = signum
         if sys.stderr.isatty():  # feedback for a person at the terminal; logs get the one closing line
@@ -67,8 +85,8 @@ class StopSignal:
 
     def requested(self) -> bool:
         """Whether a signal came; in the main thread, raises the KeyboardInterrupt of a second one that Python ignored
-        where it landed (another thread, Optuna's heartbeat retrying a storage call, must not take it)."""
-        if self.interrupt_owed and threading.current_thread() is threading.main_thread():
+        where it landed or deferred (another thread, Optuna's heartbeat retrying a storage call, must not take it)."""
+        if self.interrupt_owed and not self.deferring and threading.current_thread() is threading.main_thread():
             self.interrupt_owed = False
             raise KeyboardInterrupt
         return self.signum is not None
@@ -76,6 +94,28 @@ class StopSignal:
     @property
     def exit_code(self) -> int:
         return 128 + self.signum if self.signum is not None else 0
+
+
+def defer_second_signal() -> None:
+    """From here to :func:`end_deferral`, a second signal is owed instead of raised where it lands (a third is raised).
+
+    For the writes that decide a trial (its result, a queued trial handed back) and Optuna's tell
+    after them: interrupted there, a decided trial was re-queued and run again, or a queued one lost.
+    Nothing without an installed :class:`StopSignal`, or outside the main thread (where no signal lands).
+    """
+    stop = StopSignal.installed()
+    if stop is not None and threading.current_thread() is threading.main_thread():
+        stop.deferring = True
+
+
+def end_deferral(*, raise_owed: bool = True) -> None:
+    """End :func:`defer_second_signal`'s deferral; with ``raise_owed``, raise the second signal's KeyboardInterrupt now if
+    one came meanwhile (else the main thread's next ``requested()`` poll raises it)."""
+    stop = StopSignal.installed()
+    if stop is not None and threading.current_thread() is threading.main_thread():
+        stop.deferring = False
+        if raise_owed:
+            stop.requested()
 
 
 def second_signal_in(err: BaseException) -> bool:
