@@ -30,11 +30,11 @@ from hpo.storage._best_model import keep_if_best, keeping_best_model
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
 from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import GRPC_SCHEME, Heartbeat, check_storage_url, create_storage, resolve_storage_url
+from hpo.study import finished_count, open_study, run_to_budget
 from hpo.study._data import DataLike, data_source_of, resolve_data, stored_data
 from hpo.study._liveness import checkpoint_sweep, fail_trials_of_killed_actors
 from hpo.study._options import DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions, Track
 from hpo.study._ray_workers import RayCluster, RayRun, TrialWatcher, connect, plan, start_workers, wait_for_workers
-from hpo.study._study import finished_count, open_study, run_to_budget
 from hpo.study._verdict import (
     DEFAULT_VERDICT_SEEDS,
     enqueue_verdict,

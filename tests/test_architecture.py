@@ -97,7 +97,7 @@ def test_the_checks_see_a_cycle() -> None:
     # The checks above must be able to fail: the graph they read holds the package's real edges.
     graph = import_graph()
     assert "hpo.space._params" in graph["hpo.space._fixes"]
-    assert "hpo.storage._sqlite_lock" in graph["hpo.study._study"]
+    assert "hpo.storage._sqlite_lock" in graph["hpo.study._lock"]
 
 
 def _python_prints(code: str, **env: str) -> str:

@@ -36,11 +36,12 @@ from hpo.reporting._verdict import Verdict, verdict_table
 from hpo.storage._backoff import waiting_ends_on
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
+from hpo.study._budget import finished_count
 from hpo.study._options import CACHE_ENV, DEFAULT_CACHE_DIR, DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions
 from hpo.study._outcomes import quiet_trial_failures, was_interrupted
 from hpo.study._ray_workers import WorkerLostError
 from hpo.study._run_checks import check_gpus
-from hpo.study._study import TooManyFailuresError, finished_count
+from hpo.study._study import TooManyFailuresError
 from hpo.study._verdict import verdict_after_budget, verdict_due, verdict_not_started
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
 from hpo.study._workers import StopSignal, exit_described, run_workers, second_signal_in, worker_index

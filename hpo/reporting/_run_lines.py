@@ -23,8 +23,8 @@ from hpo._attrs import (
 from hpo._ranking import best_trials
 from hpo.space._measures import measured_value
 from hpo.storage._storage import GRPC_SCHEME, STORAGE_ENV, mask_url
+from hpo.study._budget import finished_count
 from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, never_ran
-from hpo.study._study import finished_count
 
 
 def _format_value(value: object) -> str:

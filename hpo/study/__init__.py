@@ -5,9 +5,10 @@ torch-bound names; ``hpo.make_objective`` defers it.
 """
 
 from hpo._attrs import BASELINE_ATTR
+from hpo.study._budget import counts_toward_budget, finished_count
 from hpo.study._options import RunOptions
 from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_REASONS, SKIP_UNSUPPORTED, TrialFailedError
-from hpo.study._study import counts_toward_budget, finished_count, open_study, run_to_budget
+from hpo.study._study import open_study, run_to_budget
 
 __all__ = [
     "BASELINE_ATTR",

@@ -9,11 +9,10 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import optuna
-import sqlalchemy
 from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import FrozenTrial, TrialState
 
@@ -29,21 +28,20 @@ from hpo._attrs import (
     SKIP_REASON_ATTR,
     fail_reason_of,
     is_baseline,
-    is_verdict_trial,
     skip_reason_of,
 )
 from hpo._errors import UserError
 from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError
 from hpo.storage._backoff import retry_lost_connection
-from hpo.storage._sqlite_lock import sqlite_file_lock
+from hpo.study._budget import budget_used, take_slot
 from hpo.study._data import data_flags
 from hpo.study._liveness import fail_and_requeue, fail_dead_local_trials, lost_retries, releasable
-from hpo.study._outcomes import INTERRUPTED, SKIP_OVER_BUDGET, SKIP_UNSUPPORTED, was_interrupted
+from hpo.study._lock import study_lock
+from hpo.study._outcomes import INTERRUPTED, SKIP_OVER_BUDGET, was_interrupted
 from hpo.study._workers import defer_second_signal, end_deferral, second_signal_in
 from trial_executor import TextClassificationData
 
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 MAX_CONSECUTIVE_FAILURES = 3
 # How often a worker with no budget left to start checks whether the running trials of others finished or died.
 ROOM_POLL_S = 1.0
@@ -127,33 +125,13 @@ def open_study(
     return study
 
 
-@contextlib.contextmanager
-def _study_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Iterator[None]:
-    """Serialise a check-then-enqueue across workers opening the same study at once: ``enqueue_trial(skip_if_exists=True)``
-    alone can enqueue twice when two processes check before either writes. PostgreSQL: a transaction-scoped advisory
-    lock (released even if the worker dies); SQLite: a lock on the database file; other storages live in one process.
-    """
-    engine = getattr(storage, "engine", None)
-    if not isinstance(engine, sqlalchemy.Engine):
-        yield
-        return
-    key = int.from_bytes(hashlib.sha256(f"hpo-baseline:{study_name}".encode()).digest()[:8], "big", signed=True)
-    if engine.dialect.name == "postgresql":
-        with engine.begin() as connection:
-            connection.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
-            yield
-        return
-    with sqlite_file_lock(engine.url.database if engine.dialect.name == "sqlite" else None):
-        yield
-
-
 def _enqueue_baseline(study: optuna.Study, space: SearchSpace, storage: optuna.storages.BaseStorage) -> bool:
     """Enqueue the fp32 baseline (every other parameter at its default), which speedups are measured against, unless the
     study has one; only when ``fp_precision`` is searched and includes fp32. Returns whether a trial was enqueued."""
     params = space.baseline_params()
     if params is None:
         return False
-    with _study_lock(storage, study.study_name):
+    with study_lock(storage, study.study_name):
         trials = study.get_trials(deepcopy=False)
         if any(is_baseline(t) for t in trials):
             return False
@@ -179,7 +157,7 @@ def enqueue_once(
     if not configurations:
         return 0
     attrs = attrs or {}
-    with _study_lock(storage, study.study_name):
+    with study_lock(storage, study.study_name):
         done = {t.user_attrs.get(ENQUEUED_FROM_ATTR) for t in study.get_trials(deepcopy=False)}
         before = len(study.get_trials(deepcopy=False))
         for origin, params in configurations:
@@ -199,43 +177,6 @@ def _sampler_seed(seed: int) -> int:
     return int.from_bytes(hashlib.sha256(salt).digest()[:4], "little")
 
 
-def counts_toward_budget(trial: FrozenTrial) -> bool:
-    """Finished trials count; instant skips of a precision this machine cannot run and verdict trials do not."""
-    return (
-        trial.state in FINISHED and skip_reason_of(trial) not in (SKIP_UNSUPPORTED, SKIP_OVER_BUDGET) and not is_verdict_trial(trial)
-    )
-
-
-def finished_count(study: optuna.Study) -> int:
-    return sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False, states=FINISHED))
-
-
-def _budget_used(study: optuna.Study) -> tuple[int, list[FrozenTrial]]:
-    """Finished trials counting toward the budget, and the running trials holding a slot of it (a verdict trial, outside
-    the budget, holds none: its runner takes slots of a budget of its own)."""
-    trials = study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
-    held = [t for t in trials
-            if t.state == TrialState.RUNNING and t.user_attrs.get(BUDGET_SLOT_ATTR) == t.number and not is_verdict_trial(t)]
-    return sum(counts_toward_budget(t) for t in trials), held
-
-
-def _take_slot(study: optuna.Study, trial: optuna.Trial, n_trials: int) -> bool:
-    """Give ``trial`` a slot of the budget unless finished and running trials hold them all: checked and taken under
-    the study's lock, so several workers never start more trials than the budget has left."""
-    with _study_lock(study._storage, study.study_name):
-        finished, held = _budget_used(study)
-        # Ours already: an earlier attempt wrote it, then lost its lock's connection (the lock released early) while another
-        # worker may have taken the last slot meanwhile: so the slot is counted again under this lock, without ours, given back if over.
-        mine = trial.user_attrs.get(BUDGET_SLOT_ATTR) == trial.number
-        if finished + len(held) - mine >= n_trials:
-            if mine:
-                trial.set_user_attr(BUDGET_SLOT_ATTR, None)
-            return False
-        if not mine:
-            trial.set_user_attr(BUDGET_SLOT_ATTR, trial.number)
-        return True
-
-
 def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None, go_on: Callable[[], bool]) -> bool:
     """Whether this worker should start another trial; waits while other workers' running trials hold the rest of the budget.
 
@@ -248,7 +189,7 @@ def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None,
         fail_dead_local_trials(study, max_retry)
         # The lock's own connection is not the storage's: a lost one is retried like every storage call.
         retry_lost_connection("re-queuing lost retries", lambda: _requeue_lost_retries(study, max_retry))
-        finished, held = _budget_used(study)
+        finished, held = budget_used(study)
         if finished + len(held) < n_trials:
             return True
         if finished >= n_trials or not is_heartbeat_enabled(study._storage):
@@ -263,7 +204,7 @@ def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None,
 
 def _requeue_once(study: optuna.Study, trial: FrozenTrial, max_retry: int | None) -> None:
     """Re-queue the failed ``trial`` unless a retry of it exists, under the study's lock (the lost-retry sweep's test): once."""
-    with _study_lock(study._storage, study.study_name):
+    with study_lock(study._storage, study.study_name):
         retried = {number for t in study.get_trials(deepcopy=False) for number in t.system_attrs.get("retry_history", ())}
         if trial.number not in retried:
             optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, copy.deepcopy(trial))
@@ -284,7 +225,7 @@ def _requeue_lost_retries(study: optuna.Study, max_retry: int | None) -> None:
     """Re-queue the failed trials whose re-queue was lost (``lost_retries``), each once, under the study's lock."""
     if not lost_retries(study.get_trials(deepcopy=False), study._storage, max_retry):
         return
-    with _study_lock(study._storage, study.study_name):  # another worker's sweep may be at the same trials
+    with study_lock(study._storage, study.study_name):  # another worker's sweep may be at the same trials
         lost = lost_retries(study.get_trials(deepcopy=False), study._storage, max_retry)
         retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
         for trial in lost:
@@ -358,7 +299,7 @@ def run_to_budget(
         nonlocal failures
         if on_told is not None:
             on_told(trial)
-        finished, held = _budget_used(study)  # held: by other workers' running trials, this one has ended
+        finished, held = budget_used(study)  # held: by other workers' running trials, this one has ended
         if on_trial_finished is not None:
             on_trial_finished(trial, finished)
         interrupted = was_interrupted(trial)
@@ -374,7 +315,7 @@ def run_to_budget(
     def budgeted(trial: optuna.Trial) -> float | Sequence[float]:
         running[0] = trial._trial_id
         # The lock's own connection is not the storage's: a lost one is retried like every storage call.
-        if not retry_lost_connection("taking a slot of the budget", lambda: _take_slot(study, trial, n_trials)):
+        if not retry_lost_connection("taking a slot of the budget", lambda: take_slot(study, trial, n_trials)):
             running[0] = None  # first: a retry copied back to the queue, then interrupted, is not re-queued twice
             _skip_over_budget(study, trial)
         return objective(trial)

@@ -28,8 +28,9 @@ from hpo._attrs import VERDICT_TRIAL_ATTR, config_of, is_verdict_trial, stored_s
 from hpo._errors import UserError
 from hpo._ranking import best_trials
 from hpo.space._fixes import canonical_precision, same_value
+from hpo.study._budget import finished_count
 from hpo.study._liveness import fail_dead_local_trials
-from hpo.study._study import enqueue_once, finished_count, run_to_budget
+from hpo.study._study import enqueue_once, run_to_budget
 from trial_executor import PRECISIONS
 
 if TYPE_CHECKING:

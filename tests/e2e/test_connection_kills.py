@@ -25,8 +25,8 @@ from optuna.trial import TrialState
 from hpo._attrs import BUDGET_SLOT_ATTR, skip_reason_of
 from hpo.storage._storage import StorageError, create_storage
 from hpo.study import counts_toward_budget
+from hpo.study._budget import take_slot
 from hpo.study._outcomes import SKIP_OVER_BUDGET
-from hpo.study._study import _take_slot
 
 pytestmark = pytest.mark.postgres
 
@@ -131,10 +131,10 @@ def test_a_slot_written_by_an_attempt_that_lost_its_lock_is_counted_again_and_gi
     for _ in range(2):
         study.tell(study.ask(), 1.0)
     a, b = study.ask(), study.ask()
-    assert _take_slot(study, b, n_trials=3)  # B, under the lock A lost, takes the last slot (2 finished)
+    assert take_slot(study, b, n_trials=3)  # B, under the lock A lost, takes the last slot (2 finished)
     a.set_user_attr(BUDGET_SLOT_ATTR, a.number)  # A's first attempt writes its slot all the same
-    assert not _take_slot(study, a, n_trials=3)  # A's retry: 2 finished and B's, without A's own: full
+    assert not take_slot(study, a, n_trials=3)  # A's retry: 2 finished and B's, without A's own: full
     assert study.trials[a.number].user_attrs[BUDGET_SLOT_ATTR] is None and b.user_attrs[BUDGET_SLOT_ATTR] == b.number
     c = study.ask()
     c.set_user_attr(BUDGET_SLOT_ATTR, c.number)  # the same lost lock, with room left: the slot stays
-    assert _take_slot(study, c, n_trials=5) and study.trials[c.number].user_attrs[BUDGET_SLOT_ATTR] == c.number
+    assert take_slot(study, c, n_trials=5) and study.trials[c.number].user_attrs[BUDGET_SLOT_ATTR] == c.number

@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo import create_storage, finished_count, make_objective, open_study, parse_search_space, run_to_budget
 from hpo.reporting._run_lines import run_summary, trial_line
-from hpo.study._study import counts_toward_budget
+from hpo.study._budget import counts_toward_budget
 from trial_executor import demo_dataset
 
 DATA = demo_dataset(n_train=96, n_valid=24, seed=1)

@@ -24,7 +24,7 @@ from hpo._attrs import VERDICT_TRIAL_ATTR, stored_verdict
 from hpo.cli._export import main as export_main
 from hpo.cli._report import main as report_main
 from hpo.reporting._student_t import central_probability, t_quantile
-from hpo.study._study import _take_slot
+from hpo.study._budget import take_slot
 from trial_executor import TextClassificationData, demo_dataset
 
 # Trials of 12 optimizer steps of 8 rows that checkpoint every 3: killed mid-run after the first, a few seconds each.
@@ -385,10 +385,10 @@ def test_a_running_verdict_trial_holds_no_slot_of_the_search_budget(tmp_path: Pa
     study.tell(study.ask(), 1.0)
     verdict = study.ask()  # as the verdict's runner starts one: marked, with a slot of its own budget
     verdict.set_user_attr(VERDICT_TRIAL_ATTR, {"of_trial": 0, "precision": "fp32", "seed": 1, "seed_index": 0})
-    assert _take_slot(study, verdict, n_trials=sys.maxsize)
+    assert take_slot(study, verdict, n_trials=sys.maxsize)
     # A search worker extending the study to 2 trials has one slot left while the verdict trial runs.
-    assert _take_slot(study, study.ask(), n_trials=2)
-    assert not _take_slot(study, study.ask(), n_trials=2)  # that one slot is now held
+    assert take_slot(study, study.ask(), n_trials=2)
+    assert not take_slot(study, study.ask(), n_trials=2)  # that one slot is now held
 
 
 def test_a_verdict_stopped_part_way_leaves_the_stored_one_as_it_was(tmp_path: Path) -> None:
