@@ -126,8 +126,11 @@ def open_study(
 
 
 def _enqueue_baseline(study: optuna.Study, space: SearchSpace, storage: optuna.storages.BaseStorage) -> bool:
-    """Enqueue the fp32 baseline (every other parameter at its default), which speedups are measured against, unless the
-    study has one; only when ``fp_precision`` is searched and includes fp32. Returns whether a trial was enqueued."""
+    """Enqueue the fp32 baseline (every other parameter at its default) unless the study has one.
+
+    Speedups are measured against it. Only when ``fp_precision`` is searched and includes
+    fp32. Returns whether a trial was enqueued.
+    """
     params = space.baseline_params()
     if params is None:
         return False
@@ -288,9 +291,9 @@ def run_to_budget(
 
     A study already at its budget runs nothing, so rerunning a command after a crash runs only the remainder. Raises
     :class:`TooManyFailuresError` after several failures in a row. Stops after the current trial once ``stop_requested()``;
-    a trial it interrupted is re-queued (up to ``max_retry`` times) so that the next run resumes it. ``on_trial_finished(trial,
-    finished)`` gets each ended trial and the study's count toward the budget; ``on_told(trial)`` gets it first (an
-    :class:`~hpo.study._objective.Objective`'s ``told``).
+    a trial it interrupted is re-queued (up to ``max_retry`` times) so that the next run resumes it; a second signal once
+    its trial has trained ends the run after the tell (:func:`defer_second_signal`). ``on_trial_finished(trial, finished)``
+    gets each ended trial and the study's count toward the budget; ``on_told(trial)`` gets it first (``Objective.told``).
     """
     failures, stopping = 0, stop_requested or (lambda: False)
     running: list[int | None] = [None]  # the id of the trial this worker runs (None: handed back, the budget full)
