@@ -1,4 +1,5 @@
-"""StopSignal: the first SIGINT/SIGTERM asks the trial to checkpoint and stop; a second means now, wherever it lands."""
+"""StopSignal: the first SIGINT/SIGTERM asks the trial to checkpoint and stop; a second means now, or, where it lands in the
+writes that decide a trial, as soon as that trial is told; a third means now."""
 
 from __future__ import annotations
 
