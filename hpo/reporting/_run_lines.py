@@ -24,7 +24,7 @@ from hpo._ranking import best_trials
 from hpo.space._measures import measured_value
 from hpo.storage._storage import GRPC_SCHEME, STORAGE_ENV, mask_url
 from hpo.study._budget import finished_count
-from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, never_ran
+from hpo.study._outcomes import SKIP_DUPLICATE, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, never_ran
 
 
 def _format_value(value: object) -> str:
@@ -45,6 +45,8 @@ def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
     attrs = trial.user_attrs
     if skip_reason_of(trial) == SKIP_UNSUPPORTED:
         return f"trial {trial.number:>3}  SKIPPED   {params}  ({attrs.get(SKIP_DETAIL_ATTR)})"
+    if skip_reason_of(trial) == SKIP_DUPLICATE:
+        return f"trial {trial.number:>3}  NOT RUN   ({attrs.get(SKIP_DETAIL_ATTR)}; not counted)"
     if never_ran(trial):
         return f"trial {trial.number:>3}  NOT RUN   (other workers' running trials held the rest of the budget; not counted)"
     if skip_reason_of(trial) in (SKIP_NON_FINITE, SKIP_OOM):
@@ -76,7 +78,8 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
     verdict = Counter(t.state.name.lower() for t in everything if is_verdict_trial(t))
     verdict_note = f", verdict trials ({', '.join(f'{s} {n}' for s, n in sorted(verdict.items()))})" if verdict else ""
     skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in trials)
-    not_run = sum(never_ran(t) for t in trials)
+    duplicates = sum(skip_reason_of(t) == SKIP_DUPLICATE for t in trials)
+    not_run = sum(never_ran(t) for t in trials) - duplicates
     diverged = sum(skip_reason_of(t) == SKIP_NON_FINITE for t in trials)
     oom = sum(skip_reason_of(t) == SKIP_OOM for t in trials)
     why = f" ({diverged} {SKIP_NON_FINITE}, {oom} {SKIP_OOM})" if diverged or oom else ""
@@ -87,9 +90,10 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
     lines = [
         "",
         f"Study {study.study_name!r} in {shown}: {of_budget} trials finished "
-        f"({by_state[TrialState.COMPLETE]} complete, {by_state[TrialState.PRUNED] - skipped - not_run} pruned{why}); not counted: "
-        f"{by_state[TrialState.FAIL]} failed, {skipped} skipped as unsupported on this machine"
-        f"{f', {not_run} not run (the budget was held by running trials)' if not_run else ''}{verdict_note}",
+        f"({by_state[TrialState.COMPLETE]} complete, {by_state[TrialState.PRUNED] - skipped - not_run - duplicates} pruned{why}); "
+        f"not counted: {by_state[TrialState.FAIL]} failed, {skipped} skipped as unsupported on this machine"
+        f"{f', {not_run} not run (the budget was held by running trials)' if not_run else ''}"
+        f"{f', {duplicates} not run (duplicates in the queue)' if duplicates else ''}{verdict_note}",
     ]
     waiting = [t.number for t in trials if t.state == TrialState.WAITING]
     if waiting:  # a --fix run leaves those it does not allow; a full budget leaves an enqueued trial

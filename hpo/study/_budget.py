@@ -7,15 +7,16 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import BUDGET_SLOT_ATTR, is_verdict_trial, skip_reason_of
 from hpo.study._lock import study_lock
-from hpo.study._outcomes import SKIP_OVER_BUDGET, SKIP_UNSUPPORTED
+from hpo.study._outcomes import SKIP_UNSUPPORTED, never_ran
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
 def counts_toward_budget(trial: FrozenTrial) -> bool:
-    """Finished trials count; instant skips of a precision this machine cannot run and verdict trials do not."""
+    """Finished trials count; instant skips of a precision this machine cannot run, placeholders that never ran and
+    verdict trials do not."""
     return (
-        trial.state in FINISHED and skip_reason_of(trial) not in (SKIP_UNSUPPORTED, SKIP_OVER_BUDGET) and not is_verdict_trial(trial)
+        trial.state in FINISHED and skip_reason_of(trial) != SKIP_UNSUPPORTED and not never_ran(trial) and not is_verdict_trial(trial)
     )
 
 

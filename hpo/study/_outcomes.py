@@ -32,13 +32,15 @@ SKIP_UNSUPPORTED = "unsupported_precision"
 SKIP_NON_FINITE = "non_finite_loss"
 SKIP_OOM = "oom"
 SKIP_OVER_BUDGET = "over_budget"
+SKIP_DUPLICATE = "duplicate"  # queued twice by workers with no lock between them (a grpc:// proxy's): the later copy
 SKIP_REASONS: tuple[str, ...] = (SKIP_UNSUPPORTED, SKIP_NON_FINITE, SKIP_OOM)
 INTERRUPTED = "interrupted"
 
 
 def never_ran(trial: FrozenTrial) -> bool:
-    """Whether ``trial`` is an ``over_budget`` placeholder: started when the budget was already held, it never trained."""
-    return skip_reason_of(trial) == SKIP_OVER_BUDGET
+    """Whether ``trial`` is a placeholder that never trained: ``over_budget`` (started when the budget was already held) or
+    ``duplicate`` (a second copy of a queued trial, withdrawn when claimed)."""
+    return skip_reason_of(trial) in (SKIP_OVER_BUDGET, SKIP_DUPLICATE)
 
 
 def was_interrupted(trial: FrozenTrial) -> bool:

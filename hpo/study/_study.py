@@ -25,6 +25,7 @@ from hpo._attrs import (
     FAIL_REASON_ATTR,
     LABEL_NAMES_ATTR,
     SEARCH_SPACE_ATTR,
+    SKIP_DETAIL_ATTR,
     SKIP_REASON_ATTR,
     fail_reason_of,
     is_baseline,
@@ -38,13 +39,15 @@ from hpo.study._budget import budget_used, take_slot
 from hpo.study._data import data_flags
 from hpo.study._liveness import fail_and_requeue, fail_dead_local_trials, lost_retries, releasable
 from hpo.study._lock import study_lock
-from hpo.study._outcomes import INTERRUPTED, SKIP_OVER_BUDGET, was_interrupted
+from hpo.study._outcomes import INTERRUPTED, SKIP_DUPLICATE, SKIP_OVER_BUDGET, never_ran, was_interrupted
 from hpo.study._workers import defer_second_signal, end_deferral, second_signal_in
 from trial_executor import TextClassificationData
 
 MAX_CONSECUTIVE_FAILURES = 3
 # How often a worker with no budget left to start checks whether the running trials of others finished or died.
 ROOM_POLL_S = 1.0
+# System attr of an over-budget hand-back's copy: the trial it copies, which it is no duplicate of.
+HANDED_BACK_FROM = "handed_back_from"
 _logger = logging.getLogger(__name__)
 
 
@@ -238,6 +241,30 @@ def _requeue_lost_retries(study: optuna.Study, max_retry: int | None) -> None:
                         [t.number for t in lost])
 
 
+def _queue_key(trial: FrozenTrial) -> tuple[str, object] | None:
+    """What ``trial`` was queued for (the retry of a failed trial, the fp32 baseline, an enqueued configuration); ``None``
+    for a trial the sampler proposed."""
+    if (failed := trial.system_attrs.get("failed_trial")) is not None:
+        return ("retry", failed)
+    if is_baseline(trial):
+        return ("baseline", None)
+    origin = trial.user_attrs.get(ENQUEUED_FROM_ATTR)
+    return None if origin is None else ("enqueued", origin)
+
+
+def _duplicate_of(study: optuna.Study, trial: optuna.Trial) -> int | None:
+    """The earlier trial queued for what ``trial`` was (:func:`_queue_key`), where workers with no lock between them (a
+    ``grpc://`` proxy's) both queued it; ``None`` for the first. Placeholders that never ran do not count, nor the trial
+    this one is the hand-back copy of (still RUNNING while it is marked ``over_budget``)."""
+    frozen = study._storage.get_trial(trial._trial_id)
+    if (key := _queue_key(frozen)) is None:
+        return None
+    copied_from = frozen.system_attrs.get(HANDED_BACK_FROM)
+    earlier = (t.number for t in study.get_trials(deepcopy=False)
+               if t.number < frozen.number and t.number != copied_from and not never_ran(t) and _queue_key(t) == key)
+    return min(earlier, default=None)
+
+
 def _requeue_if_enqueued(study: optuna.Study, trial: optuna.Trial) -> None:
     """An enqueued trial (the fp32 baseline, a known-good configuration, a retry and its checkpoint) that finds the budget
     full, another worker having taken the last slot while this one claimed it, goes back to the queue as a copy: skipped,
@@ -247,17 +274,30 @@ def _requeue_if_enqueued(study: optuna.Study, trial: optuna.Trial) -> None:
         attrs = {k: v for k, v in frozen.user_attrs.items() if k != BUDGET_SLOT_ATTR}
         study.add_trial(optuna.trial.create_trial(  # a retry's params too: it resumes a checkpoint trained with them
             state=TrialState.WAITING, params=frozen.params, distributions=frozen.distributions, user_attrs=attrs,
-            system_attrs=frozen.system_attrs,
+            system_attrs={**frozen.system_attrs, HANDED_BACK_FROM: frozen.number},
         ))
 
 
-def _skip_over_budget(study: optuna.Study, trial: optuna.Trial) -> NoReturn:
-    """Prune ``trial``: other workers' running trials hold the rest of the budget (an enqueued one goes back as a copy)."""
+def _not_to_start(study: optuna.Study, trial: optuna.Trial, n_trials: int) -> tuple[str, str] | None:
+    """Why this worker must not start ``trial`` (``(skip reason, why)``): a duplicate in the queue, or no slot of the
+    budget left; ``None`` once it holds its slot."""
+    if (first := _duplicate_of(study, trial)) is not None:
+        return SKIP_DUPLICATE, f"queued twice by workers with no lock between them: trial {first} is the first copy"
+    # The lock's own connection is not the storage's: a lost one is retried like every storage call.
+    if not retry_lost_connection("taking a slot of the budget", lambda: take_slot(study, trial, n_trials)):
+        return SKIP_OVER_BUDGET, "the running trials of other workers hold the rest of the budget"
+    return None
+
+
+def _skip_unstarted(study: optuna.Study, trial: optuna.Trial, reason: str, why: str) -> NoReturn:
+    """Prune ``trial`` unstarted: over the budget (an enqueued one goes back as a copy; this worker stops), or a duplicate."""
     defer_second_signal()  # until told (run_to_budget ends it): a second signal then loses no queued trial
-    _requeue_if_enqueued(study, trial)
-    trial.set_user_attr(SKIP_REASON_ATTR, SKIP_OVER_BUDGET)
-    study.stop()
-    raise optuna.TrialPruned("the running trials of other workers hold the rest of the budget")
+    if reason == SKIP_OVER_BUDGET:
+        _requeue_if_enqueued(study, trial)
+        study.stop()
+    trial.set_user_attr(SKIP_REASON_ATTR, reason)
+    trial.set_user_attr(SKIP_DETAIL_ATTR, why)
+    raise optuna.TrialPruned(why)
 
 
 def _optimize(
@@ -317,10 +357,9 @@ def run_to_budget(
 
     def budgeted(trial: optuna.Trial) -> float | Sequence[float]:
         running[0] = trial._trial_id
-        # The lock's own connection is not the storage's: a lost one is retried like every storage call.
-        if not retry_lost_connection("taking a slot of the budget", lambda: take_slot(study, trial, n_trials)):
+        if (skip := _not_to_start(study, trial, n_trials)) is not None:
             running[0] = None  # first: a retry copied back to the queue, then interrupted, is not re-queued twice
-            _skip_over_budget(study, trial)
+            _skip_unstarted(study, trial, *skip)
         return objective(trial)
 
     deadline = None if timeout is None else time.monotonic() + timeout

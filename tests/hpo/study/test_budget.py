@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 
 import optuna
@@ -12,10 +13,13 @@ import pytest
 from _proxy_process import free_port, serve, stop
 from optuna.trial import TrialState
 
-from hpo import create_storage
-from hpo.study import counts_toward_budget, run_to_budget
+from hpo import create_storage, parse_search_space
+from hpo._attrs import is_baseline, skip_reason_of
+from hpo.reporting._run_lines import trial_line
+from hpo.study import counts_toward_budget, open_study, run_to_budget
 from hpo.study._budget import take_slot
 from hpo.study._lock import study_lock
+from trial_executor import demo_dataset
 
 pytestmark = pytest.mark.postgres
 WORKERS = 8
@@ -63,3 +67,48 @@ def test_workers_sharing_a_study_through_a_proxy_finish_exactly_its_budget(proxy
     trials = optuna.load_study(study_name="exact", storage=create_storage(proxy_url)).get_trials()
     assert sum(counts_toward_budget(t) for t in trials) == 12
     assert not [t for t in trials if t.state == TrialState.RUNNING]
+
+
+SPACE = {
+    "objective": {"metric": "accuracy", "direction": "maximize"},
+    "params": {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]},
+               "learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
+    "enqueue": [{"learning_rate": 1e-3}, {"learning_rate": 3e-3}],
+}
+
+
+def test_workers_opening_a_new_study_at_once_through_a_proxy_run_each_queued_trial_once(proxy_url: str) -> None:
+    """Each worker checks that the baseline and the space's enqueue list are not queued yet, then queues them: through a
+    proxy, with no lock, several did, and each copy ran and counted. The later copies are now withdrawn when claimed."""
+    space, data = parse_search_space(SPACE), demo_dataset(n_train=16, n_valid=8, seed=0)
+
+    def worker(study: optuna.Study) -> None:
+        opened = open_study(study._storage, "queued", space, data, seed=0)
+        run_to_budget(opened, lambda trial: (space.suggest(trial), 0.5)[1], n_trials=10)
+
+    storage = create_storage(proxy_url)
+    optuna.create_study(study_name="queued", storage=storage)  # the study exists; none of its queue does yet
+    _each_worker(proxy_url, "queued", worker)
+    trials = optuna.load_study(study_name="queued", storage=storage).get_trials()
+    ran = [t for t in trials if counts_toward_budget(t)]
+    assert len(ran) == 10 and not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    queued = [t.user_attrs.get("enqueued_from") or "baseline" for t in ran if is_baseline(t) or "enqueued_from" in t.user_attrs]
+    assert sorted(queued) == ["baseline", "space:0", "space:1"]
+    for duplicate in (t for t in trials if skip_reason_of(t) == "duplicate"):
+        line = trial_line(duplicate, ["accuracy"])
+        assert "NOT RUN   (queued twice by workers with no lock between them: trial " in line and line.endswith("is the first copy; not counted)")
+
+
+def test_a_trial_queued_twice_runs_once_and_its_copy_is_withdrawn_when_claimed(tmp_path: Path) -> None:
+    study = optuna.create_study(storage=create_storage(f"sqlite:///{tmp_path / 'q.db'}"), study_name="q")
+    for _ in range(2):  # as two workers with no lock between them queue the baseline and an enqueued configuration
+        study.enqueue_trial({"x": 0.5}, user_attrs={"fp32_baseline": True})
+        study.enqueue_trial({"x": 0.25}, user_attrs={"enqueued_from": "space:0"})
+    run_to_budget(study, lambda trial: trial.suggest_float("x", 0, 1), n_trials=3)
+    trials = study.get_trials()
+    assert [(t.state, skip_reason_of(t)) for t in trials] == [
+        (TrialState.COMPLETE, None), (TrialState.COMPLETE, None), (TrialState.PRUNED, "duplicate"),
+        (TrialState.PRUNED, "duplicate"), (TrialState.COMPLETE, None),  # the third of the budget: sampled
+    ]
+    assert trials[3].user_attrs["skip_detail"] == "queued twice by workers with no lock between them: trial 1 is the first copy"
+    assert sum(counts_toward_budget(t) for t in trials) == 3
