@@ -63,11 +63,14 @@ _logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class CheckpointSweep:
     """What :func:`sweep_checkpoints` needs to know of a run: its study, whether a failed trial's retry may yet come
-    (the run's retry policy: ``hpo.study._liveness.retry_may_come``), and whether it keeps finished trials' checkpoints."""
+    (the run's retry policy: ``hpo.study._liveness.retry_may_come``), whether it keeps finished trials' checkpoints, and
+    which trials are placeholders that never ran (``hpo.study._outcomes.never_ran``), whose copied pointers name
+    checkpoints they never trained from."""
 
     study: optuna.Study
     retry_may_come: Callable[[FrozenTrial], bool]
     keep: bool = False
+    never_ran: Callable[[FrozenTrial], bool] = lambda trial: False
 
 
 def artifact_store(path: str | None, sweep: CheckpointSweep | None = None) -> FileSystemArtifactStore:
@@ -210,7 +213,8 @@ def sweep_checkpoints(sweep: CheckpointSweep, store: FileSystemArtifactStore, di
         writer = trials.get(writer_id)
         if writer is None or not writer.state.is_finished():  # another study's checkpoint, or in use
             continue
-        if not _resumable_or_kept(artifact_id, [writer, *retries.get(writer.number, ())], sweep):
+        chain = [writer, *(t for t in retries.get(writer.number, ()) if not sweep.never_ran(t))]
+        if not _resumable_or_kept(artifact_id, chain, sweep):
             _remove(store, {"artifact_id": artifact_id})
             removed.append(artifact_id)
     return removed

@@ -40,7 +40,7 @@ from hpo._attrs import (
 from hpo._process import has_exited, numbered_here, process_key
 from hpo.storage._checkpoints import CheckpointSweep
 from hpo.storage._heartbeats import heartbeat_ages
-from hpo.study._outcomes import INTERRUPTED
+from hpo.study._outcomes import INTERRUPTED, never_ran
 
 # How long a failed trial's re-queue may still be on its way where the storage keeps no heartbeats (and so no grace period).
 _NO_HEARTBEAT_WAIT_S = 120.0
@@ -176,7 +176,8 @@ def retry_may_come(trial: FrozenTrial, storage: optuna.storages.BaseStorage, max
 
 def checkpoint_sweep(study: optuna.Study, max_retry: int | None, *, keep: bool) -> CheckpointSweep:
     """What a run with this retry policy (and ``--keep-checkpoints`` or not) sweeps from its artifact store when it starts."""
-    return CheckpointSweep(study, functools.partial(retry_may_come, storage=study._storage, max_retry=max_retry), keep=keep)
+    return CheckpointSweep(study, functools.partial(retry_may_come, storage=study._storage, max_retry=max_retry), keep=keep,
+                           never_ran=never_ran)
 
 
 def _requeue_wait_s(storage: optuna.storages.BaseStorage) -> float:

@@ -19,10 +19,11 @@ from optuna.artifacts import FileSystemArtifactStore
 from optuna.trial import TrialState
 
 import hpo
-from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, FAIL_REASON_ATTR, RESUMED_AT_STEP_ATTR
+from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, FAIL_REASON_ATTR, RESUMED_AT_STEP_ATTR, SKIP_REASON_ATTR
 from hpo.storage._checkpoints import KEPT, REMOVED_WHEN_TOLD, TrialCheckpoints, remove_told_checkpoint, sweep_checkpoints
 from hpo.storage._storage import Heartbeat, create_storage
 from hpo.study._liveness import checkpoint_sweep, fail_and_requeue
+from hpo.study._outcomes import SKIP_DUPLICATE
 from trial_executor import demo_dataset
 
 
@@ -291,6 +292,26 @@ def test_a_retry_chain_that_ended_leaves_no_checkpoint_unless_kept(checkpoint_fi
     assert sweep_checkpoints(checkpoint_sweep(study, max_retry=1, keep=True), store, store.base) == [superseded]
     assert sweep_checkpoints(checkpoint_sweep(study, max_retry=1, keep=False), store, store.base) == [last]
     assert _files(store.base) == {kept_id}  # what --keep-checkpoints kept stays, whether or not later runs keep
+
+
+def test_a_retry_queued_twice_leaves_no_checkpoint_once_its_first_copy_finished(checkpoint_file: Path, tmp_path: Path) -> None:
+    """Two sweeps with no lock between them (grpc:// workers) re-queued the same failed trial; the second copy, withdrawn
+    as a duplicate when claimed, carries the failed trial's pointer without ever resuming from it: the chain ended with the
+    first copy's tell, and the checkpoint goes."""
+    study, store = optuna.create_study(storage=_beating(f"sqlite:///{tmp_path / 's.db'}", grace_period=60)), DyingStore(tmp_path / "a")
+    resumed = study.ask()
+    TrialCheckpoints(resumed, store).checkpointing().on_saved(checkpoint_file, 10)  # type: ignore[misc]
+    _killed(study, resumed, max_retry=None)
+    optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study._storage.get_trial(resumed._trial_id))  # the second sweep's
+    retry, duplicate = study.ask(), study.ask()
+    TrialCheckpoints(retry, store).close(finished=True)  # resumed at step 10 and trained to the end: no new checkpoint
+    study.tell(retry, 0.5)  # and killed before remove_told_checkpoint
+    study._storage.set_trial_user_attr(duplicate._trial_id, SKIP_REASON_ATTR, SKIP_DUPLICATE)
+    study.tell(duplicate, state=TrialState.PRUNED)
+    assert study.trials[2].user_attrs[CHECKPOINT_ATTR] == study.trials[0].user_attrs[CHECKPOINT_ATTR]  # a copied pointer
+    artifact_id = study.trials[0].user_attrs[CHECKPOINT_ATTR]["artifact_id"]
+    assert sweep_checkpoints(checkpoint_sweep(study, max_retry=None, keep=False), store, store.base) == [artifact_id]
+    assert _files(store.base) == set()
 
 
 def test_a_run_sweeps_its_artifact_store_when_it_starts(tmp_path: Path) -> None:
