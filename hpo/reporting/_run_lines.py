@@ -24,7 +24,7 @@ from hpo._ranking import best_trials
 from hpo.space._measures import measured_value
 from hpo.storage._storage import GRPC_SCHEME, STORAGE_ENV, mask_url
 from hpo.study._budget import finished_count
-from hpo.study._outcomes import SKIP_DUPLICATE, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, never_ran
+from hpo.study._outcomes import OVER_BUDGET_DETAIL, SKIP_DUPLICATE, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, never_ran
 
 
 def _format_value(value: object) -> str:
@@ -45,10 +45,8 @@ def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
     attrs = trial.user_attrs
     if skip_reason_of(trial) == SKIP_UNSUPPORTED:
         return f"trial {trial.number:>3}  SKIPPED   {params}  ({attrs.get(SKIP_DETAIL_ATTR)})"
-    if skip_reason_of(trial) == SKIP_DUPLICATE:
-        return f"trial {trial.number:>3}  NOT RUN   ({attrs.get(SKIP_DETAIL_ATTR)}; not counted)"
     if never_ran(trial):
-        return f"trial {trial.number:>3}  NOT RUN   (other workers' running trials held the rest of the budget; not counted)"
+        return f"trial {trial.number:>3}  NOT RUN   ({attrs.get(SKIP_DETAIL_ATTR) or OVER_BUDGET_DETAIL}; not counted)"
     if skip_reason_of(trial) in (SKIP_NON_FINITE, SKIP_OOM):
         return f"trial {trial.number:>3}  PRUNED    {params}  ({skip_reason_of(trial)}: {attrs.get(SKIP_DETAIL_ATTR)})"
     if trial.state == TrialState.FAIL:

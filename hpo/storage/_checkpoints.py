@@ -63,14 +63,14 @@ _logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class CheckpointSweep:
     """What :func:`sweep_checkpoints` needs to know of a run: its study, whether a failed trial's retry may yet come
-    (the run's retry policy: ``hpo.study._liveness.retry_may_come``), whether it keeps finished trials' checkpoints, and
-    which trials are placeholders that never ran (``hpo.study._outcomes.never_ran``), whose copied pointers name
-    checkpoints they never trained from."""
+    (the run's retry policy: ``hpo.study._liveness.retry_may_come``), which trials are placeholders that never ran
+    (``hpo.study._outcomes.never_ran``), whose copied pointers name checkpoints they never trained from, and whether it
+    keeps finished trials' checkpoints."""
 
     study: optuna.Study
     retry_may_come: Callable[[FrozenTrial], bool]
+    never_ran: Callable[[FrozenTrial], bool]
     keep: bool = False
-    never_ran: Callable[[FrozenTrial], bool] = lambda trial: False
 
 
 def artifact_store(path: str | None, sweep: CheckpointSweep | None = None) -> FileSystemArtifactStore:

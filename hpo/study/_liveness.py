@@ -176,8 +176,7 @@ def retry_may_come(trial: FrozenTrial, storage: optuna.storages.BaseStorage, max
 
 def checkpoint_sweep(study: optuna.Study, max_retry: int | None, *, keep: bool) -> CheckpointSweep:
     """What a run with this retry policy (and ``--keep-checkpoints`` or not) sweeps from its artifact store when it starts."""
-    return CheckpointSweep(study, functools.partial(retry_may_come, storage=study._storage, max_retry=max_retry), keep=keep,
-                           never_ran=never_ran)
+    return CheckpointSweep(study, functools.partial(retry_may_come, storage=study._storage, max_retry=max_retry), never_ran, keep=keep)
 
 
 def _requeue_wait_s(storage: optuna.storages.BaseStorage) -> float:

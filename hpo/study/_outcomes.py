@@ -33,6 +33,8 @@ SKIP_NON_FINITE = "non_finite_loss"
 SKIP_OOM = "oom"
 SKIP_OVER_BUDGET = "over_budget"
 SKIP_DUPLICATE = "duplicate"  # queued twice by workers with no lock between them (a grpc:// proxy's): the later copy
+# The skip detail of an over_budget placeholder (those written before it was recorded say it too: reporting's default).
+OVER_BUDGET_DETAIL = "other workers' running trials held the rest of the budget"
 SKIP_REASONS: tuple[str, ...] = (SKIP_UNSUPPORTED, SKIP_NON_FINITE, SKIP_OOM)
 INTERRUPTED = "interrupted"
 

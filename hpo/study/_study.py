@@ -39,7 +39,7 @@ from hpo.study._budget import budget_used, take_slot
 from hpo.study._data import data_flags
 from hpo.study._liveness import fail_and_requeue, fail_dead_local_trials, lost_retries, releasable
 from hpo.study._lock import study_lock
-from hpo.study._outcomes import INTERRUPTED, SKIP_DUPLICATE, SKIP_OVER_BUDGET, never_ran, was_interrupted
+from hpo.study._outcomes import INTERRUPTED, OVER_BUDGET_DETAIL, SKIP_DUPLICATE, SKIP_OVER_BUDGET, never_ran, was_interrupted
 from hpo.study._workers import defer_second_signal, end_deferral, second_signal_in
 from trial_executor import TextClassificationData
 
@@ -285,7 +285,7 @@ def _not_to_start(study: optuna.Study, trial: optuna.Trial, n_trials: int) -> tu
         return SKIP_DUPLICATE, f"queued twice by workers with no lock between them: trial {first} is the first copy"
     # The lock's own connection is not the storage's: a lost one is retried like every storage call.
     if not retry_lost_connection("taking a slot of the budget", lambda: take_slot(study, trial, n_trials)):
-        return SKIP_OVER_BUDGET, "the running trials of other workers hold the rest of the budget"
+        return SKIP_OVER_BUDGET, OVER_BUDGET_DETAIL
     return None
 
 
