@@ -155,7 +155,7 @@ def lost_retries(trials: list[FrozenTrial], storage: optuna.storages.BaseStorage
     """The failed ``trials`` whose re-queue was lost: a worker fails a trial it was told to stop, or found dead, then
     re-queues it (two storage calls), and died or lost its storage between the two.
 
-    Such a trial says why it failed (``interrupted``, ``worker_died: ...``), no trial names it in
+    Such a trial says why it failed (``interrupted``, ``worker_died: ...``) or lost that write too (no reason), no trial names it in
     its ``retry_history``, ``max_retry`` allowed one more retry, and it failed longer than the grace
     period ago (a worker's own re-queue, a moment after its fail, is not still on its way).
     """
@@ -189,10 +189,17 @@ def _failed_within(trial: FrozenTrial, seconds: float) -> bool:
 
 
 def _retried_on_failure(trial: FrozenTrial, max_retry: int | None) -> bool:
-    """Whether the retry policy re-queues ``trial``: it failed stopped or with its worker dead, with a retry left."""
-    reason = str(trial.user_attrs.get(FAIL_REASON_ATTR, ""))
+    """Whether the retry policy re-queues ``trial``: it failed stopped, with its worker dead, or with no reason at all, with
+    a retry left.
+
+    Every way this project fails a trial writes its reason first; a FAIL without one lost that write (a second signal's
+    ``interrupted`` mark in an outage, say), and what it stopped for is unknown: a retry resumes its checkpoint and, if
+    the trial itself fails, records why.
+    """
+    reason = trial.user_attrs.get(FAIL_REASON_ATTR)
     retry_left = max_retry is None or len(trial.system_attrs.get("retry_history", ())) < max_retry
-    return (reason == INTERRUPTED or reason.startswith(f"{WORKER_DIED}:")) and retry_left
+    lost_reason = reason is None
+    return (lost_reason or reason == INTERRUPTED or str(reason).startswith(f"{WORKER_DIED}:")) and retry_left
 
 
 def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[int]:

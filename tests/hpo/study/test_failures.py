@@ -431,6 +431,58 @@ def test_a_second_signal_fails_the_trial_at_once_and_its_retry_resumes_from_its_
     assert not list((tmp_path / "store").glob("checkpoint-*"))  # told: removed
 
 
+def test_a_second_signal_whose_mark_and_requeue_are_both_lost_is_requeued_by_the_next_run_and_resumes(tmp_path: Path) -> None:
+    """The storage refused both writes after a second signal (the ``interrupted`` mark, then the retry): the trial stayed
+    FAIL with no reason, which no sweep re-queued, and its checkpoint waited for no one. A rerun past the grace period now
+    re-queues it and resumes its checkpoint."""
+    import time
+
+    import sqlalchemy
+    from optuna.artifacts import FileSystemArtifactStore
+
+    from hpo._attrs import FAIL_REASON_ATTR
+    from hpo.storage._storage import Heartbeat
+
+    space = parse_search_space({"params": {"fp_precision": {"type": "categorical", "choices": ["fp32"]}},
+                                "fixed": {**FIXED, "max_steps": 6, "eval_every": 2}})
+    storage = create_storage(f"sqlite:///{tmp_path / 'f.db'}", heartbeat=Heartbeat(interval=1, grace_period=1))
+    study = open_study(storage, "f", space, DATA, seed=0)
+    (tmp_path / "store").mkdir()
+    store = FileSystemArtifactStore(str(tmp_path / "store"))
+    refused: list[str] = []
+
+    def refuse(connection: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        values = parameters.values() if isinstance(parameters, dict) else parameters or ()
+        if (("trial_user_attributes" in statement and json.dumps("interrupted") in values)
+                or statement.startswith("INSERT INTO trials ")):  # the mark, then the retry's row
+            refused.append(statement)
+            raise RuntimeError("the database refused the write")
+
+    def stop_requested() -> bool:  # the second signal lands at the 6th poll, checkpointed at step 4
+        stop_requested.polls += 1  # type: ignore[attr-defined]
+        if stop_requested.polls == 6:  # type: ignore[attr-defined]
+            sqlalchemy.event.listen(sqlalchemy.Engine, "before_cursor_execute", refuse)
+            raise KeyboardInterrupt
+        return False
+
+    stop_requested.polls = 0  # type: ignore[attr-defined]
+    objective = make_objective(space, DATA, base_seed=0, device="cpu", checkpoints=store, stop_requested=stop_requested)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_to_budget(study, objective, 1, stop_requested=stop_requested)
+    finally:
+        sqlalchemy.event.remove(sqlalchemy.Engine, "before_cursor_execute", refuse)
+    [failed] = study.get_trials()
+    assert len(refused) == 2 and failed.state == TrialState.FAIL and FAIL_REASON_ATTR not in failed.user_attrs
+
+    time.sleep(1.5)  # past the grace period: no worker's own re-queue is still on its way
+    rerun = make_objective(space, DATA, base_seed=0, device="cpu", checkpoints=store)
+    run_to_budget(study, rerun, 1, on_told=rerun.told)
+    _, resumed = study.get_trials()
+    assert resumed.system_attrs["failed_trial"] == failed.number
+    assert resumed.state == TrialState.COMPLETE and resumed.user_attrs["resumed_at_step"] == 4
+
+
 def test_a_second_signal_in_optunas_tell_leaves_its_trial_failed_and_requeued_not_running(tmp_path: Path) -> None:
     """The interrupt landed in Optuna's tell (it then raises UnboundLocalError over it): the trial stayed RUNNING until
     a heartbeat sweep or a rerun on this machine. The worker fails and re-queues its own trial, once."""
