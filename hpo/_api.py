@@ -285,6 +285,7 @@ def optimize(
     text_pair_column: str | None = None,
     valid_data: str | Path | None = None,
     valid_fraction: float = 0.1,
+    holdout: str = "stratified",
     empty_text: str = "drop",
     cache_dir: str | None = None,
     artifact_store: str | None = DEFAULT_ARTIFACT_DIR,
@@ -303,8 +304,7 @@ def optimize(
 
     The keyword arguments are ``python -m hpo run``'s flags (the fields of :class:`RunOptions`). ``space``: a YAML path, a mapping (the
     YAML's content) or a :class:`hpo.SearchSpace`; ``None`` follows ``model`` (:func:`hpo.space._resolving.choose_space`). ``data``: a CSV/TSV/JSONL file or a
-    ``save_to_disk`` directory (read with the column arguments), a
-    :class:`trial_executor.TextClassificationData`, or ``None`` for the synthetic demo reviews.
+    ``save_to_disk`` directory (read with the data arguments), a :class:`trial_executor.TextClassificationData`, or ``None``: the demo reviews.
     ``storage``: a database URL (default ``$HPO_STORAGE``, else ``sqlite:///hpo-studies.db``).
     ``model`` fixes the model in place of the space's; ``fix`` pins searched params
     (``["batch_size=16"]``). ``track``: experiment trackers, e.g. ``["mlflow"]`` or
@@ -320,7 +320,7 @@ def optimize(
     options = RunOptions(
         storage=storage, study_name=study_name, n_trials=n_trials, timeout=timeout, seed=seed, device=device, model=model,
         fix=fix, text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
-        valid_data=valid_data, valid_fraction=valid_fraction, empty_text=empty_text, cache_dir=cache_dir,
+        valid_data=valid_data, valid_fraction=valid_fraction, holdout=holdout, empty_text=empty_text, cache_dir=cache_dir,
         artifact_store=artifact_store, keep_checkpoints=keep_checkpoints, max_retry=max_retry, track=track, warm_start=warm_start,
         warm_start_trials=warm_start_trials, ray=ray, workers=workers, gpus_per_trial=gpus_per_trial, verdict=verdict,
     )

@@ -28,7 +28,14 @@ from trial_executor._deferred import deferred_names
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
 from trial_executor._precisions import MIXED_PRECISION
 from trial_executor._result import ProgressFn, StepProgress, TrialResult
-from trial_executor.data import DataError, TextClassificationData, demo_dataset, load_text_classification, make_synthetic_reviews
+from trial_executor.data import (
+    HOLDOUTS,
+    DataError,
+    TextClassificationData,
+    demo_dataset,
+    load_text_classification,
+    make_synthetic_reviews,
+)
 
 if TYPE_CHECKING:
     from trial_executor.device import hardware_metadata, memory_in_use_mb, resolve_device
@@ -67,6 +74,7 @@ __getattr__ = deferred_names(globals(), _TORCH_BOUND, renamed={"lora_available":
 __all__ = [
     "CHECKPOINT_FILE",
     "DEVICES",
+    "HOLDOUTS",
     "METRICS",
     "MINIMIZED_METRICS",
     "MIXED_PRECISION",

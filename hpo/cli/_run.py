@@ -45,7 +45,7 @@ from hpo.study._study import TooManyFailuresError
 from hpo.study._verdict import verdict_after_budget, verdict_due, verdict_not_started
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
 from hpo.study._workers import StopSignal, exit_described, run_workers, second_signal_in, worker_index
-from trial_executor import DEVICES, MIXED_PRECISION, DataError
+from trial_executor import DEVICES, HOLDOUTS, MIXED_PRECISION, DataError
 
 PROG = command_prog("run")
 
@@ -161,6 +161,11 @@ def _add_data(parser: argparse.ArgumentParser) -> None:
     held_out.add_argument("--valid-data", default=None, help="validation file, same format and columns as --data")
     held_out.add_argument(
         "--valid-fraction", type=_fraction, default=0.1, help="seeded share of --data held out for validation (default: %(default)s)"
+    )
+    data.add_argument(
+        "--holdout", choices=HOLDOUTS, default=HOLDOUTS[0],
+        help="how --valid-fraction rows are drawn: stratified (classes in their shares, each keeping a row for training; "
+             "other tasks are drawn at random) or random (default: %(default)s)",
     )
     data.add_argument(
         "--empty-text", choices=("drop", "fail"), default="drop", help="rows with empty text: drop them with a warning, or fail (default: %(default)s)"

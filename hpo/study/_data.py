@@ -8,19 +8,21 @@ from pathlib import Path
 from typing import Any
 
 from hpo._errors import UserError
-from trial_executor import TextClassificationData, demo_dataset, load_text_classification
+from trial_executor import HOLDOUTS, TextClassificationData, demo_dataset, load_text_classification
 
 DataLike = str | Path | TextClassificationData | None
 
 # The demo reviews and the --valid-fraction hold-out are drawn with this seed, not with --seed: a
 # study's data stays the same whatever seed a run or a retrain of its best trial passes.
 DATA_SEED = 0
+# The hold-out of a study whose stored data flags name none: made before --holdout, it drew rows at random.
+EARLIER_HOLDOUT = "random"
 
 
 def resolve_data(
     data: DataLike = None, *, text_column: str = "text", label_column: str = "label",
     text_pair_column: str | None = None, valid_data: str | Path | None = None, valid_fraction: float = 0.1,
-    empty_text: str = "drop", task: str = "auto",
+    holdout: str = HOLDOUTS[0], empty_text: str = "drop", task: str = "auto",
 ) -> TextClassificationData:
     """Loaded data: a CSV/TSV/JSONL file or save_to_disk directory, a :class:`TextClassificationData`, or the demo set.
 
@@ -28,7 +30,8 @@ def resolve_data(
     """
     if data is None:  # the demo reviews: a data flag given would be silently ignored
         flags = {"valid_data": valid_data, "text_column": text_column, "label_column": label_column,
-                 "text_pair_column": text_pair_column, "valid_fraction": valid_fraction, "empty_text": empty_text}
+                 "text_pair_column": text_pair_column, "valid_fraction": valid_fraction, "holdout": holdout,
+                 "empty_text": empty_text}
         named = [name for name, value in flags.items() if value != resolve_data.__kwdefaults__[name]]
         if named:
             raise UserError(f"--{named[0].replace('_', '-')} needs --data; pass the training file too")
@@ -41,7 +44,7 @@ def resolve_data(
     loaded = load_text_classification(
         str(data), text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
         valid_path=None if valid_data is None else str(valid_data), valid_fraction=valid_fraction, seed=DATA_SEED,
-        empty_text=empty_text, task=task,
+        holdout=holdout, empty_text=empty_text, task=task,
     )
     if loaded.dropped_empty:
         print(f"warning: dropped {loaded.dropped_empty} rows with empty text (pass --empty-text fail to refuse them)", file=sys.stderr)
@@ -49,7 +52,7 @@ def resolve_data(
 
 
 # The data flags a study stores (DATA_SOURCE_ATTR) besides the file: resolve_data's keyword arguments.
-SOURCE_FLAGS = ("text_column", "label_column", "text_pair_column", "valid_data", "valid_fraction", "empty_text")
+SOURCE_FLAGS = ("text_column", "label_column", "text_pair_column", "valid_data", "valid_fraction", "holdout", "empty_text")
 
 
 def data_source_of(data: DataLike, options: dict[str, Any]) -> dict[str, Any] | None:
@@ -73,8 +76,11 @@ def data_flags(source: dict[str, Any]) -> str:
         flags.append(("--text-pair-column", source["text_pair_column"]))
     if source.get("valid_data"):
         flags.append(("--valid-data", source["valid_data"]))
-    elif source.get("valid_fraction") not in (None, 0.1):
-        flags.append(("--valid-fraction", str(source["valid_fraction"])))
+    else:
+        if source.get("valid_fraction") not in (None, 0.1):
+            flags.append(("--valid-fraction", str(source["valid_fraction"])))
+        if (holdout := source.get("holdout") or EARLIER_HOLDOUT) != HOLDOUTS[0]:
+            flags.append(("--holdout", holdout))
     if source.get("empty_text") not in (None, "drop"):
         flags.append(("--empty-text", source["empty_text"]))
     return " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in flags)
@@ -88,4 +94,7 @@ def stored_data(source: dict[str, Any] | None, options: dict[str, Any]) -> tuple
         if path is not None and not Path(path).exists():
             raise UserError(f"the study ran with {data_flags(source)}, but {path} is not on this machine; "
                             "pass --data (and its flags) with a copy of that data")
-    return source["data"], {**options, **{k: source.get(k, options.get(k)) for k in SOURCE_FLAGS}}
+    flags = {k: source.get(k, options.get(k)) for k in SOURCE_FLAGS}
+    if source.get("valid_data") is None and source.get("holdout") is None:
+        flags["holdout"] = EARLIER_HOLDOUT  # stored before --holdout
+    return source["data"], {**options, **flags}

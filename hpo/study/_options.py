@@ -20,7 +20,7 @@ from hpo.storage._storage import Heartbeat, resolve_storage_url
 from hpo.study._run_checks import check_device, check_heartbeat, check_seed, check_study_name, check_writable_directory
 from hpo.study._verdict import MAX_VERDICT_SEEDS
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
-from trial_executor import DEVICES
+from trial_executor import DEVICES, HOLDOUTS
 
 DEFAULT_STUDY_NAME = "precision-demo"
 DEFAULT_N_TRIALS = 8
@@ -62,6 +62,7 @@ class RunOptions(BaseModel):
     text_pair_column: str | None = None
     valid_data: str | Path | None = None
     valid_fraction: float = 0.1
+    holdout: str = HOLDOUTS[0]
     empty_text: str = "drop"
     cache_dir: str | None = None
     artifact_store: str | None = DEFAULT_ARTIFACT_DIR
@@ -105,6 +106,10 @@ class RunOptions(BaseModel):
         check_study_name(self.study_name)
         check_seed(self.seed)
         check_heartbeat(self.heartbeat_interval, self.grace_period)
+        if self.holdout not in HOLDOUTS:
+            raise UserError(f"--holdout must be {' or '.join(HOLDOUTS)}, got {self.holdout!r}; pass one of them")
+        if self.holdout != HOLDOUTS[0] and self.valid_data is not None:
+            raise UserError(f"--holdout {self.holdout} draws the --valid-fraction hold-out, and --valid-data holds out nothing; drop one")
         # The command's flags are checked by its parser; optimize()'s arguments arrive here.
         least = {"n_trials": 1, "warm_start_trials": 1, "max_retry": 0, "workers": 1, "gpus_per_trial": 0}
         for name, low in least.items():
@@ -137,5 +142,5 @@ class RunOptions(BaseModel):
 
     def data_options(self) -> dict[str, Any]:
         """:func:`hpo.study._data.resolve_data`'s keyword arguments: the data flags (never the seed: see ``DATA_SEED``)."""
-        names = ("text_column", "label_column", "text_pair_column", "valid_data", "valid_fraction", "empty_text")
+        names = ("text_column", "label_column", "text_pair_column", "valid_data", "valid_fraction", "holdout", "empty_text")
         return {name: getattr(self, name) for name in names}

@@ -5,12 +5,13 @@ Torch-free: ``hpo`` reads and checks a data file without importing torch.
 
 from __future__ import annotations
 
-from trial_executor.data._data import DataError, TextClassificationData, load_text_classification
+from trial_executor.data._data import HOLDOUTS, DataError, TextClassificationData, load_text_classification
 from trial_executor.data._files import Reader, Records, register_format, unregister_format
 from trial_executor.data._messages import bounded_list
 from trial_executor.data._synthetic import demo_dataset, make_synthetic_reviews
 
 __all__ = [
+    "HOLDOUTS",
     "DataError",
     "Reader",
     "Records",

@@ -33,7 +33,11 @@ from trial_executor.data._values import (
     text_value,
 )
 
-__all__ = ["DataError", "TextClassificationData", "load_text_classification"]
+__all__ = ["HOLDOUTS", "DataError", "TextClassificationData", "load_text_classification"]
+
+# How a file without a validation split is held out (load_text_classification's ``holdout``): the first is the default.
+STRATIFIED, RANDOM = "stratified", "random"
+HOLDOUTS = (STRATIFIED, RANDOM)
 
 
 @dataclass(frozen=True)
@@ -169,12 +173,16 @@ def _columns(
     return rows
 
 
-def _check_arguments(text_column: str, label_column: str, text_pair_column: str | None, empty_text: str, task: str) -> None:
+def _check_arguments(
+    text_column: str, label_column: str, text_pair_column: str | None, empty_text: str, task: str, holdout: str,
+) -> None:
     """The arguments' own mistakes, before any file is read; one column read as two things (a text that is its own label) too."""
     if empty_text not in ("drop", "fail"):
         raise DataError(f"--empty-text must be drop or fail, got {empty_text!r}")
     if task not in (AUTO, CLASSIFICATION, REGRESSION, MULTI_LABEL):
         raise DataError(f"task must be auto, {CLASSIFICATION}, {REGRESSION} or {MULTI_LABEL}, got {task!r}")
+    if holdout not in HOLDOUTS:
+        raise DataError(f"--holdout must be {' or '.join(HOLDOUTS)}, got {holdout!r}")
     named = [("--text-column", text_column), ("--label-column", label_column), ("--text-pair-column", text_pair_column)]
     for i, (flag, column) in enumerate(named):
         other = next((earlier for earlier, name in named[:i] if column is not None and name == column), None)
@@ -193,18 +201,21 @@ def load_text_classification(
     seed: int = 0,
     empty_text: str = "drop",
     task: str = AUTO,
+    holdout: str = STRATIFIED,
 ) -> TextClassificationData:
     """Load labelled texts: a CSV, TSV or JSONL file, or a directory saved with ``datasets``.
 
     Validation comes from ``valid_path`` (or, for a saved ``DatasetDict``, its ``validation``
-    split) or else a seeded hold-out of ``valid_fraction``. ``task`` is ``classification``,
+    split) or else a hold-out of ``valid_fraction`` drawn with ``seed``: ``holdout="stratified"``
+    (classification: each class held out in its share of the file, at least one of its rows kept
+    for training), or ``"random"`` (any rows; regression and multi-label always). ``task`` is ``classification``,
     ``regression``, ``multi_label``, or ``auto``: what the labels say (see
     :mod:`trial_executor.data._values`). Class ids follow numeric order for integer labels and
     alphabetical order otherwise. A JSON file may be JSON Lines or one array of objects. Rows with
     empty text are dropped and counted (``empty_text="drop"``) or refused (``"fail"``).
     Raises :class:`DataError` with a one-line explanation.
     """
-    _check_arguments(text_column, label_column, text_pair_column, empty_text, task)
+    _check_arguments(text_column, label_column, text_pair_column, empty_text, task, holdout)
     path = Path(path)
     columns = (text_column, label_column, text_pair_column, empty_text, task == MULTI_LABEL)
     train = _columns(path, read_records(path), *columns)
@@ -217,15 +228,8 @@ def load_text_classification(
         valid = _columns(valid_path, read_records(valid_path, valid_split), *columns)
         unseen_fix = "add them to the training data"
     else:
-        if not 0 < valid_fraction < 1:
-            raise DataError(f"--valid-fraction must be between 0 and 1, got {valid_fraction}")
-        order = list(range(len(train.texts)))
-        random.Random(seed).shuffle(order)
-        n_valid = max(1, round(len(order) * valid_fraction))
-        if len(order) - n_valid < 2:
-            raise DataError(f"data file {path} has {len(order)} usable rows, too few to hold out validation; add rows")
-        valid = train.take(order[:n_valid], 0)
-        train = train.take(sorted(order[n_valid:]), train.dropped_empty)
+        stratify = holdout == STRATIFIED and resolve_task(task, train.examples, train.labels) == CLASSIFICATION
+        train, valid = _hold_out(path, train, valid_fraction, random.Random(seed), stratify)
         unseen_fix = (f"the --valid-fraction {valid_fraction} hold-out took every row of them from {path}; "
                       "add rows of them, or pass a validation file (--valid-data)")
     task = resolve_task(task, {**valid.examples, **train.examples}, [*train.labels, *valid.labels])
@@ -242,6 +246,47 @@ def load_text_classification(
         dropped_empty=train.dropped_empty + valid.dropped_empty,
         task=task,
     )
+
+
+def _hold_out(path: Path, rows: _Rows, fraction: float, rng: random.Random, stratify: bool) -> tuple[_Rows, _Rows]:
+    """``rows`` split into training and a hold-out of ``fraction`` of them, by class where ``stratify``. Training keeps
+    file order, as does the stratified hold-out; the random one keeps its drawn order, as it always has (a study made
+    with it must see the very same data again)."""
+    if not 0 < fraction < 1:
+        raise DataError(f"--valid-fraction must be between 0 and 1, got {fraction}")
+    n_valid = max(1, round(len(rows.texts) * fraction))
+    if len(rows.texts) - n_valid < 2:
+        raise DataError(f"data file {path} has {len(rows.texts)} usable rows, too few to hold out validation; add rows")
+    if stratify:
+        held = _stratified(rows.labels, n_valid, rng)
+        if not held:
+            raise DataError(f"data file {path} has no class with two rows, so none can be held out for validation; "
+                            "add rows, or pass a validation file (--valid-data)")
+    else:
+        order = list(range(len(rows.texts)))
+        rng.shuffle(order)
+        held = order[:n_valid]
+    taken = set(held)
+    kept = [i for i in range(len(rows.texts)) if i not in taken]
+    return rows.take(kept, rows.dropped_empty), rows.take(held, 0)
+
+
+def _stratified(labels: list[Label], n_valid: int, rng: random.Random) -> list[int]:
+    """``n_valid`` row indices (in file order), each class's count its share of ``n_valid``; fractional shares rounded
+    up largest remainder first; each class keeps at least one row out of them (a class of one row is never held out)."""
+    by_class: dict[Label, list[int]] = {}
+    for i, label in enumerate(labels):
+        by_class.setdefault(label, []).append(i)
+    classes = sorted(by_class)  # type: ignore[type-var]  # one kind: the same draw on every machine
+    quota = {c: len(by_class[c]) * n_valid / len(labels) for c in classes}
+    count = {c: min(math.floor(quota[c]), len(by_class[c]) - 1) for c in classes}
+    for c in sorted(classes, key=lambda c: quota[c] - math.floor(quota[c]), reverse=True):  # stable: ties in class order
+        if sum(count.values()) < n_valid and count[c] < len(by_class[c]) - 1:
+            count[c] += 1
+    held = []
+    for c in classes:
+        held += rng.sample(by_class[c], count[c])
+    return sorted(held)
 
 
 def _refuse_unseen(valid_labels: set[int | str], classes: set[int | str], fix: str) -> None:

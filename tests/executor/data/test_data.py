@@ -62,18 +62,48 @@ def test_validation_label_unseen_in_training(tmp_path: Path) -> None:
         load_text_classification(train, text_column="sentence", valid_path=valid)
 
 
-def test_a_class_the_hold_out_took_whole_is_named_with_the_fix(tmp_path: Path) -> None:
-    # One 'rare' row among nine: whichever row the seeded hold-out of one takes, only that placement fails.
+def test_a_class_the_random_hold_out_took_whole_is_named_with_the_fix_and_the_stratified_one_keeps_it(tmp_path: Path) -> None:
+    # One 'rare' row among nine: whichever row the seeded random hold-out of one takes, only that placement fails; the
+    # stratified hold-out (the default) never holds out a class's last row.
     failures = {}
     for position in range(10):
         path = write_tsv(tmp_path / f"data-{position}.tsv", [(f"text {i}", "rare" if i == position else "common") for i in range(10)])
+        data = load_text_classification(path, text_column="sentence", valid_fraction=0.1)
+        assert data.train_labels.count(data.label_names.index("rare")) == 1 and data.valid_labels == [data.label_names.index("common")]
         try:
-            load_text_classification(path, text_column="sentence", valid_fraction=0.1)
+            load_text_classification(path, text_column="sentence", valid_fraction=0.1, holdout="random")
         except DataError as err:
             failures[path] = str(err)
     [(path, message)] = failures.items()
     assert message == (f"validation labels ['rare'] never occur in training; the --valid-fraction 0.1 hold-out took every row "
                        f"of them from {path}; add rows of them, or pass a validation file (--valid-data)")
+
+
+def test_the_stratified_hold_out_gives_each_class_its_share_and_the_random_one_is_the_earlier_split(tmp_path: Path) -> None:
+    rows = [(f"text {i}", label) for i, label in enumerate(["common"] * 40 + ["rare"] * 9 + ["single"])]
+    path = write_tsv(tmp_path / "classes.tsv", rows)
+    data = load_text_classification(path, text_column="sentence", valid_fraction=0.2)
+    held = [data.label_names[i] for i in data.valid_labels]
+    # 10 rows held out of 50: 8 of the 40 common, 1.8 -> 2 of the 9 rare, 0.2 -> none of the single row
+    assert len(held) == 10 and held.count("common") == 8 and held.count("rare") == 2
+    assert sorted(data.train_texts + data.valid_texts) == sorted(text for text, _ in rows)  # every row once, as written
+    assert data.valid_texts == sorted(data.valid_texts, key=lambda text: int(text.split()[1]))  # in file order
+    # A study made before the stratified hold-out: "random" reads the very split it trained on (the earlier code's
+    # fingerprints), for classes and for regression, which the stratified default also draws at random.
+    assert load_text_classification(path, text_column="sentence", valid_fraction=0.2, holdout="random").fingerprint == "745c235451376029"
+    numbers = write_tsv(tmp_path / "numbers.tsv", [(f"text {i}", str(i % 7 * 0.5 + 0.25)) for i in range(30)])
+    for holdout in ("stratified", "random"):
+        regression = load_text_classification(numbers, text_column="sentence", valid_fraction=0.2, holdout=holdout)
+        assert regression.task == "regression" and regression.fingerprint == "eed52cb71f0b03b3"
+
+
+def test_a_stratified_hold_out_with_no_class_of_two_rows_is_one_line(tmp_path: Path) -> None:
+    path = write_tsv(tmp_path / "singles.tsv", [(f"text {i}", f"class {i}") for i in range(5)])
+    with pytest.raises(DataError, match=rf"^data file {path} has no class with two rows, so none can be held out for validation; "
+                                        r"add rows, or pass a validation file \(--valid-data\)$"):
+        load_text_classification(path, text_column="sentence", valid_fraction=0.2)
+    with pytest.raises(DataError, match=r"^--holdout must be stratified or random, got 'by class'$"):
+        load_text_classification(path, text_column="sentence", holdout="by class")
 
 
 def test_text_pairs_and_empty_text_policy(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from hpo.study._options import RunOptions
 from trial_executor import demo_dataset
 
 OPTIONS = {"text_column": "review text", "label_column": "label", "text_pair_column": None, "valid_data": None,
-           "valid_fraction": 0.1, "empty_text": "fail"}
+           "valid_fraction": 0.1, "holdout": "stratified", "empty_text": "fail"}
 
 
 def test_flags_read_the_same_file_again_from_anywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,3 +55,32 @@ def test_a_run_with_another_seed_reads_the_same_data(tmp_path: Path) -> None:
                                                    device="cpu", artifact_store=None, **flags), announce=None)
                   for seed in (0, 7)]  # the second opens the study the first made: refused if its data differed
         assert opened[0].prepared.data.fingerprint == opened[1].prepared.data.fingerprint
+
+
+def test_a_study_stored_before_the_holdout_flag_names_the_random_hold_out_it_ran_on(tmp_path: Path) -> None:
+    """A study whose stored data flags name no hold-out was made when every hold-out was drawn at random: the stratified
+    default is other data, refused with the flags that read its data again; its verdict reads them by itself."""
+
+    from hpo._attrs import DATA_SOURCE_ATTR
+
+    train = write_tsv(tmp_path / "train.tsv", [(f"{word} review number {i}", word) for i, word in enumerate(["good", "bad", "bad"] * 20)])
+    options = {"storage": f"sqlite:///{tmp_path / 's.db'}", "study_name": "earlier", "device": "cpu", "artifact_store": None,
+               "text_column": "sentence", "valid_fraction": 0.25}
+    study = open_run(None, str(train), RunOptions(**options, holdout="random"), announce=None).prepared.study
+    source = study.user_attrs[DATA_SOURCE_ATTR]
+    study.set_user_attr(DATA_SOURCE_ATTR, {k: v for k, v in source.items() if k != "holdout"})  # as that version stored it
+
+    with pytest.raises(hpo.UserError, match=r"created on different data .*: it ran with --data \S+train.tsv --text-column sentence "
+                                            r"--label-column label --valid-fraction 0.25 --holdout random; rerun with its original data"):
+        open_run(None, str(train), RunOptions(**options), announce=None)
+    assert open_run(None, str(train), RunOptions(**options, holdout="random"), announce=None).prepared.study.user_attrs[
+        DATA_SOURCE_ATTR]["holdout"] == "random"  # resumed, and now it says so
+    data, flags = stored_data({k: v for k, v in source.items() if k != "holdout"}, {**OPTIONS, "holdout": "stratified"})
+    assert data == str(train) and flags["holdout"] == "random"  # what `hpo verdict` without --data reads
+
+
+def test_holdout_is_one_of_two_and_only_with_a_hold_out() -> None:
+    with pytest.raises(hpo.UserError, match=r"^--holdout must be stratified or random, got 'classes'; pass one of them$"):
+        RunOptions(holdout="classes")
+    with pytest.raises(hpo.UserError, match=r"^--holdout random draws the --valid-fraction hold-out, and --valid-data holds out nothing; drop one$"):
+        RunOptions(holdout="random", valid_data="dev.tsv")
