@@ -272,8 +272,9 @@ def _hold_out(path: Path, rows: _Rows, fraction: float, rng: random.Random, stra
 
 
 def _stratified(labels: list[Label], n_valid: int, rng: random.Random) -> list[int]:
-    """``n_valid`` row indices (in file order), each class's count its share of ``n_valid``; fractional shares rounded
-    up largest remainder first; each class keeps at least one row out of them (a class of one row is never held out)."""
+    """Row indices to hold out (in file order), each class's count its share of ``n_valid``, fractional shares rounded up
+    largest remainder first. Each class keeps a row out of them (a class of one row is never held out), so classes that
+    small may leave the hold-out a row or two under ``n_valid``."""
     by_class: dict[Label, list[int]] = {}
     for i, label in enumerate(labels):
         by_class.setdefault(label, []).append(i)
