@@ -198,8 +198,7 @@ def _retried_on_failure(trial: FrozenTrial, max_retry: int | None) -> bool:
     """
     reason = trial.user_attrs.get(FAIL_REASON_ATTR)
     retry_left = max_retry is None or len(trial.system_attrs.get("retry_history", ())) < max_retry
-    lost_reason = reason is None
-    return (lost_reason or reason == INTERRUPTED or str(reason).startswith(f"{WORKER_DIED}:")) and retry_left
+    return (reason is None or reason == INTERRUPTED or str(reason).startswith(f"{WORKER_DIED}:")) and retry_left
 
 
 def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[int]:
