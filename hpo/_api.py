@@ -31,7 +31,7 @@ from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
 from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import GRPC_SCHEME, Heartbeat, check_storage_url, create_storage, resolve_storage_url
 from hpo.study import finished_count, open_study, run_to_budget
-from hpo.study._data import DataLike, data_source_of, resolve_data, stored_data
+from hpo.study._data import DataLike, data_source_of, its_own_holdout, on_its_own_holdout, resolve_data, stored_data
 from hpo.study._liveness import checkpoint_sweep, fail_trials_of_killed_actors
 from hpo.study._options import DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions, Track
 from hpo.study._ray_workers import RayCluster, RayRun, TrialWatcher, connect, plan, start_workers, wait_for_workers
@@ -45,7 +45,7 @@ from hpo.study._verdict import (
     verdict_due,
 )
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS, load_warm_start_source, warm_start_configurations
-from hpo.study._workers import worker_index
+from hpo.study._workers import announce_once, worker_index
 from trial_executor import StepProgress, TextClassificationData
 
 
@@ -65,7 +65,8 @@ def prepare_study(
     """Create or resume ``options.study_name`` in ``options.url`` on validated inputs (``data_source``, ``search``: :func:`open_study`).
 
     ``options.warm_start``: an earlier study in the same storage whose ``warm_start_trials`` best
-    trials are enqueued (see :mod:`hpo.study._warm_start`); checked before anything is written.
+    trials are enqueued (see :mod:`hpo.study._warm_start`); checked before anything is written. Given no ``--holdout``,
+    a study whose hold-out was drawn another way is opened on its file held out that way (:func:`on_its_own_holdout`).
     """
     space.check_task(data.task)
     url = options.url
@@ -76,7 +77,11 @@ def prepare_study(
     # A worker of --workers N: its parent reached the database, so a refused connection is a restart to wait out.
     opened = create_storage(url, heartbeat=heartbeat, wait_for_server=worker_index() is not None)
     known_good = [] if earlier is None else warm_start_configurations(space, earlier, options.warm_start_trials)
-    study = open_study(opened, options.study_name, space, data, options.seed, known_good, data_source, search=search)
+
+    def open_on(data: TextClassificationData, source: dict[str, Any] | None) -> optuna.Study:
+        return open_study(opened, options.study_name, space, data, options.seed, known_good, source, search=search)
+
+    study, data = on_its_own_holdout(open_on, data, data_source, options.holdout, space.task)
     name_objectives(study, space.objective_names)
     return PreparedStudy(study, space, data, url)
 
@@ -213,12 +218,6 @@ def run_job(job: WorkerJob, stop_requested: Callable[[], bool]) -> None:
     run_study_then_verdict(prepared, job.options, hooks, trackers)
 
 
-def announce_once(line: str) -> None:
-    """Print ``line`` from the command itself or from worker 0, not once per worker of the run."""
-    if worker_index() in (None, 0):
-        print(line, flush=True)
-
-
 def run_study_then_verdict(prepared: PreparedStudy, options: RunOptions, hooks: RunHooks, trackers: Sequence[Tracker]) -> Verdict | None:
     """:func:`run_study`, then, unless stopped, the verdict the run asks for (:func:`verdict_due`): it, or ``None``."""
     run_study(prepared, options, hooks=hooks, trackers=trackers)
@@ -280,12 +279,10 @@ def optimize(
     device: str = "auto",
     model: str | None = None,
     fix: Sequence[str] = (),
-    text_column: str = "text",
-    label_column: str = "label",
-    text_pair_column: str | None = None,
+    text_column: str = "text", label_column: str = "label", text_pair_column: str | None = None,
     valid_data: str | Path | None = None,
     valid_fraction: float = 0.1,
-    holdout: str = "stratified",
+    holdout: str | None = None,
     empty_text: str = "drop",
     cache_dir: str | None = None,
     artifact_store: str | None = DEFAULT_ARTIFACT_DIR,
@@ -377,6 +374,8 @@ def open_existing(space: SpaceLike | None, data: DataLike, options: RunOptions) 
     data_options = options.data_options()
     if data is None:
         data, data_options = stored_data(stored_data_source(existing), data_options)
+    elif data_options["holdout"] is None:  # another copy of its data, held out as it was
+        data_options["holdout"] = its_own_holdout(stored_data_source(existing))
     loaded = resolve_data(data, task=resolved.task, **data_options)
     check_models(resolved)
     return prepare_study(resolved, loaded, options, search=False)  # a verdict enqueues no search trial

@@ -25,7 +25,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial
 
-from hpo._api import Run, RunHooks, announce_once, open_run, run_study, run_verdict
+from hpo._api import Run, RunHooks, open_run, run_study, run_verdict
 from hpo._attrs import stored_verdict
 from hpo._errors import UserError
 from hpo.cli._parsing import Parser, at_least, between, command_prog, run_guarded
@@ -44,7 +44,7 @@ from hpo.study._run_checks import check_gpus
 from hpo.study._study import TooManyFailuresError
 from hpo.study._verdict import verdict_after_budget, verdict_due, verdict_not_started
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
-from hpo.study._workers import StopSignal, exit_described, run_workers, second_signal_in, worker_index
+from hpo.study._workers import StopSignal, announce_once, exit_described, run_workers, second_signal_in, worker_index
 from trial_executor import DEVICES, HOLDOUTS, MIXED_PRECISION, DataError
 
 PROG = command_prog("run")
@@ -163,9 +163,9 @@ def _add_data(parser: argparse.ArgumentParser) -> None:
         "--valid-fraction", type=_fraction, default=0.1, help="seeded share of --data held out for validation (default: %(default)s)"
     )
     data.add_argument(
-        "--holdout", choices=HOLDOUTS, default=HOLDOUTS[0],
+        "--holdout", choices=HOLDOUTS, default=None,
         help="how --valid-fraction rows are drawn: stratified (classes in their shares, each keeping a row for training; "
-             "other tasks are drawn at random) or random (default: %(default)s)",
+             "other tasks are drawn at random) or random (default: the study's own; stratified for a new study)",
     )
     data.add_argument(
         "--empty-text", choices=("drop", "fail"), default="drop", help="rows with empty text: drop them with a warning, or fail (default: %(default)s)"

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hpo._errors import UserError
 from trial_executor import HOLDOUTS, TextClassificationData, demo_dataset, load_text_classification
 
 DataLike = str | Path | TextClassificationData | None
+T = TypeVar("T")
 
 # The demo reviews and the --valid-fraction hold-out are drawn with this seed, not with --seed: a
 # study's data stays the same whatever seed a run or a retrain of its best trial passes.
@@ -19,12 +21,22 @@ DATA_SEED = 0
 EARLIER_HOLDOUT = "random"
 
 
+class OtherDataError(UserError):
+    """A study opened on data other than its own (another fingerprint); ``source``: the data flags it stored, if any."""
+
+    def __init__(self, message: str, source: dict[str, Any] | None) -> None:
+        super().__init__(message)
+        self.source = source
+
+
 def resolve_data(
     data: DataLike = None, *, text_column: str = "text", label_column: str = "label",
     text_pair_column: str | None = None, valid_data: str | Path | None = None, valid_fraction: float = 0.1,
-    holdout: str = HOLDOUTS[0], empty_text: str = "drop", task: str = "auto",
+    holdout: str | None = None, empty_text: str = "drop", task: str = "auto",
 ) -> TextClassificationData:
     """Loaded data: a CSV/TSV/JSONL file or save_to_disk directory, a :class:`TextClassificationData`, or the demo set.
+
+    ``holdout`` ``None`` is the default, stratified (see :func:`its_own_holdout` for a study's own).
 
     ``task`` (the space's ``task:``) is what the labels are for; ``auto`` reads it from them.
     """
@@ -44,7 +56,7 @@ def resolve_data(
     loaded = load_text_classification(
         str(data), text_column=text_column, label_column=label_column, text_pair_column=text_pair_column,
         valid_path=None if valid_data is None else str(valid_data), valid_fraction=valid_fraction, seed=DATA_SEED,
-        holdout=holdout, empty_text=empty_text, task=task,
+        holdout=holdout or HOLDOUTS[0], empty_text=empty_text, task=task,
     )
     if loaded.dropped_empty:
         print(f"warning: dropped {loaded.dropped_empty} rows with empty text (pass --empty-text fail to refuse them)", file=sys.stderr)
@@ -64,7 +76,15 @@ def data_source_of(data: DataLike, options: dict[str, Any]) -> dict[str, Any] | 
         return {}
     valid = options.get("valid_data")
     return {"data": str(Path(data).resolve()), **{k: options.get(k) for k in SOURCE_FLAGS},
-            "valid_data": None if valid is None else str(Path(valid).resolve())}
+            "valid_data": None if valid is None else str(Path(valid).resolve()), "holdout": options.get("holdout") or HOLDOUTS[0]}
+
+
+def its_own_holdout(source: dict[str, Any] | None) -> str | None:
+    """How the study whose stored data flags are ``source`` held out its validation rows (one made before ``--holdout``:
+    at random); ``None`` where nothing was held out of a file (the demo, data given in Python, a ``--valid-data`` file)."""
+    if not source or source.get("valid_data") is not None:
+        return None
+    return source.get("holdout") or EARLIER_HOLDOUT
 
 
 def data_flags(source: dict[str, Any]) -> str:
@@ -79,7 +99,7 @@ def data_flags(source: dict[str, Any]) -> str:
     else:
         if source.get("valid_fraction") not in (None, 0.1):
             flags.append(("--valid-fraction", str(source["valid_fraction"])))
-        if (holdout := source.get("holdout") or EARLIER_HOLDOUT) != HOLDOUTS[0]:
+        if (holdout := its_own_holdout(source)) != HOLDOUTS[0]:
             flags.append(("--holdout", holdout))
     if source.get("empty_text") not in (None, "drop"):
         flags.append(("--empty-text", source["empty_text"]))
@@ -95,6 +115,23 @@ def stored_data(source: dict[str, Any] | None, options: dict[str, Any]) -> tuple
             raise UserError(f"the study ran with {data_flags(source)}, but {path} is not on this machine; "
                             "pass --data (and its flags) with a copy of that data")
     flags = {k: source.get(k, options.get(k)) for k in SOURCE_FLAGS}
-    if source.get("valid_data") is None and source.get("holdout") is None:
-        flags["holdout"] = EARLIER_HOLDOUT  # stored before --holdout
-    return source["data"], {**options, **flags}
+    return source["data"], {**options, **flags, "holdout": its_own_holdout(source)}
+
+
+
+def on_its_own_holdout(
+    open_on: Callable[[TextClassificationData, dict[str, Any] | None], T], data: TextClassificationData,
+    source: dict[str, Any] | None, holdout: str | None, task: str,
+) -> tuple[T, TextClassificationData]:
+    """``open_on(data, source)``: a study opened on this run's data and data flags, and that data. Where the study says it
+    was made on other data (:class:`OtherDataError`) and the run gave no ``--holdout`` (``holdout`` is ``None``), this
+    run's file is held out again as the study's was (one made before that flag: at random), and opened on that."""
+    try:
+        return open_on(data, source), data
+    except OtherDataError as err:
+        own = its_own_holdout(err.source)
+        if holdout is not None or own is None or its_own_holdout(source) in (None, own):
+            raise
+        again = {**source, "holdout": own}  # type: ignore[dict-item]  # a file's flags: its_own_holdout said so
+        data = resolve_data(again["data"], task=task, **{k: again[k] for k in SOURCE_FLAGS})
+        return open_on(data, again), data

@@ -62,7 +62,7 @@ class RunOptions(BaseModel):
     text_pair_column: str | None = None
     valid_data: str | Path | None = None
     valid_fraction: float = 0.1
-    holdout: str = HOLDOUTS[0]
+    holdout: str | None = None  # None: the study's own (hpo.study._data.its_own_holdout), stratified for a new one
     empty_text: str = "drop"
     cache_dir: str | None = None
     artifact_store: str | None = DEFAULT_ARTIFACT_DIR
@@ -106,9 +106,9 @@ class RunOptions(BaseModel):
         check_study_name(self.study_name)
         check_seed(self.seed)
         check_heartbeat(self.heartbeat_interval, self.grace_period)
-        if self.holdout not in HOLDOUTS:
+        if self.holdout not in (None, *HOLDOUTS):
             raise UserError(f"--holdout must be {' or '.join(HOLDOUTS)}, got {self.holdout!r}; pass one of them")
-        if self.holdout != HOLDOUTS[0] and self.valid_data is not None:
+        if self.holdout is not None and self.valid_data is not None:
             raise UserError(f"--holdout {self.holdout} draws the --valid-fraction hold-out, and --valid-data holds out nothing; drop one")
         # The command's flags are checked by its parser; optimize()'s arguments arrive here.
         least = {"n_trials": 1, "warm_start_trials": 1, "max_retry": 0, "workers": 1, "gpus_per_trial": 0}

@@ -36,7 +36,7 @@ from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError
 from hpo.storage._backoff import retry_lost_connection
 from hpo.study._budget import budget_used, take_slot
-from hpo.study._data import data_flags
+from hpo.study._data import OtherDataError, data_flags
 from hpo.study._liveness import fail_and_requeue, fail_dead_local_trials, lost_retries, releasable
 from hpo.study._lock import study_lock
 from hpo.study._outcomes import INTERRUPTED, OVER_BUDGET_DETAIL, SKIP_DUPLICATE, SKIP_OVER_BUDGET, never_ran, was_interrupted
@@ -64,12 +64,13 @@ def _study_attrs(space: SearchSpace, data: TextClassificationData, source: dict[
     return attrs if source is None else {**attrs, DATA_SOURCE_ATTR: source}
 
 
-def _other_data(study_name: str, stored: dict[str, Any], fingerprint: str) -> UserError:
+def _other_data(study_name: str, stored: dict[str, Any], fingerprint: str) -> OtherDataError:
     source = stored.get(DATA_SOURCE_ATTR)
     ran_on = "" if source is None else f": it ran with {data_flags(source)}"
-    return UserError(
+    return OtherDataError(
         f"study {study_name!r} was created on different data (fingerprint {stored[DATASET_FINGERPRINT_ATTR]}, now {fingerprint})"
-        f"{ran_on}; rerun with its original data, or pick a new --study-name"
+        f"{ran_on}; rerun with its original data, or pick a new --study-name",
+        source,
     )
 
 

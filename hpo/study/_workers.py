@@ -30,6 +30,12 @@ def worker_index() -> int | None:
     return None if index is None else int(index)
 
 
+def announce_once(line: str) -> None:
+    """Print ``line`` from the command itself or from worker 0, not once per worker of the run."""
+    if worker_index() in (None, 0):
+        print(line, flush=True)
+
+
 class StopSignal:
     """Records SIGINT/SIGTERM instead of dying at once, so the running trial can checkpoint and end cleanly.
 

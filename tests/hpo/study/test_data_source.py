@@ -15,7 +15,7 @@ from hpo.study._options import RunOptions
 from trial_executor import demo_dataset
 
 OPTIONS = {"text_column": "review text", "label_column": "label", "text_pair_column": None, "valid_data": None,
-           "valid_fraction": 0.1, "holdout": "stratified", "empty_text": "fail"}
+           "valid_fraction": 0.1, "holdout": None, "empty_text": "fail"}
 
 
 def test_flags_read_the_same_file_again_from_anywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,26 +57,32 @@ def test_a_run_with_another_seed_reads_the_same_data(tmp_path: Path) -> None:
         assert opened[0].prepared.data.fingerprint == opened[1].prepared.data.fingerprint
 
 
-def test_a_study_stored_before_the_holdout_flag_names_the_random_hold_out_it_ran_on(tmp_path: Path) -> None:
-    """A study whose stored data flags name no hold-out was made when every hold-out was drawn at random: the stratified
-    default is other data, refused with the flags that read its data again; its verdict reads them by itself."""
-
+def test_a_study_made_before_the_holdout_flag_resumes_on_its_random_hold_out_unless_told_otherwise(tmp_path: Path) -> None:
+    """A study whose stored data flags name no hold-out was made when every hold-out was drawn at random: a run (or a
+    verdict) that names none reads its file held out that way again; one that asks for stratified is refused in one line
+    naming the flags that read the study's data."""
+    from hpo._api import open_existing
     from hpo._attrs import DATA_SOURCE_ATTR
 
     train = write_tsv(tmp_path / "train.tsv", [(f"{word} review number {i}", word) for i, word in enumerate(["good", "bad", "bad"] * 20)])
     options = {"storage": f"sqlite:///{tmp_path / 's.db'}", "study_name": "earlier", "device": "cpu", "artifact_store": None,
                "text_column": "sentence", "valid_fraction": 0.25}
-    study = open_run(None, str(train), RunOptions(**options, holdout="random"), announce=None).prepared.study
-    source = study.user_attrs[DATA_SOURCE_ATTR]
-    study.set_user_attr(DATA_SOURCE_ATTR, {k: v for k, v in source.items() if k != "holdout"})  # as that version stored it
+    made = open_run(None, str(train), RunOptions(**options, holdout="random"), announce=None).prepared
+    source = made.study.user_attrs[DATA_SOURCE_ATTR]
+    made.study.set_user_attr(DATA_SOURCE_ATTR, {k: v for k, v in source.items() if k != "holdout"})  # as that version stored it
 
     with pytest.raises(hpo.UserError, match=r"created on different data .*: it ran with --data \S+train.tsv --text-column sentence "
                                             r"--label-column label --valid-fraction 0.25 --holdout random; rerun with its original data"):
-        open_run(None, str(train), RunOptions(**options), announce=None)
-    assert open_run(None, str(train), RunOptions(**options, holdout="random"), announce=None).prepared.study.user_attrs[
-        DATA_SOURCE_ATTR]["holdout"] == "random"  # resumed, and now it says so
-    data, flags = stored_data({k: v for k, v in source.items() if k != "holdout"}, {**OPTIONS, "holdout": "stratified"})
-    assert data == str(train) and flags["holdout"] == "random"  # what `hpo verdict` without --data reads
+        open_run(None, str(train), RunOptions(**options, holdout="stratified"), announce=None)
+    resumed = open_run(None, str(train), RunOptions(**options), announce=None).prepared  # no --holdout: the study's own
+    assert resumed.data.fingerprint == made.data.fingerprint and resumed.study.user_attrs[DATA_SOURCE_ATTR]["holdout"] == "random"
+    assert open_run(None, str(train), RunOptions(**options), announce=None).prepared.data.fingerprint == made.data.fingerprint
+
+    made.study.set_user_attr(DATA_SOURCE_ATTR, {k: v for k, v in source.items() if k != "holdout"})
+    verdict = RunOptions(**{k: v for k, v in options.items() if k != "valid_fraction"})
+    assert open_existing(None, None, verdict).data.fingerprint == made.data.fingerprint  # the stored flags
+    again = open_existing(None, str(train), verdict.model_copy(update={"valid_fraction": 0.25}))  # another copy, named
+    assert again.data.fingerprint == made.data.fingerprint
 
 
 def test_holdout_is_one_of_two_and_only_with_a_hold_out() -> None:
