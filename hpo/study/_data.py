@@ -118,7 +118,6 @@ def stored_data(source: dict[str, Any] | None, options: dict[str, Any]) -> tuple
     return source["data"], {**options, **flags, "holdout": its_own_holdout(source)}
 
 
-
 def on_its_own_holdout(
     open_on: Callable[[TextClassificationData, dict[str, Any] | None], T], data: TextClassificationData,
     source: dict[str, Any] | None, holdout: str | None, task: str,
