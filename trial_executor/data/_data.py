@@ -281,9 +281,11 @@ def _stratified(labels: list[Label], n_valid: int, rng: random.Random) -> list[i
     classes = sorted(by_class)  # type: ignore[type-var]  # one kind: the same draw on every machine
     quota = {c: len(by_class[c]) * n_valid / len(labels) for c in classes}
     count = {c: min(math.floor(quota[c]), len(by_class[c]) - 1) for c in classes}
+    short = n_valid - sum(count.values())
     for c in sorted(classes, key=lambda c: quota[c] - math.floor(quota[c]), reverse=True):  # stable: ties in class order
-        if sum(count.values()) < n_valid and count[c] < len(by_class[c]) - 1:
+        if short > 0 and count[c] < len(by_class[c]) - 1:
             count[c] += 1
+            short -= 1
     held = []
     for c in classes:
         held += rng.sample(by_class[c], count[c])
