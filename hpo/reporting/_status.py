@@ -9,10 +9,19 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._attrs import MAJORITY_CLASS_HINT, WORKER_ATTR, is_host_limited, is_majority_class, is_verdict_trial, skip_reason_of
+from hpo._attrs import (
+    MAJORITY_CLASS_HINT,
+    WORKER_ATTR,
+    is_host_limited,
+    is_majority_class,
+    is_verdict_trial,
+    skip_reason_of,
+    stored_data_source,
+)
 from hpo._ranking import best_trials
 from hpo.storage._heartbeats import heartbeat_ages
 from hpo.storage._inspect import objective_names
+from hpo.study._data import data_flags
 from hpo.study._liveness import worker_is_gone
 from hpo.study._outcomes import SKIP_UNSUPPORTED, never_ran
 
@@ -38,6 +47,7 @@ class StudyStatus:
     host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
     majority_class: list[int] = field(default_factory=list)  # trials that never left the majority class
     verdict: dict[str, int] = field(default_factory=dict)  # verdict trials by state (hpo verdict), not counted
+    data: str | None = None  # the data flags it last ran with (None: data given in Python, or a study made elsewhere)
 
 
 def _worker(trial: FrozenTrial) -> str:
@@ -53,7 +63,8 @@ def _best(study: optuna.Study, names: list[str]) -> list[tuple[int, dict[str, fl
 
 
 def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> StudyStatus:
-    """Counts by state, the best trial (or Pareto front), and every running trial's worker and heartbeat age."""
+    """Counts by state, the best trial (or Pareto front), the data flags it ran with, and every running trial's worker and
+    heartbeat age."""
     trials = study.get_trials(deepcopy=False)
     search = [t for t in trials if not is_verdict_trial(t)]  # the verdict's are counted on a line of their own
     names = objective_names(study)
@@ -65,6 +76,8 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     status.host_limited = sorted(t.number for t in trials if is_host_limited(t))
     status.majority_class = sorted(t.number for t in trials if is_majority_class(t))
     status.verdict = dict(Counter(t.state.name.lower() for t in trials if is_verdict_trial(t)))
+    source = stored_data_source(study)
+    status.data = None if source is None else data_flags(source)
     running = [t for t in trials if t.state == TrialState.RUNNING]
     ages = heartbeat_ages(storage, [t._trial_id for t in running])
     now = datetime.datetime.now()
@@ -108,6 +121,8 @@ def status_lines(status: StudyStatus) -> list[str]:
     else:
         lines.append(f"  Pareto front: {len(status.best)} trials")
         lines += [f"    trial {number}  {_values(values)}" for number, values in status.best]
+    if status.data is not None:  # what a run on another machine passes to resume or extend it
+        lines.append(f"  data: {status.data}")
     if status.host_limited:
         shown_trials = ", ".join(map(str, status.host_limited))
         lines.append(f"  host-limited: trials {shown_trials} (the device waited for the executor; speed not the precision's)")

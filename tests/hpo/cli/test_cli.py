@@ -83,7 +83,7 @@ def test_unknown_command_suggests_the_nearest(capsys: pytest.CaptureFixture[str]
     assert "unknown command 'stauts'; did you mean 'status'?" in err and len(err.strip().splitlines()) == 1
 
 
-def test_status_counts_best_and_masked_url(storage_url: str) -> None:
+def test_status_counts_best_data_flags_and_masked_url(storage_url: str, small_data: Path) -> None:
     proc = hpo("status", "--storage", storage_url)
     assert proc.returncode == 0, proc.stderr
     assert SECRET not in proc.stdout + proc.stderr and "postgres:***@" in proc.stdout
@@ -94,6 +94,8 @@ def test_status_counts_best_and_masked_url(storage_url: str) -> None:
     at = lines.index("single  (maximize accuracy)")
     assert lines[at + 1].startswith(f"  trials: {len(trials)}: complete {complete}, ")
     assert f"  best: trial {single.best_trial.number}  accuracy={single.best_value:.4g}" == lines[at + 2]
+    # The flags that read its data again, from another machine too (absolute path; a new study's stratified hold-out).
+    assert lines[at + 3] == f"  data: --data {small_data.resolve()} --text-column sentence --label-column label"
     pareto = optuna.load_study(study_name="pareto", storage=storage_url)
     assert f"  Pareto front: {len(pareto.best_trials)} trials" in proc.stdout
     assert "pareto  (maximize accuracy, maximize throughput_samples_per_s)" in lines
