@@ -155,7 +155,8 @@ def lost_retries(trials: list[FrozenTrial], storage: optuna.storages.BaseStorage
     """The failed ``trials`` whose re-queue was lost: a worker fails a trial it was told to stop, or found dead, then
     re-queues it (two storage calls), and died or lost its storage between the two.
 
-    Such a trial says why it failed (``interrupted``, ``worker_died: ...``) or lost that write too (no reason), no trial names it in
+    Such a trial says why it failed (``interrupted``, ``worker_died: ...``) or lost that write too (no reason, see
+    :func:`_retried_on_failure`), no trial names it in
     its ``retry_history``, ``max_retry`` allowed one more retry, and it failed longer than the grace
     period ago (a worker's own re-queue, a moment after its fail, is not still on its way).
     """
@@ -189,16 +190,18 @@ def _failed_within(trial: FrozenTrial, seconds: float) -> bool:
 
 
 def _retried_on_failure(trial: FrozenTrial, max_retry: int | None) -> bool:
-    """Whether the retry policy re-queues ``trial``: it failed stopped, with its worker dead, or with no reason at all, with
-    a retry left.
+    """Whether the retry policy re-queues ``trial``: it failed stopped, with its worker dead, or, once this project's
+    objective started it, with no reason at all; with a retry left.
 
-    Every way this project fails a trial writes its reason first; a FAIL without one lost that write (a second signal's
-    ``interrupted`` mark in an outage, say), and what it stopped for is unknown: a retry resumes its checkpoint and, if
-    the trial itself fails, records why.
+    Every way this project fails a trial it started writes the reason first; such a trial failing without one lost
+    that write (a second signal's ``interrupted`` mark in an outage, say): a retry resumes its checkpoint and, if the
+    trial itself fails, records why. Another objective's failures (``run_to_budget`` is public), and a queued trial
+    skipped before it started (its hand-back copy, if any, stands for it), say nothing of the kind: not retried.
     """
     reason = trial.user_attrs.get(FAIL_REASON_ATTR)
+    lost_reason = reason is None and _own_worker(trial) is not None
     retry_left = max_retry is None or len(trial.system_attrs.get("retry_history", ())) < max_retry
-    return (reason is None or reason == INTERRUPTED or str(reason).startswith(f"{WORKER_DIED}:")) and retry_left
+    return (lost_reason or reason == INTERRUPTED or str(reason).startswith(f"{WORKER_DIED}:")) and retry_left
 
 
 def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[int]:

@@ -332,36 +332,46 @@ def test_a_worker_does_not_wait_for_ever_on_a_trial_that_no_sweep_can_release(tm
 
 def test_a_failed_trial_whose_requeue_was_lost_is_requeued_once_after_the_grace_period(tmp_path: Path) -> None:
     """A grpc:// worker stopped by SIGTERM marks its checkpointed trial FAIL, then re-queues it: the proxy went away
-    between the two calls, and the checkpoint waited for no one."""
+    between the two calls, and the checkpoint waited for no one. One of this project's trials that failed with no reason
+    lost that write too; another objective's failure, with no reason either, is not this project's to retry."""
     import time
 
     from hpo.storage._storage import Heartbeat
+    from hpo.study._liveness import worker_identity
     from hpo.study._study import _requeue_lost_retries
 
     storage = create_storage(f"sqlite:///{tmp_path / 'lost.db'}", heartbeat=Heartbeat(interval=1, grace_period=1))
     study = optuna.create_study(storage=storage, study_name="lost")
 
-    def failed(reason: str) -> optuna.Trial:
+    def failed(reason: str | None, *, ours: bool = True) -> optuna.Trial:
         trial = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
-        trial.set_user_attr("fail_reason", reason)
+        if ours:  # this project's objective started it: it wrote its worker's identity first
+            trial.set_user_attr("worker", worker_identity(trial.number))
+        if reason is not None:
+            trial.set_user_attr("fail_reason", reason)
         trial.set_user_attr("checkpoint", f"trial-{trial.number}/step-40")
         study.tell(trial, state=TrialState.FAIL)
         return trial
 
     lost = failed("interrupted")
     failed("TrialFailedError: ValueError: boom")  # a failure of the trial itself: not re-queued by the run
+    unmarked = failed(None)  # its reason's write was lost too
+    failed(None, ours=False)  # another objective's failure (run_to_budget is public): Optuna writes no reason
     requeued = failed("worker_died: its worker process exited mid-trial")
     optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)(study, study.trials[requeued.number])  # as its sweep did
     _requeue_lost_retries(study, max_retry=3)
-    assert len(study.trials) == 4  # within the grace period: its worker's own re-queue may still be on its way
+    assert len(study.trials) == 6  # within the grace period: its worker's own re-queue may still be on its way
     time.sleep(1.5)
     _requeue_lost_retries(study, max_retry=0)  # no retries allowed: none
-    assert len(study.trials) == 4
+    assert len(study.trials) == 6
     _requeue_lost_retries(study, max_retry=3)
     _requeue_lost_retries(study, max_retry=3)  # once
-    (retry,) = study.trials[4:]  # trial 3 is the retry of the worker_died trial
-    assert retry.state == TrialState.WAITING and retry.system_attrs["failed_trial"] == lost.number
-    assert retry.user_attrs["checkpoint"] == f"trial-{lost.number}/step-40" and retry.params == study.trials[lost.number].params
+    retries = study.trials[6:]  # trial 5 is the retry of the worker_died trial
+    assert [retry.system_attrs["failed_trial"] for retry in retries] == [lost.number, unmarked.number]
+    for retry in retries:
+        failed_trial = study.trials[retry.system_attrs["failed_trial"]]
+        assert retry.state == TrialState.WAITING and retry.params == failed_trial.params
+        assert retry.user_attrs["checkpoint"] == f"trial-{failed_trial.number}/step-40"
 
 
 def test_a_retry_that_loses_the_last_slot_goes_back_with_its_params(tmp_path: Path) -> None:
