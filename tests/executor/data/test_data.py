@@ -97,6 +97,14 @@ def test_the_stratified_hold_out_gives_each_class_its_share_and_the_random_one_i
         assert regression.task == "regression" and regression.fingerprint == "eed52cb71f0b03b3"
 
 
+def test_classes_too_small_for_their_share_leave_it_to_the_others(tmp_path: Path) -> None:
+    # 30 classes of one row (none can be held out) and one of 70: the hold-out is still the share asked, all from the 70.
+    path = write_tsv(tmp_path / "long-tail.tsv", [(f"text {i}", f"rare {i}" if i < 30 else "common") for i in range(100)])
+    for fraction, wanted in ((0.1, 10), (0.3, 30), (0.5, 50)):
+        data = load_text_classification(path, text_column="sentence", valid_fraction=fraction)
+        assert [data.label_names[i] for i in data.valid_labels] == ["common"] * wanted and len(data.train_texts) == 100 - wanted
+
+
 def test_a_stratified_hold_out_with_no_class_of_two_rows_is_one_line(tmp_path: Path) -> None:
     path = write_tsv(tmp_path / "singles.tsv", [(f"text {i}", f"class {i}") for i in range(5)])
     with pytest.raises(DataError, match=rf"^data file {path} has no class with two rows, so none can be held out for validation; "
