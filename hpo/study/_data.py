@@ -80,11 +80,13 @@ def data_source_of(data: DataLike, options: dict[str, Any]) -> dict[str, Any] | 
 
 
 def its_own_holdout(source: dict[str, Any] | None) -> str | None:
-    """How the study whose stored data flags are ``source`` held out its validation rows (one made before ``--holdout``:
-    at random); ``None`` where nothing was held out of a file (the demo, data given in Python, a ``--valid-data`` file)."""
-    if not source or source.get("valid_data") is not None:
+    """How the study whose stored data flags are ``source`` held out its validation rows; ``None`` where nothing was held
+    out of a file (the demo reviews, a ``--valid-data`` file). A study made before ``--holdout``, or before data flags
+    were stored (``source`` ``None``; data given in Python stores none either), drew at random: for those, a try that
+    the data's fingerprint confirms or refuses."""
+    if source == {} or (source and source.get("valid_data") is not None):
         return None
-    return source.get("holdout") or EARLIER_HOLDOUT
+    return (source or {}).get("holdout") or EARLIER_HOLDOUT
 
 
 def data_flags(source: dict[str, Any]) -> str:
@@ -129,8 +131,12 @@ def on_its_own_holdout(
         return open_on(data, source), data
     except OtherDataError as err:
         own = its_own_holdout(err.source)
-        if holdout is not None or own is None or its_own_holdout(source) in (None, own):
+        held_out = bool(source) and source.get("valid_data") is None  # type: ignore[union-attr]  # this run's: from a file
+        if holdout is not None or not held_out or own in (None, source["holdout"]):  # type: ignore[index]
             raise
-        again = {**source, "holdout": own}  # type: ignore[dict-item]  # a file's flags: its_own_holdout said so
+        again = {**source, "holdout": own}  # type: ignore[dict-item]
         data = resolve_data(again["data"], task=task, **{k: again[k] for k in SOURCE_FLAGS})
-        return open_on(data, again), data
+        try:
+            return open_on(data, again), data
+        except OtherDataError:
+            raise err from None  # other data however it is held out: the first refusal names what the study ran with

@@ -78,11 +78,21 @@ def test_a_study_made_before_the_holdout_flag_resumes_on_its_random_hold_out_unl
     assert resumed.data.fingerprint == made.data.fingerprint and resumed.study.user_attrs[DATA_SOURCE_ATTR]["holdout"] == "random"
     assert open_run(None, str(train), RunOptions(**options), announce=None).prepared.data.fingerprint == made.data.fingerprint
 
+    made.study.set_user_attr(DATA_SOURCE_ATTR, None)  # older still: made before data flags were stored
+    resumed = open_run(None, str(train), RunOptions(**options), announce=None).prepared
+    assert resumed.data.fingerprint == made.data.fingerprint and resumed.study.user_attrs[DATA_SOURCE_ATTR]["holdout"] == "random"
+    made.study.set_user_attr(DATA_SOURCE_ATTR, None)
+    other = write_tsv(tmp_path / "other.tsv", [(f"other review {i}", word) for i, word in enumerate(["good", "bad", "bad"] * 20)])
+    with pytest.raises(hpo.UserError, match=rf"created on different data \(fingerprint {made.data.fingerprint}, now "):
+        open_run(None, str(other), RunOptions(**options), announce=None)  # other data, however it is held out
+
     made.study.set_user_attr(DATA_SOURCE_ATTR, {k: v for k, v in source.items() if k != "holdout"})
     verdict = RunOptions(**{k: v for k, v in options.items() if k != "valid_fraction"})
     assert open_existing(None, None, verdict).data.fingerprint == made.data.fingerprint  # the stored flags
     again = open_existing(None, str(train), verdict.model_copy(update={"valid_fraction": 0.25}))  # another copy, named
     assert again.data.fingerprint == made.data.fingerprint
+    made.study.set_user_attr(DATA_SOURCE_ATTR, None)
+    assert open_existing(None, str(train), verdict.model_copy(update={"valid_fraction": 0.25})).data.fingerprint == made.data.fingerprint
 
 
 def test_holdout_is_one_of_two_and_only_with_a_hold_out() -> None:
