@@ -18,7 +18,7 @@ T = TypeVar("T")
 # study's data stays the same whatever seed a run or a retrain of its best trial passes.
 DATA_SEED = 0
 # The hold-out of a study whose stored data flags name none: made before --holdout, it drew rows at random.
-EARLIER_HOLDOUT = "random"
+EARLIER_HOLDOUT = HOLDOUTS[1]  # random
 
 
 class OtherDataError(UserError):
@@ -84,9 +84,11 @@ def its_own_holdout(source: dict[str, Any] | None) -> str | None:
     out of a file (the demo reviews, a ``--valid-data`` file). A study made before ``--holdout``, or before data flags
     were stored (``source`` ``None``; data given in Python stores none either), drew at random: for those, a try that
     the data's fingerprint confirms or refuses."""
-    if source == {} or (source and source.get("valid_data") is not None):
+    if source is None:
+        return EARLIER_HOLDOUT
+    if not source or source.get("valid_data") is not None:
         return None
-    return (source or {}).get("holdout") or EARLIER_HOLDOUT
+    return source.get("holdout") or EARLIER_HOLDOUT
 
 
 def data_flags(source: dict[str, Any]) -> str:
@@ -130,11 +132,10 @@ def on_its_own_holdout(
     try:
         return open_on(data, source), data
     except OtherDataError as err:
-        own = its_own_holdout(err.source)
-        held_out = bool(source) and source.get("valid_data") is None  # type: ignore[union-attr]  # this run's: from a file
-        if holdout is not None or not held_out or own in (None, source["holdout"]):  # type: ignore[index]
+        own, this_run = its_own_holdout(err.source), None if source is None else its_own_holdout(source)
+        if holdout is not None or None in (own, this_run) or own == this_run:
             raise
-        again = {**source, "holdout": own}  # type: ignore[dict-item]
+        again = {**source, "holdout": own}  # type: ignore[dict-item]  # this_run: a file's flags
         data = resolve_data(again["data"], task=task, **{k: again[k] for k in SOURCE_FLAGS})
         try:
             return open_on(data, again), data
