@@ -30,6 +30,8 @@ RAY_ACTOR_KEY = "ray_actor"
 RAY_DRIVER_KEY = "ray_driver"
 GPU_FRACTION_KEY = "gpu_fraction"
 TRIALS_PER_GPU_KEY = "trials_per_gpu"
+# The --max-retry of the run whose worker started the attempt: the trial's retry policy, whichever worker fails it.
+MAX_RETRY_KEY = "max_retry"
 BASELINE_ATTR = "fp32_baseline"  # the enqueued fp32 trial speedups are measured against
 # Where an enqueued known configuration came from: "space:<index>" (the space's enqueue list) or
 # "study:<name>:<number>" (--warm-start); each is enqueued once per study.
@@ -215,6 +217,14 @@ def trials_per_gpu_of(trial: FrozenTrial) -> int:
     """How many trials could share the trial's GPU (fractional reservation, or workers on the same ``--gpus`` index); 1 alone."""
     worker = trial.user_attrs.get(WORKER_ATTR)
     return int(worker.get(TRIALS_PER_GPU_KEY) or 1) if isinstance(worker, dict) else 1
+
+
+def retry_policy_of(trial: FrozenTrial, default: int | None) -> int | None:
+    """How many retries ``trial``'s chain allows (``None``: no limit): the ``--max-retry`` of the worker that started its
+    latest attempt (a retry carries its predecessor's identity until its own worker writes one), else ``default``
+    (another objective's trials, and those recorded before the key was)."""
+    worker = trial.user_attrs.get(WORKER_ATTR)
+    return worker[MAX_RETRY_KEY] if isinstance(worker, dict) and MAX_RETRY_KEY in worker else default
 
 
 def is_baseline(trial: FrozenTrial) -> bool:

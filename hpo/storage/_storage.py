@@ -23,6 +23,7 @@ from hpo._errors import UserError
 from hpo.storage._backoff import Backoff, outage_waited, retry_lost_connection
 from hpo.storage._bulk_reads import BulkReadingRDBStorage
 from hpo.storage._db_errors import StorageFailedError, is_creation_collision, is_lost_connection
+from hpo.storage._retry_policy import RetryByTrialPolicy
 from hpo.storage._retrying_storage import RetryingStorage
 from hpo.storage._sqlite_lock import sqlite_file_lock
 from hpo.storage._url_secrets import mask_secrets, mask_url, split_credentials
@@ -45,7 +46,8 @@ _GRPC_RESTART_POLL = 2.0
 class Heartbeat:
     """Heartbeat settings: a trial silent for ``grace_period`` seconds is failed and retried.
 
-    Defaults suit trials of minutes: a beat every 30 s, stale after 2 min, 3 retries.
+    Defaults suit trials of minutes: a beat every 30 s, stale after 2 min, 3 retries (``max_retry``: for a trial
+    whose worker recorded no limit of its own, see :class:`RetryByTrialPolicy`).
     """
 
     interval: int = 30
@@ -53,7 +55,7 @@ class Heartbeat:
     max_retry: int = 3
 
     def storage_kwargs(self) -> dict[str, Any]:
-        callback = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=self.max_retry)
+        callback = RetryByTrialPolicy(self.max_retry)  # a trial that recorded its own retry policy keeps it
         return {"heartbeat_interval": self.interval, "grace_period": self.grace_period, "heartbeat_stale_trial_callback": callback}
 
 

@@ -5,7 +5,7 @@ without a beat: a worker killed with SIGKILL and rerun at once would finish befo
 leave the trial RUNNING. Each trial records its worker's identity (host, pid, and the
 process's boot, pid namespace and start time); a worker sweeps, when it starts and when it
 ends, the RUNNING trials whose process on this very machine no longer exists, and fails them
-as a stale heartbeat would (re-queued by the same retry policy). A trial from another
+as a stale heartbeat would (re-queued under the trial's own retry policy). A trial from another
 machine, container or boot is left to the heartbeats; one that never beat nor wrote its identity
 (its worker died inside Optuna's ``ask``) is failed once the grace period has passed
 (:func:`died_claiming`).
@@ -14,7 +14,6 @@ machine, container or boot is left to the heartbeats; one that never beat nor wr
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import os
 import socket
@@ -28,6 +27,7 @@ from optuna.trial import FrozenTrial, TrialState
 from hpo._attrs import (
     FAIL_REASON_ATTR,
     GPU_FRACTION_KEY,
+    MAX_RETRY_KEY,
     NODE_KEY,
     RAY_ACTOR_KEY,
     RAY_DRIVER_KEY,
@@ -36,10 +36,12 @@ from hpo._attrs import (
     TRIALS_PER_GPU_KEY,
     WORKER_ATTR,
     WORKER_DIED,
+    retry_policy_of,
 )
 from hpo._process import has_exited, numbered_here, process_key
 from hpo.storage._checkpoints import CheckpointSweep
 from hpo.storage._heartbeats import heartbeat_ages
+from hpo.storage._retry_policy import RetryByTrialPolicy
 from hpo.study._outcomes import INTERRUPTED, never_ran
 
 # How long a failed trial's re-queue may still be on its way where the storage keeps no heartbeats (and so no grace period).
@@ -65,10 +67,11 @@ def _ray_placement() -> dict[str, Any]:
     }
 
 
-def worker_identity(trial_number: int) -> dict[str, Any]:
-    """What trial ``trial_number`` records about the process that runs it (user attr ``worker``)."""
+def worker_identity(trial_number: int, max_retry: int | None) -> dict[str, Any]:
+    """What trial ``trial_number`` records about the process that runs it (user attr ``worker``), ``max_retry`` (its
+    run's ``--max-retry``) included: the trial's retry policy, whichever worker finds it failed."""
     return {
-        "host": socket.gethostname(), NODE_KEY: socket.gethostname(), "pid": os.getpid(),
+        "host": socket.gethostname(), NODE_KEY: socket.gethostname(), "pid": os.getpid(), MAX_RETRY_KEY: max_retry,
         "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"), TRIALS_PER_GPU_KEY: int(os.environ.get(GPU_SHARED_ENV) or 1),
         "process": process_key(os.getpid()), "trial": trial_number, **_ray_placement(),
     }
@@ -200,7 +203,8 @@ def _retried_on_failure(trial: FrozenTrial, max_retry: int | None) -> bool:
     """
     reason = trial.user_attrs.get(FAIL_REASON_ATTR)
     lost_reason = reason is None and _own_worker(trial) is not None
-    retry_left = max_retry is None or len(trial.system_attrs.get("retry_history", ())) < max_retry
+    limit = retry_policy_of(trial, max_retry)
+    retry_left = limit is None or len(trial.system_attrs.get("retry_history", ())) < limit
     return (lost_reason or reason == INTERRUPTED or str(reason).startswith(f"{WORKER_DIED}:")) and retry_left
 
 
@@ -239,7 +243,7 @@ def fail_and_requeue(study: optuna.Study, dead: list[tuple[FrozenTrial, str]], m
             storage.set_trial_user_attr(trial._trial_id, FAIL_REASON_ATTR, f"{WORKER_DIED}: {why}")
             if storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
                 failed.append(trial._trial_id)
-    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+    retry = RetryByTrialPolicy(max_retry)
     for trial_id in failed:
-        retry(study, copy.deepcopy(storage.get_trial(trial_id)))
+        retry(study, storage.get_trial(trial_id))
     return [storage.get_trial(trial_id).number for trial_id in failed]

@@ -248,7 +248,7 @@ class Objective:
             for key in OUTCOME_ATTRS:
                 if key in trial.user_attrs:
                     trial.set_user_attr(key, None)
-        trial.set_user_attr(WORKER_ATTR, worker_identity(trial.number))
+        trial.set_user_attr(WORKER_ATTR, worker_identity(trial.number, self.options.max_retry))
         check_enqueued(self.space, system_attrs.get("fixed_params") or {})
         params = self.space.suggest(trial)
         seed = (self.options.seed + (trial.number if original is None else original)) % _SEED_MODULUS

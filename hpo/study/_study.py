@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import logging
 import os
@@ -35,6 +34,7 @@ from hpo._errors import UserError
 from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError
 from hpo.storage._backoff import retry_lost_connection
+from hpo.storage._retry_policy import RetryByTrialPolicy
 from hpo.study._budget import budget_used, take_slot
 from hpo.study._data import OtherDataError, data_flags
 from hpo.study._liveness import fail_and_requeue, fail_dead_local_trials, lost_retries, releasable
@@ -214,7 +214,7 @@ def _requeue_once(study: optuna.Study, trial: FrozenTrial, max_retry: int | None
     with study_lock(study._storage, study.study_name):
         retried = {number for t in study.get_trials(deepcopy=False) for number in t.system_attrs.get("retry_history", ())}
         if trial.number not in retried:
-            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, copy.deepcopy(trial))
+            RetryByTrialPolicy(max_retry)(study, trial)
 
 
 def _requeue_interrupted(study: optuna.Study, trial_id: int, max_retry: int | None) -> None:
@@ -234,9 +234,9 @@ def _requeue_lost_retries(study: optuna.Study, max_retry: int | None) -> None:
         return
     with study_lock(study._storage, study.study_name):  # another worker's sweep may be at the same trials
         lost = lost_retries(study.get_trials(deepcopy=False), study._storage, max_retry)
-        retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+        retry = RetryByTrialPolicy(max_retry)
         for trial in lost:
-            retry(study, copy.deepcopy(trial))  # a copy: the callback appends to the trial's own retry_history list
+            retry(study, trial)
     if lost:  # else another worker's sweep re-queued them first
         _logger.warning("re-queued trials %s: each had failed (stopped, or its worker died) and its re-queue was lost",
                         [t.number for t in lost])

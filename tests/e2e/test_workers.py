@@ -91,7 +91,7 @@ def test_a_killed_worker_trial_is_retried_from_its_checkpoint(pg_database: str, 
     """One worker of --workers 2 SIGKILLed mid-trial (as the OOM killer would): the other retries its trial from the
     checkpoint and finishes the budget. The launcher exited 137 with nothing said; it names the worker now."""
     args = cli_args(pg_database, _space(tmp_path, LONG_TRIALS), small_data, "--study-name", "kill", "--n-trials", "4",
-                    "--artifact-store", str(tmp_path / "artifacts"), "--workers", "2", *FAST_HEARTBEAT)
+                    "--artifact-store", str(tmp_path / "artifacts"), "--workers", "2", "--max-retry", "2", *FAST_HEARTBEAT)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     launcher = subprocess.Popen([sys.executable, "-m", "hpo.run", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
@@ -110,6 +110,7 @@ def test_a_killed_worker_trial_is_retried_from_its_checkpoint(pg_database: str, 
     assert not [t.number for t in trials if t.state == TrialState.RUNNING]
     assert _finished(trials) == 4
     assert next(t for t in trials if t.number == victim.number).state == TrialState.FAIL
+    assert victim.user_attrs["worker"]["max_retry"] == 2  # its retry policy, whichever worker finds it dead
     retry = next(t for t in trials if t.system_attrs.get("failed_trial") == victim.number)
     _assert_resumed(retry, victim)
     # Each trial lists one artifact, its config.json (a retry its predecessor's); finished trials leave

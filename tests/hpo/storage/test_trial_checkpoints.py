@@ -19,10 +19,17 @@ from optuna.artifacts import FileSystemArtifactStore
 from optuna.trial import TrialState
 
 import hpo
-from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, FAIL_REASON_ATTR, RESUMED_AT_STEP_ATTR, SKIP_REASON_ATTR
+from hpo._attrs import (
+    CHECKPOINT_ATTR,
+    CHECKPOINT_UPLOADING_ATTR,
+    FAIL_REASON_ATTR,
+    RESUMED_AT_STEP_ATTR,
+    SKIP_REASON_ATTR,
+    WORKER_ATTR,
+)
 from hpo.storage._checkpoints import KEPT, REMOVED_WHEN_TOLD, TrialCheckpoints, remove_told_checkpoint, sweep_checkpoints
 from hpo.storage._storage import Heartbeat, create_storage
-from hpo.study._liveness import checkpoint_sweep, fail_and_requeue
+from hpo.study._liveness import checkpoint_sweep, fail_and_requeue, worker_identity
 from hpo.study._outcomes import SKIP_DUPLICATE
 from trial_executor import demo_dataset
 
@@ -292,6 +299,24 @@ def test_a_retry_chain_that_ended_leaves_no_checkpoint_unless_kept(checkpoint_fi
     assert sweep_checkpoints(checkpoint_sweep(study, max_retry=1, keep=True), store, store.base) == [superseded]
     assert sweep_checkpoints(checkpoint_sweep(study, max_retry=1, keep=False), store, store.base) == [last]
     assert _files(store.base) == {kept_id}  # what --keep-checkpoints kept stays, whether or not later runs keep
+
+
+def test_a_failed_trials_checkpoint_is_judged_by_the_retry_policy_its_own_worker_ran_under(checkpoint_file: Path, tmp_path: Path) -> None:
+    """Workers of one study started with different --max-retry: each run's sweep judged a failed trial by its own limit, so
+    a --max-retry 3 run kept the checkpoint of a trial that no retry would resume, and a --max-retry 0 run removed the
+    one a lost re-queue was yet to resume (the lost-retry sweep of a worker allowing it re-queues it)."""
+    study, store = optuna.create_study(storage=_beating(f"sqlite:///{tmp_path / 's.db'}", grace_period=1)), DyingStore(tmp_path / "a")
+    for limit in (0, 2):  # each stopped after its checkpoint and failed `interrupted`; its re-queue lost
+        trial = study.ask()
+        trial.set_user_attr(WORKER_ATTR, worker_identity(trial.number, limit))
+        TrialCheckpoints(trial, store).checkpointing().on_saved(checkpoint_file, 10)  # type: ignore[misc]
+        study._storage.set_trial_user_attr(trial._trial_id, FAIL_REASON_ATTR, "interrupted")
+        study.tell(trial, state=TrialState.FAIL)
+    allows_none, allows_two = (t.user_attrs[CHECKPOINT_ATTR]["artifact_id"] for t in study.trials)
+    time.sleep(1.1)  # past the grace period: a re-queue by its own worker would have come
+    assert sweep_checkpoints(checkpoint_sweep(study, max_retry=3, keep=False), store, store.base) == [allows_none]
+    assert sweep_checkpoints(checkpoint_sweep(study, max_retry=0, keep=False), store, store.base) == []
+    assert _files(store.base) == {allows_two}
 
 
 def test_a_retry_queued_twice_leaves_no_checkpoint_once_its_first_copy_finished(checkpoint_file: Path, tmp_path: Path) -> None:

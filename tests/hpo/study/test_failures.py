@@ -203,7 +203,7 @@ def test_a_trial_whose_worker_died_claiming_it_is_failed_and_requeued_after_the_
     study = optuna.create_study(storage=storage, study_name="claim")
     orphan = study.ask()  # what the killed worker left: the claim committed, nothing after it
     live = study.ask()
-    live.set_user_attr("worker", worker_identity(live.number))  # a worker that got as far as its objective (this process)
+    live.set_user_attr("worker", worker_identity(live.number, 3))  # a worker that got as far as its objective (this process)
     beating = study.ask()  # an objective of the caller's own (hpo.run_to_budget's), which writes no identity: it beats
     storage.record_heartbeat(beating._trial_id)
     assert fail_dead_local_trials(study, max_retry=3) == []  # not yet the grace period
@@ -346,7 +346,7 @@ def test_a_failed_trial_whose_requeue_was_lost_is_requeued_once_after_the_grace_
     def failed(reason: str | None, *, ours: bool = True) -> optuna.Trial:
         trial = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
         if ours:  # this project's objective started it: it wrote its worker's identity first
-            trial.set_user_attr("worker", worker_identity(trial.number))
+            trial.set_user_attr("worker", worker_identity(trial.number, 3))
         if reason is not None:
             trial.set_user_attr("fail_reason", reason)
         trial.set_user_attr("checkpoint", f"trial-{trial.number}/step-40")
@@ -362,8 +362,6 @@ def test_a_failed_trial_whose_requeue_was_lost_is_requeued_once_after_the_grace_
     _requeue_lost_retries(study, max_retry=3)
     assert len(study.trials) == 6  # within the grace period: its worker's own re-queue may still be on its way
     time.sleep(1.5)
-    _requeue_lost_retries(study, max_retry=0)  # no retries allowed: none
-    assert len(study.trials) == 6
     _requeue_lost_retries(study, max_retry=3)
     _requeue_lost_retries(study, max_retry=3)  # once
     retries = study.trials[6:]  # trial 5 is the retry of the worker_died trial
@@ -372,6 +370,60 @@ def test_a_failed_trial_whose_requeue_was_lost_is_requeued_once_after_the_grace_
         failed_trial = study.trials[retry.system_attrs["failed_trial"]]
         assert retry.state == TrialState.WAITING and retry.params == failed_trial.params
         assert retry.user_attrs["checkpoint"] == f"trial-{failed_trial.number}/step-40"
+
+
+def test_a_trial_is_retried_as_its_own_worker_allowed_whichever_worker_finds_it_failed(tmp_path: Path) -> None:
+    """Workers of one study started with different --max-retry: a trial's retries were decided by the worker whose sweep
+    found it (a stale heartbeat, a lost re-queue), so a --max-retry 0 worker's trial was retried by another's sweep, and
+    the other way round. The trial's own worker's limit decides; a trial that recorded none takes the sweeping run's."""
+    import time
+
+    from hpo.storage._storage import Heartbeat
+    from hpo.study._liveness import worker_identity
+    from hpo.study._study import _requeue_lost_retries
+
+    url = f"sqlite:///{tmp_path / 'mixed.db'}"
+    study = optuna.create_study(storage=create_storage(url, heartbeat=Heartbeat(interval=1, grace_period=1)), study_name="mixed")
+
+    def running(max_retry: int | None, *, recorded: bool = True) -> optuna.Trial:
+        trial = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+        identity = worker_identity(trial.number, max_retry)
+        if not recorded:  # written by an earlier version, which recorded no limit
+            del identity["max_retry"]
+        trial.set_user_attr("worker", identity)
+        return trial
+
+    def swept_by(max_retry: int, stale: list[optuna.Trial]) -> None:
+        """``stale``'s workers beat once and died; a worker started with --max-retry ``max_retry`` sweeps."""
+        for trial in stale:
+            study._storage.record_heartbeat(trial._trial_id)
+        time.sleep(2.1)
+        view = optuna.load_study(study_name="mixed", storage=create_storage(url, heartbeat=Heartbeat(1, 1, max_retry)))
+        optuna.storages.fail_stale_trials(view)
+        assert all(study._storage.get_trial(t._trial_id).state == TrialState.FAIL for t in stale)
+
+    def retried() -> list[int]:  # the trials the waiting retries retry
+        return [t.system_attrs["retry_history"][-1] for t in study.get_trials() if t.state == TrialState.WAITING]
+
+    def interrupted(max_retry: int) -> optuna.Trial:  # failed by its stop, its re-queue lost (the lost-retry sweep's case)
+        trial = running(max_retry)
+        trial.set_user_attr("fail_reason", "interrupted")
+        study.tell(trial, state=TrialState.FAIL)
+        return trial
+
+    # All claimed first: a retry re-queued is what the next ask takes.
+    no_retry, unrecorded, two_retries, unlimited, unrecorded_0 = (
+        running(0), running(None, recorded=False), running(2), running(None), running(None, recorded=False))
+    kept, allowed = interrupted(0), interrupted(1)
+    swept_by(3, [no_retry, unrecorded])
+    assert retried() == [unrecorded.number]  # its own worker's 0 stands; one that recorded none: the sweeper's 3
+    swept_by(0, [two_retries, unlimited, unrecorded_0])
+    assert retried() == [unrecorded.number, two_retries.number, unlimited.number]
+    time.sleep(1.1)  # past the grace period since the last sweep failed its trials: their re-queues count as lost
+    _requeue_lost_retries(study, max_retry=0)
+    assert retried()[3:] == [allowed.number]
+    _requeue_lost_retries(study, max_retry=3)  # kept's own 0 stands; unrecorded_0's stale sweep ran under 0, this one 3
+    assert retried()[3:] == [allowed.number, unrecorded_0.number] and kept.number not in retried()
 
 
 def test_a_retry_that_loses_the_last_slot_goes_back_with_its_params(tmp_path: Path) -> None:
