@@ -57,14 +57,17 @@ def test_a_run_with_another_seed_reads_the_same_data(tmp_path: Path) -> None:
         assert opened[0].prepared.data.fingerprint == opened[1].prepared.data.fingerprint
 
 
-def test_a_study_made_before_the_holdout_flag_resumes_on_its_random_hold_out_unless_told_otherwise(tmp_path: Path) -> None:
+def test_a_study_made_before_the_holdout_flag_resumes_on_its_random_hold_out_unless_told_otherwise(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
     """A study whose stored data flags name no hold-out was made when every hold-out was drawn at random: a run (or a
-    verdict) that names none reads its file held out that way again; one that asks for stratified is refused in one line
-    naming the flags that read the study's data."""
+    verdict) that names none reads its file held out that way again (its dropped rows said once, not once per reading);
+    one that asks for stratified is refused in one line naming the flags that read the study's data."""
     from hpo._api import open_existing
     from hpo._attrs import DATA_SOURCE_ATTR
 
-    train = write_tsv(tmp_path / "train.tsv", [(f"{word} review number {i}", word) for i, word in enumerate(["good", "bad", "bad"] * 20)])
+    rows = [(f"{word} review number {i}", word) for i, word in enumerate(["good", "bad", "bad"] * 20)]
+    train = write_tsv(tmp_path / "train.tsv", [*rows, ("", "good")])
     options = {"storage": f"sqlite:///{tmp_path / 's.db'}", "study_name": "earlier", "device": "cpu", "artifact_store": None,
                "text_column": "sentence", "valid_fraction": 0.25}
     made = open_run(None, str(train), RunOptions(**options, holdout="random"), announce=None).prepared
@@ -74,7 +77,9 @@ def test_a_study_made_before_the_holdout_flag_resumes_on_its_random_hold_out_unl
     with pytest.raises(hpo.UserError, match=r"created on different data .*: it ran with --data \S+train.tsv --text-column sentence "
                                             r"--label-column label --valid-fraction 0.25 --holdout random; rerun with its original data"):
         open_run(None, str(train), RunOptions(**options, holdout="stratified"), announce=None)
+    capsys.readouterr()
     resumed = open_run(None, str(train), RunOptions(**options), announce=None).prepared  # no --holdout: the study's own
+    assert capsys.readouterr().err.count("warning: dropped 1 rows with empty text") == 1
     assert resumed.data.fingerprint == made.data.fingerprint and resumed.study.user_attrs[DATA_SOURCE_ATTR]["holdout"] == "random"
     assert open_run(None, str(train), RunOptions(**options), announce=None).prepared.data.fingerprint == made.data.fingerprint
 
