@@ -7,7 +7,10 @@
 # Each step writes $OUT/step<N>.txt (and the studies' SQLite file, $OUT/studies.db, which comes back).
 # The steps and what each decides: benchmarks/RESULTS.md, "What remains to measure on a GPU".
 #
-# A dry run on the CPU (no kit): SKIP_SETUP=1 DEVICE=cpu MODEL=tiny-bert CHECK_MODEL=tiny-bert ROWS=400 OUT=/tmp/plan bash benchmarks/gpu_plan.sh 6
+# A dry run on the CPU (no kit): SKIP_SETUP=1 PY=.venv/bin/python SST2_DIR=../shared/data/sst2 DEVICE=cpu MODEL=tiny-bert \
+#   CHECK_MODEL=tiny-bert BERT=tiny-random ROWS=400 GPU_ROWS=400 OUT=/tmp/plan bash benchmarks/gpu_plan.sh 6
+# (ROWS: the studies' training rows; GPU_ROWS: the benchmarks.gpu steps' rows, 4000 or 6000 on the GPU.
+#  Session 30 ran u, c, 5c and 5e so on the CPU: each finished; the captured rows say "CUDA only".)
 set -uo pipefail
 step=${1:?"which step: 1, 1b, 1c, u, c, 2 to 5, 5e, 5c, 6 to 8 (benchmarks/RESULTS.md lists them)"}
 DEVICE=${DEVICE:-cuda}
@@ -70,12 +73,12 @@ gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$
         sc --batch-size 32 --seq-len 32 --precisions bf16 --variants eager,compiled,captured
         sc --batch-size 32 --seq-len 128 --precisions bf16 --variants eager,captured --no-dropout --steps 20 ;;
     2)  # SST-2 rows at batch 32: the cells that miss today.
-        gpu --rows 4000 --kinds sst2 --batches 32 --precisions fp32,bf16 \
+        gpu --rows "${GPU_ROWS:-4000}" --kinds sst2 --batches 32 --precisions fp32,bf16 \
             --tools ours,ours-compile-step,ours-capture-step,ours-master-weights,hf,plain,plain-compiled ;;
     3)  # 128-token rows at batch 256 (target: bf16 >= 5x our fp32).
-        gpu --rows 6000 --kinds long --batches 256 --precisions fp32,bf16 --tools ours,ours-compile-step,ours-capture-step,ours-master-weights,hf,plain ;;
+        gpu --rows "${GPU_ROWS:-6000}" --kinds long --batches 256 --precisions fp32,bf16 --tools ours,ours-compile-step,ours-capture-step,ours-master-weights,hf,plain ;;
     4)  # The other knobs on and off.
-        gpu --rows 4000 --kinds sst2,long --batches 64 --precisions bf16 \
+        gpu --rows "${GPU_ROWS:-4000}" --kinds sst2,long --batches 64 --precisions bf16 \
             --tools ours,ours-torch-compile,ours-varlen,ours-compile-step,ours-capture-step,ours-master-weights ;;
     5)  # Issue 23's study: 10 MiniLM trials, the whole step compiled; then its report (matched bf16 speedup,
         # host-limited flags, memory not released).
@@ -103,8 +106,8 @@ gpu() { "$PY" -m benchmarks.gpu --device "$DEVICE" --model "$BERT" --data-dir "$
         "$PY" -m hpo verdict $(data_flags) --study-name minilm-verdict --seeds 3 --out "$OUT/verdict" ;;
     7)  # The full matrix, first half (fp32, tf32); step 8 the second (fp16, bf16). WHOLE_STEP: the whole step that won
         # steps c and 2 (ours-compile-step or ours-capture-step).
-        gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp32,tf32 --tools "$WHOLE_STEP,hf,plain,plain-compiled" ;;
-    8)  gpu --rows 4000 --kinds sst2,long --batches 32,64,256 --precisions fp16,bf16 --tools "$WHOLE_STEP,hf,plain,plain-compiled" ;;
+        gpu --rows "${GPU_ROWS:-4000}" --kinds sst2,long --batches 32,64,256 --precisions fp32,tf32 --tools "$WHOLE_STEP,hf,plain,plain-compiled" ;;
+    8)  gpu --rows "${GPU_ROWS:-4000}" --kinds sst2,long --batches 32,64,256 --precisions fp16,bf16 --tools "$WHOLE_STEP,hf,plain,plain-compiled" ;;
     *)  echo "unknown step $step: 1, 1b, 1c, u, c, 2 to 5, 5e, 5c, 6 to 8" >&2; exit 2 ;;
   esac
 } 2>&1 | tee "$log"

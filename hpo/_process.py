@@ -71,3 +71,8 @@ def has_exited(key: str) -> bool:
     except OSError:
         return False  # /proc cannot tell: leave it
     return started is None or key.rsplit("/", 1)[1] != started  # the machine and pid are the key's (checked above)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, which a container's cpuset or ``taskset`` narrows)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -44,7 +44,15 @@ from hpo.study._run_checks import check_gpus
 from hpo.study._study import TooManyFailuresError
 from hpo.study._verdict import verdict_after_budget, verdict_due, verdict_not_started
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
-from hpo.study._workers import StopSignal, announce_once, exit_described, run_workers, second_signal_in, worker_index
+from hpo.study._workers import (
+    StopSignal,
+    announce_once,
+    exit_described,
+    run_workers,
+    second_signal_in,
+    watch_launcher,
+    worker_index,
+)
 from trial_executor import DEVICES, HOLDOUTS, MIXED_PRECISION, DataError
 
 PROG = command_prog("run")
@@ -128,7 +136,7 @@ def _add_workers(parser: argparse.ArgumentParser) -> None:
     workers = parser.add_argument_group("workers and failures")
     workers.add_argument(
         "--workers", type=_positive_int, default=None,
-        help="worker processes on this machine, all on the same study and budget (default: 1; with --ray, see --ray)",
+        help="worker processes on this machine, all on the same study and budget, at most one per CPU (default: 1; with --ray, see --ray)",
     )
     workers.add_argument("--gpus", type=_gpu_list, default=None, help="GPU indices; worker i sees only GPU i mod N, e.g. 0,1,2,3")
     add_ray_arguments(workers)
@@ -322,6 +330,7 @@ def start_training_command(parser: argparse.ArgumentParser, argv: Sequence[str])
     _quiet_libraries()
     stop = StopSignal()
     stop.install()
+    watch_launcher()  # a worker of --workers N stops once its launcher is gone
     return args, stop, resolve_storage_url(args.storage)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from decimal import Decimal
 from pathlib import Path
@@ -13,6 +12,7 @@ import yaml
 from pydantic import BaseModel
 
 from hpo._errors import suggest_key
+from hpo._process import usable_cpus
 from hpo.space._fixes import canonical_precision
 from hpo.space._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError, same_choice
@@ -155,7 +155,7 @@ def _check_limits(space: SearchSpace) -> str | None:
         values = [v for v in searched.choices if isinstance(v, int)]
     else:
         values = [searched.high] if isinstance(searched, IntParam) else [space.fixed.get("num_workers", 0)]
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cpus = usable_cpus()
     top = max(values, default=0)
     if isinstance(top, int) and not isinstance(top, bool) and top > cpus:
         where = "params.num_workers" if searched is not None else "fixed.num_workers"

@@ -15,6 +15,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
 from hpo._errors import UserError
+from hpo._process import usable_cpus
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import Heartbeat, resolve_storage_url
 from hpo.study._run_checks import check_device, check_heartbeat, check_seed, check_study_name, check_writable_directory
@@ -115,6 +116,12 @@ class RunOptions(BaseModel):
         for name, low in least.items():
             if getattr(self, name) is not None and getattr(self, name) < low:
                 raise UserError(f"{name} must be at least {low}, got {getattr(self, name)}")
+        if self.ray is False and self.workers is not None and self.workers > (cpus := usable_cpus()):
+            # Each worker is a process with its own torch (hundreds of MB) driving its own trials: past one per CPU they
+            # only contend, and a slip of the finger (--workers 1000) started processes until the machine ran out of memory.
+            raise UserError(f"--workers {self.workers}: this machine gives the run {cpus} CPUs, and each worker is a process "
+                            f"that needs one; pass --workers {cpus} or fewer (for more, start workers on other machines "
+                            "with the same --storage, or use --ray)")
         if self.timeout is not None and self.timeout <= 0:
             raise UserError(f"timeout must be a positive number of seconds, got {self.timeout}")
         if self.verdict is not None and not 2 <= self.verdict <= MAX_VERDICT_SEEDS:

@@ -8,11 +8,13 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from hpo._attrs import FAIL_REASON_ATTR
+from hpo._process import usable_cpus
 from hpo.study._liveness import GPU_SHARED_ENV
 from hpo.study._outcomes import INTERRUPTED
 from trial_executor._failures import error_chain
@@ -20,14 +22,39 @@ from trial_executor._failures import error_chain
 if TYPE_CHECKING:
     import optuna
 
-# Set in each worker started by run_workers: its index among the machine's workers.
+# Set in each worker started by run_workers: its index among the machine's workers, and the pid of the launcher.
 WORKER_INDEX_ENV = "HPO_WORKER_INDEX"
+LAUNCHER_PID_ENV = "HPO_LAUNCHER_PID"
+LAUNCHER_POLL_S = 1.0
 
 
 def worker_index() -> int | None:
     """This process's index among the workers of ``--workers N`` (or the Ray actors); ``None`` in the command itself."""
     index = os.environ.get(WORKER_INDEX_ENV)
     return None if index is None else int(index)
+
+
+def watch_launcher() -> None:
+    """In a worker of ``--workers N``: once its launcher is gone (SIGKILL, the OOM killer), stop as on SIGTERM.
+
+    Each worker runs in its own session: with its launcher gone, no Ctrl-C reaches it and no one relays its lines, yet
+    it trained on to the end of the budget. Now its trial is checkpointed, failed ``interrupted`` and re-queued for a
+    rerun, as on SIGTERM; what it still prints goes to ``/dev/null`` (its stdout and stderr were pipes to the launcher).
+    Nothing in a process that is not such a worker.
+    """
+    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    if launcher is None:
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(launcher):  # an orphan's parent is init, or the nearest subreaper
+            time.sleep(LAUNCHER_POLL_S)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
 
 
 def announce_once(line: str) -> None:
@@ -155,36 +182,36 @@ def run_workers(
     prints to stdout (stderr) goes to ``output(index, line)`` (``errors(index, line)``) instead; ``tick()``
     is called every ``tick_every`` seconds while workers run.
     """
-    children = []
-    # Each worker's torch would otherwise start one thread per core: N workers on one machine
-    # oversubscribe it, and spinning OpenMP threads made 2 CPU workers on 2 cores ~20x slower.
-    threads = {"OMP_NUM_THREADS": str(max(1, len(os.sched_getaffinity(0)) // workers))}
-    for index in range(workers):
-        env = {**threads, **os.environ, WORKER_INDEX_ENV: str(index)}
-        if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
-            # Workers given the same GPU index share it: their trials' speeds are contended (see the report).
-            env[GPU_SHARED_ENV] = str(sum(gpus[i % len(gpus)] == env["CUDA_VISIBLE_DEVICES"] for i in range(workers)))
-        # Own session: a terminal Ctrl-C reaches the workers once, through forward(), not twice.
-        children.append(subprocess.Popen(
-            [sys.executable, "-m", "hpo.run", *argv, "--workers", "1"], env=env, start_new_session=True,
-            stdout=subprocess.PIPE if output else None, stderr=subprocess.PIPE if errors else None, text=True,
-        ))
-    readers = [
-        threading.Thread(target=_relay, args=(index, stream, relay), daemon=True)
-        for index, child in enumerate(children)
-        for stream, relay in ((child.stdout, output), (child.stderr, errors)) if relay is not None and stream is not None
-    ]
-    for reader in readers:
-        reader.start()
+    children: list[subprocess.Popen[str]] = []
+    stopping = threading.Event()
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
 
     def forward(signum: int, frame: FrameType | None) -> None:
+        first, handler = not stopping.is_set(), previous[signum]
+        stopping.set()  # a signal while the workers start: no more of them
+        if first and isinstance(getattr(handler, "__self__", None), StopSignal):
+            handler(signum, frame)  # type: ignore[operator]  # the command's own: it knows the run was stopped, not its workers killed
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    # Before the first worker starts: a signal that came while they started killed this process alone, and the
+    # workers started so far (each in its own session, out of reach of a Ctrl-C) trained on.
+    for signum in previous:
+        signal.signal(signum, forward)
+    readers: list[threading.Thread] = []
     try:
+        for index in range(workers):
+            if stopping.is_set():
+                break
+            children.append(_start_worker(index, argv, workers, gpus, output is not None, errors is not None))
+        readers = [
+            threading.Thread(target=_relay, args=(index, stream, relay), daemon=True)
+            for index, child in enumerate(children)
+            for stream, relay in ((child.stdout, output), (child.stderr, errors)) if relay is not None and stream is not None
+        ]
+        for reader in readers:
+            reader.start()
         for child in children:
             while True:
                 try:
@@ -201,6 +228,25 @@ def run_workers(
             signal.signal(signum, handler)
     # A child killed by a signal reports -N; report it the shell's way.
     return [128 - code if code < 0 else code for code in codes]
+
+
+def _start_worker(
+    index: int, argv: Sequence[str], workers: int, gpus: Sequence[str] | None, pipe_stdout: bool, pipe_stderr: bool,
+) -> subprocess.Popen[str]:
+    """Worker ``index`` of ``workers`` (:func:`run_workers`), in a session of its own."""
+    # Each worker's torch would otherwise start one thread per core: N workers on one machine
+    # oversubscribe it, and spinning OpenMP threads made 2 CPU workers on 2 cores ~20x slower.
+    threads = {"OMP_NUM_THREADS": str(max(1, usable_cpus() // workers))}
+    env = {**threads, **os.environ, WORKER_INDEX_ENV: str(index), LAUNCHER_PID_ENV: str(os.getpid())}
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
+        # Workers given the same GPU index share it: their trials' speeds are contended (see the report).
+        env[GPU_SHARED_ENV] = str(sum(gpus[i % len(gpus)] == env["CUDA_VISIBLE_DEVICES"] for i in range(workers)))
+    # Own session: a terminal Ctrl-C reaches the workers once, through run_workers' forward(), not twice.
+    return subprocess.Popen(
+        [sys.executable, "-m", "hpo.run", *argv, "--workers", "1"], env=env, start_new_session=True,
+        stdout=subprocess.PIPE if pipe_stdout else None, stderr=subprocess.PIPE if pipe_stderr else None, text=True,
+    )
 
 
 def exit_described(code: int) -> str:

@@ -86,6 +86,11 @@ CASES: dict[str, tuple[Any, str]] = {
     "num_workers above the CPU count": (
         lambda c: ["--space", _space(c, fixed={"num_workers": 10000})],
         f"fixed.num_workers: 10000 DataLoader worker processes per trial exceeds this machine's {CPUS} CPUs; use at most {CPUS}"),
+    # Each worker is a process with its own torch: --workers 100000 started them until the machine ran out of memory.
+    "--workers above the CPU count": (
+        lambda c: ["--workers", str(CPUS + 1)],
+        f"--workers {CPUS + 1}: this machine gives the run {CPUS} CPUs, and each worker is a process that needs one; "
+        f"pass --workers {CPUS} or fewer (for more, start workers on other machines with the same --storage, or use --ray)"),
     "a bare no as the precision (YAML's false)": (
         lambda c: ["--space", _space(c, params={"fp_precision": {"type": "categorical", "choices": [False, "bf16"]}})],
         "fp_precision: got the YAML boolean false (YAML reads a bare no, yes, off or on as one); quote it ('no' means fp32)"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -128,6 +129,74 @@ def test_a_killed_worker_trial_is_retried_from_its_checkpoint(pg_database: str, 
     assert {p.name for p in (tmp_path / "artifacts").iterdir()} == expected
 
 
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        except OSError:
+            continue  # exited meanwhile
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_workers_stop_with_their_launcher_killed_or_signalled_and_leave_their_trials_to_a_rerun(
+    pg_database: str, small_data: Path, tmp_path: Path,
+) -> None:
+    """The launcher of --workers 2 SIGKILLed (the OOM killer's pick, a kill -9): its workers, each in a session of its own,
+    trained on to the end of the budget with no one to relay their lines and out of reach of a Ctrl-C. Each now stops
+    as on SIGTERM: its trial checkpointed, failed `interrupted` and re-queued for a rerun. The rerun's launcher given
+    SIGTERM: its workers stop so and say so, and it no longer adds that each of them "exited with signal 15"."""
+    args = cli_args(pg_database, _space(tmp_path, LONG_TRIALS), small_data, "--study-name", "orphans", "--n-trials", "4",
+                    "--artifact-store", str(tmp_path / "artifacts"), "--workers", "2", *FAST_HEARTBEAT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    launcher = subprocess.Popen([sys.executable, "-m", "hpo.run", *args], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+    workers: list[int] = []
+    try:
+        victim = _wait_for(pg_database, "orphans", _running_with_checkpoint)
+        workers = _children(launcher.pid)
+        assert len(workers) == 2 and victim.user_attrs["worker"]["pid"] in workers
+        launcher.kill()
+        launcher.wait(timeout=10)
+        deadline = time.monotonic() + 90
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not [pid for pid in workers if _alive(pid)], "a worker trained on with its launcher gone"
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        launcher.kill()
+    trials = _trials(pg_database, "orphans")
+    assert _finished(trials) < 4 and not [t for t in trials if t.state == TrialState.RUNNING]
+    stopped = next(t for t in trials if t.number == victim.number)
+    assert stopped.state == TrialState.FAIL and stopped.user_attrs["fail_reason"] == "interrupted"
+    assert [t.state for t in trials if t.system_attrs.get("failed_trial") == victim.number] == [TrialState.WAITING]
+
+    rerun = subprocess.Popen([sys.executable, "-m", "hpo.run", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(pg_database, "orphans", lambda t: _running_with_checkpoint(t) and t.number > victim.number)
+        rerun.send_signal(signal.SIGTERM)
+        out, err = rerun.communicate(timeout=120)
+    finally:
+        rerun.kill()
+    assert rerun.returncode == 143 and "(interrupted)" in out, err[-3000:]
+    assert err and all(re.match(r"\[worker [01]\] python -m hpo\.run: stopped by a signal", line) for line in err.splitlines()), err
+    assert not [t for t in _trials(pg_database, "orphans") if t.state == TrialState.RUNNING]
+
+
 def test_sigterm_checkpoints_fails_and_requeues_the_trial_then_a_rerun_resumes_it(
     pg_database: str, small_data: Path, tmp_path: Path
 ) -> None:
@@ -153,12 +222,12 @@ def test_sigterm_checkpoints_fails_and_requeues_the_trial_then_a_rerun_resumes_i
     _assert_resumed(next(t for t in trials if t.system_attrs.get("failed_trial") == interrupted.number), interrupted)
 
 
-def test_four_workers_started_together_on_a_fresh_database_keep_the_budget_then_share_the_verdict(
+def test_workers_started_together_on_a_fresh_database_keep_the_budget_then_share_the_verdict(
     pg_database: str, small_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Trials of three steps: the test is about starting together, the shared budget and what is printed once.
     space = _space(tmp_path, {**SMALL_SPACE, "fixed": {**SMALL_SPACE["fixed"], "max_steps": 3, "eval_every": 0}})
-    args = cli_args(pg_database, space, small_data, "--study-name", "four", "--n-trials", "6", "--workers", "4", "--gpus", "0,1",
+    args = cli_args(pg_database, space, small_data, "--study-name", "four", "--n-trials", "6", "--workers", "2", "--gpus", "0,1",
                     "--verdict", "2")
     monkeypatch.chdir(tmp_path)  # the default artifact store, relative to where the command runs
     code = run_main(args)  # the launcher in this process, which has torch loaded already; the workers are processes
