@@ -52,7 +52,9 @@ def watch_launcher() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         for fd in (1, 2):
             os.dup2(devnull, fd)
-        os.kill(os.getpid(), signal.SIGTERM)
+        stop = StopSignal.installed()
+        if stop is None or stop.signum is None:  # already stopping (the launcher's signal came first): a second would skip the checkpoint
+            os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
 
