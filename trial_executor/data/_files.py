@@ -112,9 +112,23 @@ def read_records(path: Path, split: str | None = None) -> Records:
         with path.open(encoding="utf-8-sig", newline="") as handle:
             return _FORMATS[suffix].read(path, handle)
     except UnicodeDecodeError:
-        raise DataError(f"data file {path} is not UTF-8 (bad bytes on line {_bad_byte_line(path)}); re-save it as UTF-8") from None
+        raise DataError(_not_utf8(path)) from None
     except OSError as err:
         raise DataError(f"data file {path} cannot be read ({err.strerror}); check the path and its permissions") from None
+
+
+# What a file that is no text at all starts with (re-saving it as UTF-8 is no fix for it).
+_ARCHIVES = {b"\x1f\x8b": ("gzip-compressed", "gunzip"), b"PK\x03\x04": ("a zip archive", "unzip"),
+             b"BZh": ("bzip2-compressed", "bunzip2"), b"\xfd7zXZ\x00": ("xz-compressed", "unxz")}
+
+
+def _not_utf8(path: Path) -> str:
+    with path.open("rb") as raw:
+        start = raw.read(6)
+    for magic, (what, tool) in _ARCHIVES.items():
+        if start.startswith(magic):
+            return f"data file {path} is {what}, not text; extract it ({tool}) and pass the {_file_kinds()} file inside"
+    return f"data file {path} is not UTF-8 (bad bytes on line {_bad_byte_line(path)}); re-save it as UTF-8"
 
 
 def _bad_byte_line(path: Path) -> int:
@@ -138,7 +152,9 @@ def _whole_fields() -> Iterator[None]:
 
 @register_format("CSV", ".csv")
 def _read_csv(path: Path, handle: IO[str]) -> Records:
-    return _read_delimited(path, csv.reader(handle), "CSV", "quote fields that hold a comma, a quote or a line break")
+    # strict: the lenient reader took '"hi" there' as 'hi there', a text changed without a word.
+    return _read_delimited(path, csv.reader(handle, strict=True), "CSV",
+                           "quote fields that hold a comma, a quote or a line break, the whole field, with each quote inside written twice")
 
 
 @register_format("TSV", ".tsv")
@@ -168,7 +184,8 @@ def _delimited_rows(path: Path, reader: Any, kind: str, fix: str) -> Records:
         for fields in reader:
             if fields and len(fields) != len(header):
                 raise DataError(
-                    f"data file {path} line {start} has {len(fields)} {kind} fields but the header has {len(header)}; {fix}"
+                    f"data file {path} line {start} has {len(fields)} {kind} field{'s' * (len(fields) != 1)} but the header "
+                    f"has {len(header)}; {fix}"
                 )
             if fields:  # a blank line is no record
                 rows.append(dict(zip(header, fields, strict=True)))
@@ -209,15 +226,8 @@ def _parse_json(text: str) -> Any:
 @register_format("JSONL", ".jsonl", ".json")
 def _read_json(path: Path, handle: IO[str]) -> Records:
     """JSON Lines (one object per line), or a file holding one JSON array of objects."""
-    head = handle.read(4096).lstrip()
-    handle.seek(0)
-    if head.startswith("["):
-        try:
-            items = _parse_json(handle.read())
-        except json.JSONDecodeError as err:
-            raise DataError(f"data file {path} is not valid JSON ({err.msg} on line {err.lineno}); fix it") from None
-        except (ValueError, RecursionError) as err:
-            raise DataError(f"data file {path} cannot be read as JSON ({_json_problem(err)}); fix it") from None
+    items = _json_array(path, handle)
+    if items is not None:
         for number, item in enumerate(items, start=1):
             if not isinstance(item, dict):
                 raise DataError(f"data file {path} item {number} of its JSON array is not an object; make every item an object")
@@ -238,6 +248,33 @@ def _read_json(path: Path, handle: IO[str]) -> Records:
         rows.append(row)
         numbers.append(number)
     return Records(rows, numbers, "line")
+
+
+def _json_array(path: Path, handle: IO[str]) -> list[Any] | None:
+    """The file's one JSON array, ``None`` where it holds none (JSON Lines); ``handle`` is left at its start."""
+    head = handle.read(4096).lstrip()
+    handle.seek(0)
+    if not head.startswith("["):
+        return None
+    try:
+        return _parse_json(handle.read())
+    except json.JSONDecodeError as err:
+        if err.msg == "Extra data" and _first_line_parses(handle):  # JSON Lines whose first line is an array: said so
+            return None
+        raise DataError(f"data file {path} is not valid JSON ({err.msg} on line {err.lineno}); fix it") from None
+    except (ValueError, RecursionError) as err:
+        raise DataError(f"data file {path} cannot be read as JSON ({_json_problem(err)}); fix it") from None
+    finally:
+        handle.seek(0)
+
+
+def _first_line_parses(handle: IO[str]) -> bool:
+    handle.seek(0)
+    try:
+        _parse_json(handle.readline())
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def _bad_json_line(path: Path, handle: IO[str], number: int, err: json.JSONDecodeError) -> str:

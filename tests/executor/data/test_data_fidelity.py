@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -121,6 +123,30 @@ def test_a_json_array_of_records_is_read_and_a_single_object_is_named(tmp_path: 
     path.write_text(json.dumps([{"text": "a", "label": 1}, "b"]))
     with pytest.raises(DataError, match="item 2 of its JSON array is not an object"):
         load_text_classification(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        # The lenient csv reader took '"hi" there' as 'hi there' and '"x"y"z"' as 'xy"z"': texts changed without a word.
+        ("d.csv", b'text,label\n"hi" there,1\nbad,0\ngood,1\n',
+         'line 2 is not valid CSV (\',\' expected after \'"\'); quote fields that hold a comma, a quote or a line break, the whole '
+         "field, with each quote inside written twice"),
+        ("d.csv", b'text,label\n"x"y"z",1\nbad,0\ngood,1\n', "line 2 is not valid CSV"),
+        # JSON Lines whose first line is an array was read as one JSON document: "Extra data on line 2", a good line.
+        ("d.jsonl", b'[1,2]\n{"text":"good","label":1}\n{"text":"bad","label":0}\n',
+         "line 1 is not a JSON object; write one object per line"),
+        ("d.json", b'[{"text":"good","label":1},\n{"text":"bad","label":0}]\n]\n', "is not valid JSON (Extra data on line 3); fix it"),
+        # Not text at all: "re-save it as UTF-8" was no fix.
+        ("d.tsv", gzip.compress(b"text\tlabel\na\t1\nb\t0\n"), "is gzip-compressed, not text; extract it (gunzip) and pass the"),
+        ("d.tsv", b"text\tlabel\na\t1\nb\t0\nc\t1\nd\n", "line 5 has 1 TSV field but the header has 2"),
+    ],
+)
+def test_files_the_reader_cannot_take_as_they_are_are_refused_saying_why(tmp_path: Path, name: str, content: bytes, expected: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=re.escape(expected)):
+        load_text_classification(path, valid_fraction=0.34)
 
 
 def test_rows_with_a_wrong_number_of_fields_are_refused(tmp_path: Path) -> None:
