@@ -138,9 +138,10 @@ def test_a_json_array_of_records_is_read_and_a_single_object_is_named(tmp_path: 
          "line 1 is not a JSON object; write one object per line"),
         ("d.json", b'[{"text":"good","label":1},\n{"text":"bad","label":0}]\n]\n', "is not valid JSON (Extra data on line 3); fix it"),
         # Not text at all: "re-save it as UTF-8" was no fix.
-        ("d.tsv", gzip.compress(b"text\tlabel\na\t1\nb\t0\n"), "is gzip-compressed, not text; extract it (gunzip) and pass the"),
+        ("d.tsv", gzip.compress(b"text\tlabel\na\t1\nb\t0\n", mtime=0), "is gzip-compressed, not text; extract it (gunzip) and pass the"),
         ("d.tsv", b"text\tlabel\na\t1\nb\t0\nc\t1\nd\n", "line 5 has 1 TSV field but the header has 2"),
     ],
+    ids=["csv-text-after-a-quote", "csv-quotes-inside", "jsonl-array-first", "json-array-then-more", "gzip", "tsv-one-field"],
 )
 def test_files_the_reader_cannot_take_as_they_are_are_refused_saying_why(tmp_path: Path, name: str, content: bytes, expected: str) -> None:
     path = tmp_path / name
