@@ -76,6 +76,9 @@ def _pydantic_message(error: dict[str, Any]) -> str:
         return f"{where}: unknown type {got!r}; expected one of {error['ctx']['expected_tags']}"
     if kind == "union_tag_not_found":
         return f"{where}: missing 'type'"
+    if where == "params" and kind in ("missing", "too_short"):
+        return (f"{where}: {'required key is missing' if kind == 'missing' else 'must not be empty'}; a study searches at least "
+                "one parameter: name one, even a categorical of one choice (hpo best --format space writes such a space)")
     if kind == "missing":
         return f"{where}: required key is missing"
     if kind == "too_short":

@@ -65,6 +65,8 @@ class StorageError(UserError):
 
 def resolve_storage_url(url: str | None) -> str:
     """``--storage`` if given, else ``$HPO_STORAGE``, else a SQLite file in the working directory."""
+    if url is not None and not isinstance(url, str):  # from Python: one line, not an AttributeError deep in the factory
+        raise StorageError(f"storage must be a database URL (a str) or None, got {url!r}; pass e.g. 'sqlite:///hpo-studies.db'")
     return url or os.environ.get(STORAGE_ENV) or f"sqlite:///{DEFAULT_SQLITE_FILE}"
 
 

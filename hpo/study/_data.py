@@ -41,13 +41,17 @@ def resolve_data(
 
     ``task`` (the space's ``task:``) is what the labels are for; ``auto`` reads it from them.
     """
-    if data is None:  # the demo reviews: a data flag given would be silently ignored
-        flags = {"valid_data": valid_data, "text_column": text_column, "label_column": label_column,
-                 "text_pair_column": text_pair_column, "valid_fraction": valid_fraction, "holdout": holdout,
-                 "empty_text": empty_text}
-        named = [name for name, value in flags.items() if value != resolve_data.__kwdefaults__[name]]
-        if named:
-            raise UserError(f"--{named[0].replace('_', '-')} needs --data; pass the training file too")
+    if data is not None and not isinstance(data, (str, Path, TextClassificationData)):
+        raise UserError(f"data must be a file path, a TextClassificationData or None (the demo reviews), got a {type(data).__name__}; pass one of them")
+    flags = {"valid_data": valid_data, "text_column": text_column, "label_column": label_column,
+             "text_pair_column": text_pair_column, "valid_fraction": valid_fraction, "holdout": holdout,
+             "empty_text": empty_text}
+    named = [name for name, value in flags.items() if value != resolve_data.__kwdefaults__[name]]
+    if named and data is None:  # the demo reviews: a data flag given would be silently ignored
+        raise UserError(f"--{named[0].replace('_', '-')} needs --data; pass the training file too")
+    if named and isinstance(data, TextClassificationData):  # only Python gives both: name the argument, not a flag
+        raise UserError(f"{named[0]} reads a data file, and the data given is a TextClassificationData with its splits "
+                        f"already made; drop {named[0]}, or pass the file as data")
     if data is None or isinstance(data, TextClassificationData):
         given = demo_dataset(seed=DATA_SEED) if data is None else data
         if task not in ("auto", given.task):

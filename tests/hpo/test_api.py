@@ -66,6 +66,12 @@ def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path: Path) -> 
     assert not db.exists()
     with pytest.raises(hpo.UserError, match="no SQLite database"):
         hpo.load("nb", storage=f"sqlite:///{db}")
+    # Wrong types from Python: an AttributeError from deep in the storage factory, a "data file 5 not found".
+    with pytest.raises(hpo.UserError, match=r"^storage must be a database URL \(a str\) or None, got 5; pass e\.g\. 'sqlite:///hpo-studies\.db'$"):
+        hpo.load("nb", storage=5)  # type: ignore[arg-type]
+    with pytest.raises(hpo.UserError, match=r"^data must be a file path, a TextClassificationData or None \(the demo reviews\), got a dict; pass"):
+        hpo.optimize(TINY, {"train_texts": ["a"]}, storage=f"sqlite:///{db}")  # type: ignore[arg-type]
+    assert not db.exists()
 
 
 @pytest.mark.parametrize(

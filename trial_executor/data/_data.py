@@ -98,27 +98,46 @@ def _check_in_memory(data: TextClassificationData) -> None:
     """The documented form, for data built in Python (files are checked as they are read): the first problem, one line."""
     if data.task not in TASKS:
         raise DataError(f"task must be one of {', '.join(TASKS)}, got {data.task!r}")
+    for column in ("label_names", "train_texts", "train_labels", "valid_texts", "valid_labels", "train_pairs", "valid_pairs"):
+        value = getattr(data, column)
+        if not isinstance(value, (list, tuple)) and (value is not None or not column.endswith("_pairs")):
+            raise DataError(f"{column} is a {_type_name(value)}; give a list (list(...) of it)")
     if not data.label_names or not all(isinstance(name, str) for name in data.label_names):
         raise DataError(f"label_names must name each output with a str, got {data.label_names!r}"[:200])
+    twice = next((name for i, name in enumerate(data.label_names) if name in data.label_names[:i]), None)
+    if twice is not None:
+        raise DataError(f"label_names has {twice!r} twice; name each output once")
     if data.task == REGRESSION and data.num_labels != 1:
         raise DataError(f"regression has one output: label_names names it alone, got {data.num_labels} names")
     if data.task != REGRESSION and data.num_labels < 2:
         raise DataError(f"{data.task} needs at least two label_names, got {data.label_names!r}")
+    if (data.train_pairs is None) != (data.valid_pairs is None):
+        given, missing = ("train_pairs", "valid_pairs") if data.valid_pairs is None else ("valid_pairs", "train_pairs")
+        raise DataError(f"{given} is given but {missing} is not: a model trained on pairs is validated on pairs; give both, or neither")
     for split in ("train", "valid"):
-        texts, labels, pairs = getattr(data, f"{split}_texts"), getattr(data, f"{split}_labels"), getattr(data, f"{split}_pairs")
-        if len(texts) != len(labels) or (pairs is not None and len(pairs) != len(texts)):
-            shown = "" if pairs is None else f", {split}_pairs {len(pairs)}"
-            raise DataError(f"{split}_texts has {len(texts)} rows, {split}_labels {len(labels)}{shown}; give one of each per row")
-        if not texts:
-            raise DataError(f"{split}_texts is empty; give at least one row")
-        for column, values in ((f"{split}_texts", texts), (f"{split}_pairs", pairs or ())):
-            odd = next((i for i, text in enumerate(values) if not isinstance(text, str)), None)
-            if odd is not None:
-                raise DataError(f"{column}[{odd}] is a {_type_name(values[odd])}; texts are str")
-        for i, value in enumerate(labels):
-            problem = _target_problem(data.task, value, data.num_labels)
-            if problem is not None:
-                raise DataError(f"{split}_labels[{i}] is {str(value)[:60]} ({_type_name(value)}); {problem}")
+        _check_split(data, split)
+    if data.task == CLASSIFICATION and len(set(data.train_labels)) < 2:  # type: ignore[arg-type]  # ints, checked above
+        raise DataError(f"train_labels holds a single class ({data.label_names[data.train_labels[0]]!r}); a classifier needs at least two")
+
+
+def _check_split(data: TextClassificationData, split: str) -> None:
+    texts, labels, pairs = getattr(data, f"{split}_texts"), getattr(data, f"{split}_labels"), getattr(data, f"{split}_pairs")
+    if len(texts) != len(labels) or (pairs is not None and len(pairs) != len(texts)):
+        shown = "" if pairs is None else f", {split}_pairs {len(pairs)}"
+        raise DataError(f"{split}_texts has {len(texts)} rows, {split}_labels {len(labels)}{shown}; give one of each per row")
+    if not texts:
+        raise DataError(f"{split}_texts is empty; give at least one row")
+    for column, values in ((f"{split}_texts", texts), (f"{split}_pairs", pairs or ())):
+        odd = next((i for i, text in enumerate(values) if not isinstance(text, str)), None)
+        if odd is not None:
+            raise DataError(f"{column}[{odd}] is a {_type_name(values[odd])}; texts are str")
+    empty = next((i for i, text in enumerate(texts) if not text.strip()), None)
+    if empty is not None:  # a file's empty texts are dropped and counted as it is read; data given in Python is taken as given
+        raise DataError(f"{split}_texts[{empty}] is empty; leave that row out, or give it its text")
+    for i, value in enumerate(labels):
+        problem = _target_problem(data.task, value, data.num_labels)
+        if problem is not None:
+            raise DataError(f"{split}_labels[{i}] is {str(value)[:60]} ({_type_name(value)}); {problem}")
 
 
 @dataclass

@@ -21,6 +21,7 @@ from trial_executor.model._source import (
     check_model_name,
     checkpoint_dtype,
     resolve_model,
+    usable_positions,
 )
 from trial_executor.model._varlen import varlen_attention_available
 
@@ -83,6 +84,7 @@ __all__ = [
     "supports_packed_forward",
     "train_wordpiece_tokenizer",
     "trainable_state_dict",
+    "usable_positions",
     "uses_token_types",
     "varlen_attention_available",
 ]

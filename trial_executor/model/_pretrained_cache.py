@@ -55,9 +55,12 @@ def _from_pretrained(source: str, label_names: Sequence[str], problem_type: str 
     order = _head_order(saved, label_names)
     if order is not None:
         _reorder_head(model, order, source, initialised, saved)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    if model.config.pad_token_id is None:  # GPT-style heads pool the last token before the padding: they must know it
+        model.config.pad_token_id = tokenizer.pad_token_id  # the directory check refused a tokenizer without one
     # A private copy: weights loaded from safetensors may be pages of the file, which the trial's
     # memory window would count when a later copy first touches them.
-    return _Entry(copy.deepcopy(model), AutoTokenizer.from_pretrained(source), initialised, signature)
+    return _Entry(copy.deepcopy(model), tokenizer, initialised, signature)
 
 
 def _head_order(saved: list[str], label_names: Sequence[str]) -> list[int] | None:

@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import struct
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,7 +141,8 @@ def _first_line(err: Exception) -> str:
 
 
 def _check_directory(path: Path, signature: Signature) -> None:
-    """A directory holds what a trial loads: a readable config, weights whose files are whole, a tokenizer.
+    """A directory holds what a trial loads: a readable config of a model with a sequence-classification head, weights
+    whose files are whole, a tokenizer with a vocabulary whose ids the model's embeddings hold.
 
     Found here, before a study is written, not as a failed trial (an empty tokenizer, one that
     turns every word into [UNK], even trains without a word of complaint).
@@ -148,20 +150,89 @@ def _check_directory(path: Path, signature: Signature) -> None:
     if not (path / "config.json").is_file():
         raise ModelNotFoundError(f"model directory {path} has no config.json; point at a directory saved with save_pretrained")
     try:
-        saved_config(str(path), signature)
+        config = saved_config(str(path), signature)
     except (OSError, ValueError) as err:  # bad JSON, a model_type this transformers does not know
         raise ModelNotFoundError(
             f"model directory {path}: its config.json cannot be read ({_first_line(err)}); point at a directory saved with save_pretrained"
         ) from None
-    if not any((path / name).is_file() for name in _WEIGHT_FILES):
-        raise ModelNotFoundError(f"model directory {path} has no weights ({' or '.join(_WEIGHT_FILES[::2])}); save the model into it with save_pretrained")
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
+
+    if config.model_type not in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES:
+        raise ModelNotFoundError(
+            f"model directory {path} holds a {config.model_type} model, which has no sequence-classification head in "
+            "transformers; point at a text model (BERT, RoBERTa, DistilBERT, ...)"
+        )
+    _check_weights(path)
     if not any((path / name).is_file() for name in _TOKENIZER_FILES):
         raise ModelNotFoundError(
             f"model directory {path} has no tokenizer ({', '.join(_TOKENIZER_FILES[:3])}, ...); "
             f"save the tokenizer beside the model with tokenizer.save_pretrained"
         )
-    for file in sorted(path.glob("*.safetensors")):
-        _safetensors_header(file)
+    _check_tokenizer(path, config)
+
+
+def _check_weights(path: Path) -> None:
+    """The weight files from_pretrained reads (safetensors where there are any, as it prefers) are there and whole."""
+    found = [name for name in _WEIGHT_FILES if (path / name).is_file()]
+    if not found:
+        raise ModelNotFoundError(f"model directory {path} has no weights ({' or '.join(_WEIGHT_FILES[::2])}); save the model into it with save_pretrained")
+    kind = found[0].split(".")[1]  # safetensors first, as from_pretrained
+    files = {found[0]} if not found[0].endswith(".index.json") else _shards(path, found[0])
+    for name in sorted(files):
+        if not (path / name).is_file():
+            raise ModelNotFoundError(
+                f"model directory {path}: {found[0]} lists {name}, which is not there; copy the whole directory, or save the model again"
+            )
+        (_safetensors_header if kind == "safetensors" else _torch_checkpoint)(path / name)
+
+
+def _shards(path: Path, index: str) -> set[str]:
+    try:
+        return {str(shard) for shard in json.loads((path / index).read_text())["weight_map"].values()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ModelNotFoundError(f"model directory {path}: {index} cannot be read ({_first_line(err)}); save the model again") from None
+
+
+def _torch_checkpoint(file: Path) -> None:
+    """A ``torch.save`` file is whole: its zip directory (written last) reads; an old pickle-format file is taken as it is."""
+    with file.open("rb") as handle:
+        start = handle.read(2)
+    try:
+        if start == b"PK":
+            zipfile.ZipFile(file).close()
+        elif start[:1] != b"\x80":  # the pickle protocol opcode an old-format torch.save starts with
+            raise ValueError("neither a zip archive nor a pickle")
+    except (zipfile.BadZipFile, ValueError, OSError) as err:
+        raise ModelNotFoundError(
+            f"weights file {file} is not a whole PyTorch checkpoint ({_first_line(err)}); save the model again with save_pretrained"
+        ) from None
+
+
+def _check_tokenizer(path: Path, config: PretrainedConfig) -> None:
+    """The tokenizer has words, not only special tokens; its ids fit the embeddings; batches can be padded."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError, TypeError, KeyError) as err:
+        raise ModelNotFoundError(f"model directory {path}: its tokenizer cannot be read ({_first_line(err)}); save it again with tokenizer.save_pretrained") from None
+    ids = set(tokenizer.get_vocab().values())
+    if not ids - set(tokenizer.all_special_ids):
+        raise ModelNotFoundError(
+            f"model directory {path} has a tokenizer with no vocabulary (only its {len(ids)} special tokens: every word "
+            "would be [UNK]); save the whole tokenizer beside the model with tokenizer.save_pretrained"
+        )
+    vocab_size = getattr(config, "vocab_size", None)
+    if isinstance(vocab_size, int) and max(ids) >= vocab_size:
+        raise ModelNotFoundError(
+            f"model directory {path}: its tokenizer has ids up to {max(ids)} but the model's embeddings hold {vocab_size}; "
+            "call model.resize_token_embeddings(len(tokenizer)) and save the model again"
+        )
+    if getattr(config, "pad_token_id", None) is None and tokenizer.pad_token_id is None:
+        raise ModelNotFoundError(
+            f"model directory {path}: neither its config nor its tokenizer names a padding token, which batches need; "
+            "set one (GPT-style models: tokenizer.pad_token = tokenizer.eos_token) and save the tokenizer again"
+        )
 
 
 _MAX_SAFETENSORS_HEADER = 100_000_000  # the safetensors format's own limit
@@ -243,7 +314,29 @@ def max_positions(model: str | ModelSource) -> int | None:
     model = resolve_model(model)
     if model.preset:
         return _TINY_MAX_POSITIONS
-    return getattr(saved_config(model.path, model.signature), "max_position_embeddings", None)
+    return usable_positions(saved_config(model.path, model.signature))
+
+
+# Models whose position ids start after the padding id (fairseq's make_positions): roberta-base's 514 positions take 512
+# tokens. The model types of transformers' modeling files that number positions with create_position_ids_from_input_ids.
+_POSITIONS_AFTER_PADDING = frozenset({
+    "camembert", "data2vec-text", "esm", "ibert", "layoutlmv3", "lilt", "longformer", "luke", "markuplm", "mpnet",
+    "roberta", "roberta-prelayernorm", "xlm-roberta", "xlm-roberta-xl", "xmod",
+})
+
+
+def _limit_reason(model: ModelSource, limit: int) -> str:
+    positions = _TINY_MAX_POSITIONS if model.preset else saved_config(model.path, model.signature).max_position_embeddings
+    return f"max_position_embeddings {positions}" + (f", {limit} tokens: it numbers positions after its padding id" if positions != limit else "")
+
+
+def usable_positions(config: PretrainedConfig) -> int | None:
+    """The most tokens a model of ``config`` takes: its ``max_position_embeddings``, less the padding id and one where
+    positions are numbered after it (``None``: the model has no such limit)."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is None or config.model_type not in _POSITIONS_AFTER_PADDING:
+        return positions
+    return positions - ((getattr(config, "pad_token_id", None) or 0) + 1)
 
 
 def check_max_length(model: str | ModelSource, max_length: int | str) -> None:
@@ -252,7 +345,7 @@ def check_max_length(model: str | ModelSource, max_length: int | str) -> None:
     limit = max_positions(model) if max_length != "auto" else None
     if limit is not None and int(max_length) > limit:
         raise ModelLimitError(
-            f"max_length {max_length} is more than model {model.name!r} takes (max_position_embeddings {limit}); "
+            f"max_length {max_length} is more than model {model.name!r} takes ({_limit_reason(model, limit)}); "
             f"set max_length to {limit} or less, or to auto"
         )
 

@@ -35,6 +35,7 @@ from trial_executor.model import (
     parameter_counts,
     select_forward,
     supports_packed_forward,
+    usable_positions,
     uses_token_types,
 )
 from trial_executor.precision import PrecisionPolicy
@@ -156,7 +157,7 @@ def build_trial(
     trainable_params, total_params = parameter_counts(model)
     model.to(device).train()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    max_positions = min(getattr(model.config, "max_position_embeddings", 512), tokenizer.model_max_length)
+    max_positions = min(usable_positions(model.config) or 512, tokenizer.model_max_length)
     tokens = tokenize_data(
         tokenizer, data, config.max_length, percentile=config.max_length_percentile,
         max_positions=max_positions, cache_dir=config.cache_dir, token_types=uses_token_types(model),

@@ -217,6 +217,13 @@ REVIEWS = ["good", "bad", "fine"]
         ({"train_labels": [[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]], "task": "multi_label"},
          "train_labels[1] is [0.0, 2.0] (list); multi_label targets are rows of 2 values, 1.0 for each of the row's labels and 0.0 for the others"),
         ({"label_names": ["only"]}, "classification needs at least two label_names, got ['only']"),
+        # Each of these ran: characters as rows, a model trained on pairs scored on single texts, two outputs of one name.
+        ({"train_texts": "abc"}, "train_texts is a str; give a list (list(...) of it)"),
+        ({"label_names": "np"}, "label_names is a str; give a list (list(...) of it)"),
+        ({"train_pairs": ["x", "y", "z"]}, "train_pairs is given but valid_pairs is not: a model trained on pairs is validated on pairs; give both, or neither"),
+        ({"label_names": ["pos", "pos"]}, "label_names has 'pos' twice; name each output once"),
+        ({"valid_texts": ["ok", " \t", "no"]}, "valid_texts[1] is empty; leave that row out, or give it its text"),
+        ({"train_labels": [1, 1, 1]}, "train_labels holds a single class ('positive'); a classifier needs at least two"),
     ],
 )
 def test_data_built_in_python_is_checked_against_its_documented_form(fields: dict[str, object], expected: str) -> None:

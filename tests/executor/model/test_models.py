@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_model_name, demo_dataset, run_trial
 from trial_executor.model import ModelSource, resolve_model
 from trial_executor.model._loading import load_model
-from trial_executor.model._source import ALIASES
+from trial_executor.model._source import ALIASES, max_positions
 
 
 def test_local_pretrained_directory_round_trip(tmp_path: Path) -> None:
@@ -104,6 +107,17 @@ def test_a_head_saved_for_the_same_labels_in_another_order_keeps_each_labels_row
         torch.testing.assert_close(p, saved_rows[name].flip(0), rtol=0, atol=0)
 
 
+def _edit_config(directory: Path, **changes: object) -> None:
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+def _bert_tokenizer_config_alone(directory: Path) -> None:
+    _break_by_removing(directory, ("tokenizer.json",))
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    (directory / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "BertTokenizer"}))
+
+
 def _break_by_removing(directory: Path, names: tuple[str, ...]) -> None:
     for name in names:
         (directory / name).unlink()
@@ -119,8 +133,14 @@ def _break_by_removing(directory: Path, names: tuple[str, ...]) -> None:
         (lambda d: (d / "config.json").write_text('{"model_type": "frobnicator"}'), "model type `frobnicator` but Transformers does not recognize this architecture)"),
         (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:4000]), "model.safetensors is cut short (4000 of "),
         (lambda d: (d / "model.safetensors").write_bytes(b"\x10" + bytes(7) + b"not a json header"), "is not a whole safetensors file (JSONDecodeError: "),
+        # transformers 5 loads a tokenizer_config.json alone as the special tokens and nothing else: every word [UNK].
+        (lambda d: _break_by_removing(d, ("tokenizer.json",)), ": its tokenizer cannot be read (ValueError: "),
+        (lambda d: _bert_tokenizer_config_alone(d), "has a tokenizer with no vocabulary (only its 5 special tokens: every word would be [UNK])"),
+        (lambda d: _edit_config(d, vocab_size=20), "its tokenizer has ids up to 159 but the model's embeddings hold 20; call model.resize_token_embeddings"),
+        (lambda d: _edit_config(d, model_type="vit"), "holds a vit model, which has no sequence-classification head in transformers; point at a text model"),
     ],
-    ids=["no tokenizer", "no weights", "config not json", "unknown model type", "weights cut short", "weights not safetensors"],
+    ids=["no tokenizer", "no weights", "config not json", "unknown model type", "weights cut short", "weights not safetensors",
+         "tokenizer config alone", "BERT tokenizer config alone", "ids beyond the embeddings", "no classification head"],
 )
 def test_a_directory_missing_what_a_trial_loads_is_refused_before_any_trial(tmp_path: Path, damage: object, expected: str) -> None:
     data = demo_dataset(n_train=64, n_valid=16)
@@ -132,3 +152,77 @@ def test_a_directory_missing_what_a_trial_loads_is_refused_before_any_trial(tmp_
     with pytest.raises(ModelNotFoundError) as refused:
         check_model_name(str(tmp_path / "saved"))
     assert expected in str(refused.value) and "\n" not in str(refused.value), refused.value
+
+
+def _saved_tiny_bert(directory: Path, **save: object) -> None:
+    data = demo_dataset(n_train=64, n_valid=16)
+    model, tokenizer = load_model("tiny-bert", data.label_names, data.train_texts)
+    model.save_pretrained(directory, **save)
+    tokenizer.save_pretrained(directory)
+
+
+def _torch_saved(directory: Path, keep: float) -> None:
+    """The weights as a pytorch_model.bin (``keep``: the share of its bytes left), the safetensors file gone."""
+    from safetensors.torch import load_file
+
+    torch.save(load_file(directory / "model.safetensors"), directory / "pytorch_model.bin")
+    (directory / "model.safetensors").unlink()
+    whole = (directory / "pytorch_model.bin").read_bytes()
+    (directory / "pytorch_model.bin").write_bytes(whole[: int(len(whole) * keep)])
+
+
+def _no_padding_token(directory: Path) -> None:
+    _edit_config(directory, pad_token_id=None)
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    (directory / "tokenizer_config.json").write_text(json.dumps({**config, "pad_token": None}))
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (lambda d: (d / "model-00002-of-00003.safetensors").unlink(), "model.safetensors.index.json lists model-00002-of-00003.safetensors, which is not there; copy the whole directory"),
+        (lambda d: _torch_saved(d, keep=0.5), "pytorch_model.bin is not a whole PyTorch checkpoint (BadZipFile: "),
+        (_no_padding_token, "neither its config nor its tokenizer names a padding token, which batches need"),
+    ],
+    ids=["shard missing", "torch file cut short", "no padding token"],
+)
+def test_weights_split_or_cut_and_a_missing_padding_token_are_refused(tmp_path: Path, damage: object, expected: str) -> None:
+    _saved_tiny_bert(tmp_path / "saved", **({"max_shard_size": "200KB"} if "index.json" in expected else {}))  # 3 shards
+    check_model_name(str(tmp_path / "saved"))
+    damage(tmp_path / "saved")  # type: ignore[operator]
+    with pytest.raises(ModelNotFoundError) as refused:
+        check_model_name(str(tmp_path / "saved"))
+    assert expected in str(refused.value) and "\n" not in str(refused.value), refused.value
+
+
+def test_a_whole_torch_checkpoint_and_a_gpt_style_model_with_a_padding_token_train(tmp_path: Path) -> None:
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    data = demo_dataset(n_train=64, n_valid=16)
+    _saved_tiny_bert(tmp_path / "bin")
+    _torch_saved(tmp_path / "bin", keep=1.0)
+    _, tokenizer = load_model("tiny-bert", data.label_names, data.train_texts)
+    # GPT-2's config names no padding token; its head pools the last token before the padding, so the load takes the tokenizer's.
+    GPT2ForSequenceClassification(GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=64)).save_pretrained(tmp_path / "gpt2")
+    tokenizer.save_pretrained(tmp_path / "gpt2")
+    for name in ("bin", "gpt2"):
+        result = run_trial(TrainConfig(model=str(tmp_path / name), batch_size=16, max_length=32, max_steps=2, eval_every=0, device="cpu"), data)
+        assert result.steps == 2 and result.metrics["eval_rows"] == 16, name
+
+
+def test_a_roberta_style_model_takes_its_positions_less_the_padding_id_and_one(tmp_path: Path) -> None:
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+
+    data = demo_dataset(n_train=64, n_valid=16)
+    _, tokenizer = load_model("tiny-bert", data.label_names, data.train_texts)
+    config = RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                           max_position_embeddings=34, pad_token_id=tokenizer.pad_token_id, type_vocab_size=1)
+    RobertaForSequenceClassification(config).save_pretrained(tmp_path / "roberta")
+    tokenizer.save_pretrained(tmp_path / "roberta")  # a tokenizer that declares no model_max_length
+    model = str(tmp_path / "roberta")
+    with pytest.raises(ModelLimitError, match=r"max_length 34 is more than model '.*' takes \(max_position_embeddings 34, 33 tokens: it numbers positions after"):
+        run_trial(TrainConfig(model=model, max_length=34, max_steps=1, device="cpu"), data)
+    assert max_positions(model) == 33  # padding id 0: positions 1..33
+    long_rows = dataclasses.replace(data, train_texts=[" ".join([text] * 8) for text in data.train_texts])
+    result = run_trial(TrainConfig(model=model, batch_size=16, max_length="auto", max_length_percentile=100, max_steps=2, eval_every=0, device="cpu"), long_rows)
+    assert result.steps == 2 and 24 < result.max_length <= 33, result.max_length

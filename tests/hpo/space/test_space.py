@@ -35,6 +35,8 @@ BAD_SPACES = {
     "infinite fixed value": (_bad(fixed__max_grad_norm=float("inf")), "fixed: max_grad_norm must be a finite number, got inf"),
     "low above high": (_bad(params__learning_rate={"type": "float", "low": 1e-2, "high": 1e-3}), "low (0.01) must be <= high (0.001)"),
     "empty choices": (_bad(params__model={"type": "categorical", "choices": []}), "params.model.choices: must not be empty"),
+    "nothing searched": (_bad(params={}), "params: must not be empty; a study searches at least one parameter: name one, even a "
+                                          "categorical of one choice (hpo best --format space writes such a space)"),
     "unknown precision": (_bad(params__fp_precision={"type": "categorical", "choices": ["fp32", "fp8"]}), "unknown precision 'fp8'"),
     "unknown pruner": (_bad(pruner={"type": "asha"}), "pruner: unknown type 'asha'"),
     "unknown key": (_bad(params__learning_rat={"type": "float", "low": 1e-3, "high": 1e-2}), "did you mean 'learning_rate'"),

@@ -105,3 +105,15 @@ def test_holdout_is_one_of_two_and_only_with_a_hold_out() -> None:
         RunOptions(holdout="classes")
     with pytest.raises(hpo.UserError, match=r"^--holdout random draws the --valid-fraction hold-out, and --valid-data holds out nothing; drop one$"):
         RunOptions(holdout="random", valid_data="dev.tsv")
+
+
+@pytest.mark.parametrize("flag", [{"valid_data": "dev.tsv"}, {"text_column": "sentence"}, {"holdout": "random"}, {"valid_fraction": 0.2}])
+def test_a_data_flag_beside_a_dataset_given_in_python_is_refused_before_anything_is_written(tmp_path: Path, flag: dict[str, object]) -> None:
+    # These were ignored: the run trained on the dataset's own splits, the file named never read.
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    with pytest.raises(hpo.UserError) as refused:
+        hpo.optimize(None, demo_dataset(n_train=32, n_valid=8), storage=url, study_name="given", n_trials=1, **flag)
+    name = next(iter(flag))
+    assert str(refused.value) == (f"{name} reads a data file, and the data given is a TextClassificationData with its splits "
+                                  f"already made; drop {name}, or pass the file as data")
+    assert not (tmp_path / "studies.db").exists()
