@@ -9,12 +9,32 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
-# ``?password=...`` / ``&sslpassword=...``: the value runs to the next parameter or fragment.
-_QUERY_SECRET = re.compile(r"([?&](?:ssl)?password=)([^&#]*)", re.IGNORECASE)
+# A query parameter: the value runs to the next parameter (SQLAlchemy reads a "#" as part of it, not as a fragment).
+_QUERY_PARAMETER = re.compile(r"([?&][^=&]*=)([^&]*)")
+_SECRET_KEYS = ("?password=", "?sslpassword=")
+
+
+def _is_secret(key: str) -> bool:
+    """``?password=`` and ``&sslpassword=`` in any case, and percent-encoded as SQLAlchemy decodes them (``pass%77ord``)."""
+    return "?" + unquote(key[1:]).lower() in _SECRET_KEYS
+
+
+def _query_secrets(url: str) -> list[str]:
+    return [match.group(2) for match in _QUERY_PARAMETER.finditer(url) if _is_secret(match.group(1)) and match.group(2)]
 
 
 def _masked_query(url: str) -> str:
-    return _QUERY_SECRET.sub(lambda match: match.group(1) + ("***" if match.group(2) else ""), url)
+    def masked(match: re.Match[str]) -> str:
+        return match.group(1) + ("***" if match.group(2) else "") if _is_secret(match.group(1)) else match.group(0)
+
+    return _QUERY_PARAMETER.sub(masked, url)
+
+
+def _malformed_userinfo(url: str) -> str | None:
+    """What stands before the last ``@`` of a URL without ``://`` (``postgresql:/u:pw@host``): maybe a password, never printed."""
+    masked = _masked_query(url)
+    userinfo, at, _ = masked.rpartition("@")
+    return userinfo if at and "://" not in masked else None
 
 
 def split_credentials(url: str) -> tuple[str, str, str | None, str] | None:
@@ -35,6 +55,8 @@ def split_credentials(url: str) -> tuple[str, str, str | None, str] | None:
 def mask_url(url: str) -> str:
     """``url`` with its passwords replaced by ``***``, safe to print and log, however malformed ``url`` is."""
     parts = split_credentials(url)  # its rest has the query passwords masked already
+    if parts is None and _malformed_userinfo(url) is not None:
+        return "***@" + _masked_query(url).rpartition("@")[2]
     if parts is None or not parts[2]:
         return _masked_query(url)
     scheme, user, _, host = parts
@@ -53,7 +75,9 @@ def mask_secrets(text: str, url: str) -> str:
     text = text.replace(url, mask_url(url))
     parts = split_credentials(url)
     secrets = [parts[2]] if parts and parts[2] else []
-    secrets += [value for _, value in _QUERY_SECRET.findall(url) if value]
+    if (userinfo := _malformed_userinfo(url)) is not None and userinfo.rpartition(":")[2]:
+        secrets.append(userinfo.rpartition(":")[2])  # what follows the last ":", as a password would
+    secrets += _query_secrets(url)
     for secret in secrets:
         for form in sorted({secret, unquote(secret)}, key=len, reverse=True):
             text = _standing_alone(form).sub("***", text)

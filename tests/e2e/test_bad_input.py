@@ -121,6 +121,10 @@ CASES: dict[str, tuple[Any, str]] = {
     "in-memory SQLite": (lambda c: ["--storage", "sqlite:///:memory:"], "is an in-memory SQLite database, lost when the run ends; give a file"),
     "unreachable Ray address": (lambda c: ["--ray", "127.0.0.1:1"], "--ray 127.0.0.1:1: nothing answers there (Connection refused); start"),
     "Ray address without a port": (lambda c: ["--ray", "head.invalid"], "--ray head.invalid: not an address; give host:port"),
+    # Without its "//" the URL had no credentials to mask: the error printed the password.
+    "storage URL without //": (
+        lambda c: ["--storage", f"postgresql:/u:{SECRET_TAIL}@127.0.0.1/db"],
+        "storage URL '***@127.0.0.1/db' is malformed; use sqlite:///path.db or postgresql://user:password@host:5432/db"),
     "password with a raw @": (
         lambda c: ["--storage", f"postgresql://u:pw@{SECRET_TAIL}@127.0.0.1:1/db"],
         "the password contains a character that URLs reserve (@ / ? #); percent-encode it, and any @ in a query value (@ as %40"),
@@ -221,6 +225,27 @@ def test_passwords_are_masked_however_the_url_splits(url: str, password: str) ->
     assert shown == url.split("//")[0] + "//u:***@" + url.rsplit("@", 1)[1], shown
     text = mask_secrets(f"could not connect to {url}: password {password} rejected", url)
     assert "tail-of-the-pw" not in text, text
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql:/u:tail-of-the-pw@db/hpo", "postgresql//u:tail-of-the-pw@db/hpo", "postgresql:u:tail-of-the-pw@db/hpo",
+    "u:tail-of-the-pw@db/hpo",
+])
+def test_a_url_without_its_double_slash_masks_all_before_its_host(url: str) -> None:
+    assert mask_url(url) == "***@db/hpo"
+    assert "tail-of-the-pw" not in mask_secrets(f"{url} is malformed: password tail-of-the-pw", url)
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    # SQLAlchemy reads "#" as part of a query value, and decodes a percent-encoded key: both were shown in part or whole.
+    ("postgresql://u@db/hpo?password=pw#tail-of-the-pw", "postgresql://u@db/hpo?password=***"),
+    ("postgresql://u@db/hpo?pass%77ord=tail-of-the-pw&sslmode=require", "postgresql://u@db/hpo?pass%77ord=***&sslmode=require"),
+    ("postgresql://u@db/hpo?SSLPassword=tail-of-the-pw&passwords=x", "postgresql://u@db/hpo?SSLPassword=***&passwords=x"),
+])
+def test_a_query_password_is_masked_to_its_end_under_any_spelling_sqlalchemy_reads(url: str, shown: str) -> None:
+    assert mask_url(url) == shown
+    password = url.partition("=")[2].partition("&")[0]
+    assert "tail-of-the-pw" not in mask_secrets(f"failed on {url}: password {password}", url)
 
 
 def test_a_password_in_the_query_is_masked_too() -> None:
