@@ -127,6 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seq_len > max_len:
         print(f"{PROG}: error: --seq-len {args.seq_len} is longer than {args.model}'s {max_len} positions", file=sys.stderr)
         return 2
+    if args.compile_step == args.capture_step == "on":  # checked before the report starts, as TrainConfig would refuse it
+        print(f"{PROG}: error: --compile-step on and --capture-step on are two ways to run the same whole step; turn one off", file=sys.stderr)
+        return 2
     print("Hardware")
     for key, value in hardware_metadata(device).items():
         print(f"  {key}: {value}")

@@ -26,7 +26,7 @@ from hpo._attrs import stored_data_source
 from hpo.cli._parsing import Parser, add_storage_argument, at_least, command_prog
 from hpo.cli._run import _add_data, run_training, start_training_command
 from hpo.reporting._run_lines import trial_line
-from hpo.reporting._verdict import write_verdict
+from hpo.reporting._verdict import verdict_out, write_verdict
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import Heartbeat
@@ -34,6 +34,7 @@ from hpo.study._data import data_flags
 from hpo.study._options import RunOptions
 from hpo.study._study import TooManyFailuresError
 from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, MAX_VERDICT_SEEDS
+from hpo.study._workers import StopSignal
 from trial_executor import DEVICES
 
 PROG = command_prog("verdict")
@@ -76,22 +77,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         options = _options(args, url)
-        prepared = open_existing(args.space and Path(args.space), args.data, options)
-        if args.data is None and (source := stored_data_source(prepared.study)) is not None:
-            print(f"Data: {data_flags(source)} (the study's own; --data reads another copy)", flush=True)
-        names = prepared.space.objective_names
-        hooks = RunHooks(on_trial_finished=lambda t, _: print(trial_line(t, names), flush=True), stop_requested=stop.requested)
-        verdict = run_verdict(
-            prepared, options, seeds=args.seeds, precisions=args.precisions, trial=args.trial, hooks=hooks,
-            announce=lambda line: print(line, flush=True),
-        )
-        if stop.requested():
-            print(f"{PROG}: stopped by a signal; rerun the same command to resume the verdict", file=sys.stderr)
-            return stop.exit_code
-        print(write_verdict(verdict, Path(args.out or f"hpo-verdict-{options.study_name}")), flush=True)
-        return 0
+        with verdict_out(Path(args.out or f"hpo-verdict-{options.study_name}")) as out:
+            return _verdict(args, options, out, stop)
 
     return run_training(PROG, url, body, stop, failures=(TooManyFailuresError,), resume="the verdict")
+
+
+def _verdict(args: argparse.Namespace, options: RunOptions, out: Path, stop: StopSignal) -> int:
+    """The verdict of ``options.study_name``, written into ``out``; the process exit code."""
+    prepared = open_existing(args.space and Path(args.space), args.data, options)
+    if args.data is None and (source := stored_data_source(prepared.study)) is not None:
+        print(f"Data: {data_flags(source)} (the study's own; --data reads another copy)", flush=True)
+    names = prepared.space.objective_names
+    hooks = RunHooks(on_trial_finished=lambda t, _: print(trial_line(t, names), flush=True), stop_requested=stop.requested)
+    verdict = run_verdict(
+        prepared, options, seeds=args.seeds, precisions=args.precisions, trial=args.trial, hooks=hooks,
+        announce=lambda line: print(line, flush=True),
+    )
+    if stop.requested():
+        print(f"{PROG}: stopped by a signal; rerun the same command to resume the verdict", file=sys.stderr)
+        return stop.exit_code
+    print(write_verdict(verdict, out), flush=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ verdict is stored on the study (:data:`hpo._attrs.VERDICT_ATTR`), so that ``repo
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -278,12 +280,25 @@ def verdict_rows(study: optuna.Study) -> list[dict[str, Any]]:
 VERDICT_MD, VERDICT_PNG = "verdict.md", "verdict.png"
 
 
-def write_verdict(verdict: Verdict, out: Path) -> str:
-    """Write ``verdict.md`` and ``verdict.png`` into ``out``; return what to print (the table and where they went)."""
+@contextlib.contextmanager
+def verdict_out(out: Path) -> Iterator[Path]:
+    """``out``, made before the verdict trains (a bad ``--out`` is refused before a trial is written); removed again if
+    made here and left empty (the verdict failed or was stopped)."""
+    made = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UserError(f"cannot create --out directory {out}: {err.strerror}; pass a directory that can be made there") from None
+    try:
+        yield out
+    finally:
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+
+
+def write_verdict(verdict: Verdict, out: Path) -> str:
+    """Write ``verdict.md`` and ``verdict.png`` into ``out`` (made by :func:`verdict_out`); return what to print (the table and
+    where they went)."""
     (out / VERDICT_MD).write_text(f"# Precision verdict: {verdict.study}\n\n" + verdict_markdown(verdict, VERDICT_PNG), encoding="utf-8")
     plot_verdict(verdict, out / VERDICT_PNG)
     return "\n".join(["", *verdict_table(verdict), "", f"Wrote {out / VERDICT_MD} and {out / VERDICT_PNG}"])

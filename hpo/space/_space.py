@@ -62,6 +62,13 @@ class SuccessiveHalvingPrunerSpec(PrunerSpecBase):
     reduction_factor: int = Field(default=4, ge=2)
     min_early_stopping_rate: int = Field(default=0, ge=0)
 
+    @field_validator("min_resource")
+    @classmethod
+    def _at_least_one(cls, value: int | str) -> int | str:  # Optuna's own check would be a traceback at the first trial
+        if value != "auto" and int(value) < 1:
+            raise ValueError(f"must be at least 1 or auto, got {value}")
+        return value
+
 
 PrunerSpec = Annotated[
     NoPruner | MedianPrunerSpec | HyperbandPrunerSpec | SuccessiveHalvingPrunerSpec, Field(discriminator="type")

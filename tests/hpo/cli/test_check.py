@@ -63,3 +63,12 @@ def test_too_long_sequence_is_one_line(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["--model", "tiny-bert", "--seq-len", "4096", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert "--seq-len 4096 is longer than tiny-bert's 512 positions" in err and len(err.strip().splitlines()) == 1
+
+
+def test_both_whole_step_knobs_on_is_one_line_before_the_report(capsys: pytest.CaptureFixture[str]) -> None:
+    # It printed the hardware section, then a traceback from the first speed test.
+    assert main(["--model", "tiny-bert", "--device", "cpu", "--steps", "1", "--compile-step", "on", "--capture-step", "on"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == (
+        "python -m hpo.check: error: --compile-step on and --capture-step on are two ways to run the same whole step; turn one off"
+    )

@@ -39,6 +39,8 @@ BAD_SPACES = {
                                           "categorical of one choice (hpo best --format space writes such a space)"),
     "unknown precision": (_bad(params__fp_precision={"type": "categorical", "choices": ["fp32", "fp8"]}), "unknown precision 'fp8'"),
     "unknown pruner": (_bad(pruner={"type": "asha"}), "pruner: unknown type 'asha'"),
+    "no resource to halve": (_bad(pruner={"type": "successive_halving", "min_resource": 0}),  # Optuna's traceback, at the first trial
+                             "pruner.min_resource: must be at least 1 or auto, got 0"),
     "unknown key": (_bad(params__learning_rat={"type": "float", "low": 1e-3, "high": 1e-2}), "did you mean 'learning_rate'"),
     # pydantic's lax mode took YAML's true as the bound 1 (learning rates up to 2 were then sampled).
     "boolean bound": (_bad(params__learning_rate={"type": "float", "low": True, "high": 2}), "params.learning_rate.low: must be a number, got True"),

@@ -304,6 +304,14 @@ def test_a_verdict_without_data_flags_reads_the_data_the_study_ran_on(
     # Elsewhere, no data flags: the verdict reads the file and flags the study stored, and says so.
     # No --study-name either: as report and best, the storage's only study.
     monkeypatch.chdir((tmp_path / "elsewhere").mkdir() or tmp_path / "elsewhere")
+    # An --out that cannot be made is refused before a verdict trial is written (it was found after they had all trained).
+    (tmp_path / "a-file").write_text("")
+    assert verdict_main(["--storage", storage, "--device", "cpu", "--seeds", "2", "--out", str(tmp_path / "a-file" / "v")]) == 2
+    assert capsys.readouterr().err.strip() == (f"python -m hpo.verdict: error: cannot create --out directory {tmp_path / 'a-file' / 'v'}: "
+                                               "Not a directory; pass a directory that can be made there")
+    assert len(hpo.load("d", storage=storage).trials) == 1
+    assert verdict_main(["--storage", storage, "--device", "cpu", "--seeds", "2", "--data", "missing.tsv"]) == 2
+    assert not (tmp_path / "elsewhere" / "hpo-verdict-d").exists()  # made for the verdict, removed when it was refused
     capsys.readouterr()
     assert verdict_main(["--storage", storage, "--device", "cpu", "--seeds", "2"]) == 0
     assert (tmp_path / "elsewhere" / "hpo-verdict-d" / "verdict.md").is_file()
