@@ -374,7 +374,7 @@ def open_existing(space: SpaceLike | None, data: DataLike, options: RunOptions) 
     data_options = options.data_options()
     if data is None:
         data, data_options = stored_data(stored_data_source(existing), data_options)
-    elif data_options["holdout"] is None:  # another copy of its data, held out as it was
+    elif data_options["holdout"] is None and not isinstance(data, TextClassificationData):  # a copy of its file, held out as it was
         data_options["holdout"] = its_own_holdout(stored_data_source(existing))
     loaded = resolve_data(data, task=resolved.task, **data_options)
     check_models(resolved)
