@@ -11,12 +11,11 @@ from urllib.parse import unquote
 
 # A query parameter: the value runs to the next parameter (SQLAlchemy reads a "#" as part of it, not as a fragment).
 _QUERY_PARAMETER = re.compile(r"([?&][^=&]*=)([^&]*)")
-_SECRET_KEYS = ("?password=", "?sslpassword=")
 
 
 def _is_secret(key: str) -> bool:
     """``?password=`` and ``&sslpassword=`` in any case, and percent-encoded as SQLAlchemy decodes them (``pass%77ord``)."""
-    return "?" + unquote(key[1:]).lower() in _SECRET_KEYS
+    return unquote(key[1:-1]).lower() in ("password", "sslpassword")
 
 
 def _query_secrets(url: str) -> list[str]:
@@ -30,11 +29,12 @@ def _masked_query(url: str) -> str:
     return _QUERY_PARAMETER.sub(masked, url)
 
 
-def _malformed_userinfo(url: str) -> str | None:
-    """What stands before the last ``@`` of a URL without ``://`` (``postgresql:/u:pw@host``): maybe a password, never printed."""
+def _malformed_split(url: str) -> tuple[str, str] | None:
+    """``(userinfo, rest)`` of a URL without ``://`` (``postgresql:/u:pw@host``), split at its last ``@`` (query passwords
+    masked); ``None`` for a URL with ``://`` (:func:`split_credentials`) or without ``@``. The userinfo is never printed."""
     masked = _masked_query(url)
-    userinfo, at, _ = masked.rpartition("@")
-    return userinfo if at and "://" not in masked else None
+    userinfo, at, rest = masked.rpartition("@")
+    return (userinfo, rest) if at and "://" not in masked else None
 
 
 def split_credentials(url: str) -> tuple[str, str, str | None, str] | None:
@@ -55,8 +55,8 @@ def split_credentials(url: str) -> tuple[str, str, str | None, str] | None:
 def mask_url(url: str) -> str:
     """``url`` with its passwords replaced by ``***``, safe to print and log, however malformed ``url`` is."""
     parts = split_credentials(url)  # its rest has the query passwords masked already
-    if parts is None and _malformed_userinfo(url) is not None:
-        return "***@" + _masked_query(url).rpartition("@")[2]
+    if parts is None and (malformed := _malformed_split(url)) is not None:
+        return "***@" + malformed[1]
     if parts is None or not parts[2]:
         return _masked_query(url)
     scheme, user, _, host = parts
@@ -75,8 +75,8 @@ def mask_secrets(text: str, url: str) -> str:
     text = text.replace(url, mask_url(url))
     parts = split_credentials(url)
     secrets = [parts[2]] if parts and parts[2] else []
-    if (userinfo := _malformed_userinfo(url)) is not None and userinfo.rpartition(":")[2]:
-        secrets.append(userinfo.rpartition(":")[2])  # what follows the last ":", as a password would
+    if (malformed := _malformed_split(url)) is not None and (guess := malformed[0].rpartition(":")[2]):
+        secrets.append(guess)  # what follows the last ":", as a password would
     secrets += _query_secrets(url)
     for secret in secrets:
         for form in sorted({secret, unquote(secret)}, key=len, reverse=True):

@@ -100,7 +100,8 @@ def _check_in_memory(data: TextClassificationData) -> None:
         raise DataError(f"task must be one of {', '.join(TASKS)}, got {data.task!r}")
     for column in ("label_names", "train_texts", "train_labels", "valid_texts", "valid_labels", "train_pairs", "valid_pairs"):
         value = getattr(data, column)
-        if not isinstance(value, (list, tuple)) and (value is not None or not column.endswith("_pairs")):
+        optional = column.endswith("_pairs") and value is None
+        if not optional and not isinstance(value, (list, tuple)):
             raise DataError(f"{column} is a {_type_name(value)}; give a list (list(...) of it)")
     if not data.label_names or not all(isinstance(name, str) for name in data.label_names):
         raise DataError(f"label_names must name each output with a str, got {data.label_names!r}"[:200])

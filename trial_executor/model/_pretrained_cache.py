@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForSequenceClassification, PreTrainedModel, PreTrainedTokenizerBase
 
 from trial_executor._caches import BoundedCache
-from trial_executor.model._source import ModelNotFoundError, ModelSource, Signature, saved_config
+from trial_executor.model._source import ModelNotFoundError, ModelSource, Signature, saved_config, saved_tokenizer
 
 KEEP = 2  # models a worker keeps; a study usually tries one or two
 
@@ -55,7 +55,7 @@ def _from_pretrained(source: str, label_names: Sequence[str], problem_type: str 
     order = _head_order(saved, label_names)
     if order is not None:
         _reorder_head(model, order, source, initialised, saved)
-    tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer = saved_tokenizer(source, signature)
     if model.config.pad_token_id is None:  # GPT-style heads pool the last token before the padding: they must know it
         model.config.pad_token_id = tokenizer.pad_token_id  # the directory check refused a tokenizer without one
     # A private copy: weights loaded from safetensors may be pages of the file, which the trial's

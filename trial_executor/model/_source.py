@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 from trial_executor._caches import BoundedCache
 
 if TYPE_CHECKING:
-    from transformers import PretrainedConfig
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 # transformers is imported where a config is read or built, not here: deciding a trial's knobs and
 # checking a precision import this package (through ``device``) and read no config (about a second).
@@ -168,7 +168,7 @@ def _check_directory(path: Path, signature: Signature) -> None:
             f"model directory {path} has no tokenizer ({', '.join(_TOKENIZER_FILES[:3])}, ...); "
             f"save the tokenizer beside the model with tokenizer.save_pretrained"
         )
-    _check_tokenizer(path, config)
+    _check_tokenizer(path, config, signature)
 
 
 def _check_weights(path: Path) -> None:
@@ -208,12 +208,10 @@ def _torch_checkpoint(file: Path) -> None:
         ) from None
 
 
-def _check_tokenizer(path: Path, config: PretrainedConfig) -> None:
+def _check_tokenizer(path: Path, config: PretrainedConfig, signature: Signature) -> None:
     """The tokenizer has words, not only special tokens; its ids fit the embeddings; batches can be padded."""
-    from transformers import AutoTokenizer
-
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        tokenizer = saved_tokenizer(str(path), signature)
     except (OSError, ValueError, TypeError, KeyError) as err:
         raise ModelNotFoundError(f"model directory {path}: its tokenizer cannot be read ({_first_line(err)}); save it again with tokenizer.save_pretrained") from None
     ids = set(tokenizer.get_vocab().values())
@@ -296,6 +294,7 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 # version of the directory, not once per trial.
 _CHECKED_DIRECTORIES: BoundedCache[tuple[str, Signature], None] = BoundedCache("model.checked_directories", size=8)
 _CONFIGS: BoundedCache[tuple[str, Signature], PretrainedConfig] = BoundedCache("model.configs", size=8)
+_TOKENIZERS: BoundedCache[tuple[str, Signature], PreTrainedTokenizerBase] = BoundedCache("model.saved_tokenizers", size=8)
 _CHECKPOINT_DTYPES: BoundedCache[tuple[str, Signature], str | None] = BoundedCache("model.checkpoint_dtypes", size=8)
 
 
@@ -307,6 +306,14 @@ def saved_config(path: str, signature: Signature = ()) -> PretrainedConfig:
     from transformers import AutoConfig
 
     return _CONFIGS.get_or_make((path, signature), lambda: AutoConfig.from_pretrained(path))
+
+
+def saved_tokenizer(path: str, signature: Signature = ()) -> PreTrainedTokenizerBase:
+    """``AutoTokenizer.from_pretrained(path)``, read once per process and version of a directory: the directory check
+    and the trials' pretrained cache share it. Shared: read it, never change it."""
+    from transformers import AutoTokenizer
+
+    return _TOKENIZERS.get_or_make((path, signature), lambda: AutoTokenizer.from_pretrained(path))
 
 
 def max_positions(model: str | ModelSource) -> int | None:
