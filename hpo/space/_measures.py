@@ -20,7 +20,7 @@ Direction = Literal["maximize", "minimize"]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 def quality_objective(objectives: list[tuple[str, str]]) -> tuple[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from decimal import Decimal
 from pathlib import Path
@@ -87,6 +88,8 @@ def _pydantic_message(error: dict[str, Any]) -> str:
         return f"{where}: {error['ctx']['error']}"
     if kind == "finite_number":
         return f"{where}: must be a finite number, got {error['input']!r}"
+    if kind.endswith("_type"):  # strict types: YAML's true is not 1, a quoted "16000" is not a number
+        return f"{where}: {error['msg'].replace('Input should', 'must')}, got {error['input']!r}"
     return f"{where}: {error['msg']}"
 
 
@@ -213,19 +216,43 @@ def _check_semantics(space: SearchSpace) -> str | None:
 
         if not peft_available():
             return INSTALL_HINT
+    return _check_configs(space)
+
+
+def _edge_values(p: CategoricalParam | FloatParam | IntParam) -> list[Any]:
+    """The values a trial can receive that a rule can tell apart: every choice, a range's two ends."""
+    return p.choices if isinstance(p, CategoricalParam) else [p.low, p.high]
+
+
+def _check_configs(space: SearchSpace) -> str | None:
+    """Every value a trial can receive must make a valid executor config, beside the fixed values and the other
+    searched ones. A relation rule is between two fields (compile_step with capture_step, num_workers with
+    persistent_workers or prefetch_factor), so each value is tried with the others at their defaults, and each two
+    searched values together: a trial that drew a bad pair would fail at its start, and the sampler would draw it again."""
+    base = {**space.fixed, **{name: p.default_value() for name, p in space.params.items()}}
     try:
-        # Searched fields take their defaults here.
-        TrainConfig(**space.fixed)
+        TrainConfig(**base)
     except ValueError as err:
-        return f"fixed: {err}"
-    # Every value a trial can receive must make a valid executor config.
+        try:
+            TrainConfig(**space.fixed)
+        except ValueError as fixed_err:
+            return f"fixed: {fixed_err}"
+        return f"params: the searched defaults (what the baseline trial runs) are invalid together: {err}; change a default"
     for name, p in space.params.items():
-        values = p.choices if isinstance(p, CategoricalParam) else [p.low, p.high]
-        for value in values:
+        for value in _edge_values(p):
             try:
-                TrainConfig(**{**space.fixed, name: value})
+                TrainConfig(**{**base, name: value})
             except ValueError as err:
                 return f"params.{name}: value {value!r} is invalid: {err}"
+    names = list(space.params)
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            for a, b in itertools.product(_edge_values(space.params[first]), _edge_values(space.params[second])):
+                try:
+                    TrainConfig(**{**base, first: a, second: b})
+                except ValueError as err:
+                    return (f"params: {first}={a!r} with {second}={b!r} is invalid: {err}; a trial can draw both, "
+                            f"so search only one of {first} and {second}, or drop the choice")
     return None
 
 

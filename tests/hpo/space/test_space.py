@@ -193,7 +193,12 @@ def test_baseline_only_when_fp32_is_searched() -> None:
         ({"constraints": {"max_peak_memory": 4000}}, "constraints.max_peak_memory: unknown constraint (did you mean 'max_peak_memory_mb'?)"),
         ({"constraints": {"min_throughput_samples_per_s": float("nan")}},
          "constraints.min_throughput_samples_per_s: must be a finite number, got nan"),
-        ({"oom_fallback": "sometimes"}, "oom_fallback: Input should be a valid boolean"),
+        ({"oom_fallback": "sometimes"}, "oom_fallback: must be a valid boolean, got 'sometimes'"),
+        # Strict types everywhere, not only in params: lax mode took these as 1, 16000.0, True and 3.
+        ({"pruner": {"type": "median", "n_startup_trials": True}}, "pruner.n_startup_trials: must be a valid integer, got True"),
+        ({"constraints": {"max_peak_memory_mb": "16000"}}, "constraints.max_peak_memory_mb: must be a valid number, got '16000'"),
+        ({"oom_fallback": 1}, "oom_fallback: must be a valid boolean, got 1"),
+        ({"verdict": {"seeds": "3"}}, "verdict.seeds: must be a valid integer, got '3'"),
     ],
 )
 def test_bad_objectives_defaults_and_constraints(changes: dict[str, object], expected: str) -> None:
@@ -242,3 +247,38 @@ def test_stored_form_of_a_space_without_new_keys_is_unchanged() -> None:
 def test_shipped_spaces_are_valid(path: Path) -> None:
     space = load_search_space(path)
     assert space.baseline_params() is not None and space.baseline_params()["fp_precision"] == "fp32"
+
+
+_BOOL = {"type": "categorical", "choices": [False, True]}
+
+
+@pytest.mark.parametrize(
+    ("params", "fixed", "expected"),
+    [
+        # Each value alone is valid beside the others' defaults; the two together are not, and a trial can draw both.
+        ({"compile_step": _BOOL, "capture_step": _BOOL}, {},
+         "params: compile_step=True with capture_step=True is invalid: compile_step and capture_step are two ways to run the "
+         "same whole step: turn one off; a trial can draw both, so search only one of compile_step and capture_step, or drop the choice"),
+        ({"compile_step": {**_BOOL, "default": True}, "capture_step": {**_BOOL, "default": True}}, {},
+         "params: the searched defaults (what the baseline trial runs) are invalid together: compile_step and capture_step"),
+        ({"num_workers": {"type": "int", "low": 0, "high": 2, "default": 2}, "persistent_workers": _BOOL}, {},
+         "params: num_workers=0 with persistent_workers=True is invalid: persistent_workers needs num_workers > 0"),
+        ({"persistent_workers": _BOOL}, {}, "params.persistent_workers: value True is invalid: persistent_workers needs num_workers > 0"),
+        ({"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-3}}, {"persistent_workers": True}, "fixed: persistent_workers needs num_workers > 0"),
+        # Valid whatever a trial draws: the searched num_workers is never 0 (checked beside TrainConfig's default 0, these were refused).
+        ({"num_workers": {"type": "int", "low": 1, "high": 2}, "persistent_workers": _BOOL}, {}, None),
+        ({"num_workers": {"type": "categorical", "choices": [1, 2]}}, {"persistent_workers": True, "prefetch_factor": 2}, None),
+    ],
+)
+def test_values_a_trial_can_draw_together_must_make_a_valid_config(
+    params: dict[str, object], fixed: dict[str, object], expected: str | None
+) -> None:
+    from hpo import SearchSpaceError, parse_search_space
+
+    raw = {"params": params, "fixed": fixed}
+    if expected is None:
+        parse_search_space(raw)
+        return
+    with pytest.raises(SearchSpaceError) as info:
+        parse_search_space(raw)
+    assert expected in str(info.value) and "\n" not in str(info.value)
