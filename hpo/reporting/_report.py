@@ -37,6 +37,7 @@ from hpo._attrs import (
     trials_per_gpu_of,
 )
 from hpo._ranking import best_trials
+from hpo.space._fixes import canonical_precision
 from hpo.space._measures import measured_value, quality_objective
 from hpo.study._outcomes import never_ran
 from trial_executor import PRECISIONS
@@ -95,7 +96,8 @@ class StudyReport:
 def precision_of(trial: FrozenTrial) -> str:
     """The precision a trial was asked for (searched or fixed), ``unknown`` for studies made elsewhere."""
     config = config_of(trial)
-    return str(trial.params.get("fp_precision", config.get("fp_precision", "unknown")))
+    # A searched alias (none, no) is fp32: one row, one baseline, whatever the space called it.
+    return str(canonical_precision(trial.params.get("fp_precision", config.get("fp_precision", "unknown"))))
 
 
 def outcome(trial: FrozenTrial) -> str:

@@ -137,3 +137,16 @@ def test_a_baseline_still_waiting_is_named_not_called_missing() -> None:
     study.enqueue_trial({"fp_precision": "fp32"}, user_attrs={BASELINE_ATTR: True})
     report = build_report(study, "sqlite:///x.db")
     assert report.baseline == "none: no fp32 trial was measured (the fp32 baseline trial 1 has not finished: it is waiting)"
+
+
+def test_an_alias_of_fp32_is_reported_as_fp32() -> None:
+    """A space searching [none, bf16] stores its fp32 trials as 'none': one fp32 row, measured, the speedups' anchor."""
+    study = optuna.create_study(direction="maximize")
+    choice = optuna.distributions.CategoricalDistribution(["none", "bf16"])
+    for precision, speed in (("none", 100.0), ("bf16", 150.0)):
+        study.add_trial(optuna.trial.create_trial(value=0.8, params={"fp_precision": precision}, distributions={"fp_precision": choice},
+                                                  user_attrs={"throughput_samples_per_s": speed}))
+    report = build_report(study, "sqlite:///x.db")
+    rows = {row.precision: row for row in report.rows}
+    assert set(rows) == {"fp32", "bf16"}
+    assert rows["bf16"].speedup == pytest.approx(1.5)

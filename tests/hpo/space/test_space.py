@@ -282,3 +282,10 @@ def test_values_a_trial_can_draw_together_must_make_a_valid_config(
     with pytest.raises(SearchSpaceError) as info:
         parse_search_space(raw)
     assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_alias_of_fp32_beside_fp32_is_listed_twice() -> None:
+    from hpo import SearchSpaceError, parse_search_space
+
+    with pytest.raises(SearchSpaceError, match=r"params.fp_precision.choices lists fp32 twice \('fp32' and 'none' are both fp32\)"):
+        parse_search_space({"params": {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16", "none"]}}})
