@@ -251,5 +251,7 @@ def stored_data_source(study: optuna.Study) -> dict[str, Any] | None:
 
 
 def stored_space(study: optuna.Study) -> dict[str, Any]:
-    """The search space the study was made with (its stored form), ``{}`` for a study made elsewhere."""
-    return study.user_attrs.get(SEARCH_SPACE_ATTR) or {}
+    """The search space the study was made with (its stored form), ``{}`` for a study made elsewhere (which may keep
+    something else under that name: a plain Optuna script's description of its space, say)."""
+    stored = study.user_attrs.get(SEARCH_SPACE_ATTR)
+    return stored if isinstance(stored, dict) and isinstance(stored.get("params"), dict) else {}

@@ -201,6 +201,21 @@ def test_reading_an_sqlite_study_leaves_nothing_beside_it(tmp_path: Path, capsys
     assert sorted(p.name for p in tmp_path.iterdir()) == before == ["studies.db"]
 
 
+def test_a_study_made_elsewhere_with_its_own_search_space_attribute_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A plain Optuna script may keep a text under the attribute name this service stores its space in (an AttributeError before)."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = optuna.create_study(study_name="plain", storage=url, direction="maximize")
+    study.set_user_attr("search_space", "lr in [1e-5, 1e-3]")
+    study.add_trial(optuna.trial.create_trial(params={"lr": 1e-4}, distributions={"lr": optuna.distributions.FloatDistribution(1e-5, 1e-3)},
+                                              value=0.5))
+    monkeypatch.chdir(tmp_path)
+    for argv in (["status"], ["best"], ["export", "--format", "csv"], ["report"]):
+        assert hpo_main([*argv, "--storage", url]) == 0, capsys.readouterr().err
+    assert "best: trial 0  value=0.5" in capsys.readouterr().out
+
+
 def test_without_study_name_the_commands_read_the_storages_only_study(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
