@@ -129,7 +129,7 @@ class VerdictSpec(Strict):
     @classmethod
     def _known_precisions(cls, value: list[str] | None) -> list[str] | None:
         unknown = [p for p in value or [] if p not in PRECISIONS]
-        if unknown or (value is not None and "fp32" not in value):
+        if unknown or (value is not None and ("fp32" not in value or len(set(value)) < 2)):
             raise ValueError(f"precisions must name fp32 and others of {', '.join(PRECISIONS)}, got {value}")
         return value
 

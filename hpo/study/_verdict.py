@@ -88,12 +88,17 @@ def verdict_precisions(params: dict[str, Any], precisions: Sequence[str] | None)
         if "fp32" not in choices:
             raise UserError(f"the space's fp_precision choices {searched['choices']} lack fp32, which a verdict compares "
                             "every precision with; add fp32 to them")
+        if len(set(choices)) < 2:
+            raise UserError(f"the space's fp_precision choices {searched['choices']} hold fp32 alone: a verdict compares it with "
+                            "other precisions; widen the space")
         return [p for p in PRECISIONS if p in choices]
     unknown = [p for p in precisions if p not in PRECISIONS]
     if unknown:
         raise UserError(f"--precisions: unknown {', '.join(unknown)}; choose from {', '.join(PRECISIONS)}")
     if "fp32" not in precisions:
         raise UserError("--precisions must include fp32: every precision is compared with it")
+    if set(precisions) == {"fp32"}:
+        raise UserError("--precisions names fp32 alone: a verdict compares it with other precisions; add one (e.g. --precisions fp32 bf16)")
     outside = [p for p in precisions if p not in choices]
     if outside:
         raise UserError(f"--precisions {', '.join(outside)}: not among the space's fp_precision choices "

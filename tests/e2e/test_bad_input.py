@@ -94,6 +94,7 @@ CASES: dict[str, tuple[Any, str]] = {
     "a bare no as the precision (YAML's false)": (
         lambda c: ["--space", _space(c, params={"fp_precision": {"type": "categorical", "choices": [False, "bf16"]}})],
         "fp_precision: got the YAML boolean false (YAML reads a bare no, yes, off or on as one); quote it ('no' means fp32)"),
+    "a directory as the space": (lambda c: ["--space", str(c)], "is a directory; pass a YAML file with --space (e.g. search_spaces/default.yaml)"),
     "a choice listed twice": (
         lambda c: ["--space", _space(c, params={"batch_size": {"type": "categorical", "choices": [16, 32, 16]}})],
         "params.batch_size.choices lists 16 twice; list each choice once"),

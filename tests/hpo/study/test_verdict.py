@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 import hpo
 from hpo._attrs import VERDICT_TRIAL_ATTR, stored_verdict
+from hpo._errors import UserError
 from hpo.cli._export import main as export_main
 from hpo.cli._report import main as report_main
 from hpo.reporting._student_t import central_probability, t_quantile
@@ -238,7 +239,7 @@ def test_the_space_verdict_section_is_checked_and_not_part_of_the_stored_space()
     assert space.verdict is not None and space.verdict.seeds == 4 and space.verdict.precisions == ["fp32", "bf16"]
     # Adding verdict: to a study's space file still resumes that study.
     assert space.stored_form() == parse_search_space(SMALL_SPACE).stored_form()
-    for bad in ({"seeds": 1}, {"precisions": ["bf16", "fp16"]}, {"precisions": ["fp32", "fp64"]}, {"seed": 3}):
+    for bad in ({"seeds": 1}, {"precisions": ["bf16", "fp16"]}, {"precisions": ["fp32", "fp64"]}, {"precisions": ["fp32", "fp32"]}, {"seed": 3}):
         with pytest.raises(SearchSpaceError, match="verdict"):
             parse_search_space({**SMALL_SPACE, "verdict": bad})
 
@@ -257,6 +258,12 @@ def test_a_verdict_compares_the_precisions_the_space_searches_unless_told() -> N
     fixed = {**SMALL_SPACE, "params": {k: v for k, v in SMALL_SPACE["params"].items() if k != "fp_precision"}}
     assert verdict_precisions(parse_search_space(fixed).stored_form()["params"], None) == ["fp32", "tf32", "fp16", "bf16"]
     assert verdict_precisions(parse_search_space(narrow).stored_form()["params"], ["bf16", "fp32"]) == ["fp32", "bf16"]
+    # fp32 alone compares nothing: refused, whether named with --precisions or the space searches nothing else.
+    with pytest.raises(UserError, match=r"--precisions names fp32 alone: .* add one \(e.g. --precisions fp32 bf16\)"):
+        verdict_precisions(parse_search_space(narrow).stored_form()["params"], ["fp32", "fp32"])
+    only_fp32 = {**SMALL_SPACE, "params": {**SMALL_SPACE["params"], "fp_precision": {"type": "categorical", "choices": ["fp32"]}}}
+    with pytest.raises(UserError, match=r"choices \['fp32'\] hold fp32 alone: .* widen the space"):
+        verdict_precisions(parse_search_space(only_fp32).stored_form()["params"], None)
 
 
 def test_a_worker_of_the_budget_never_takes_a_waiting_verdict_trial(tmp_path: Path) -> None:
