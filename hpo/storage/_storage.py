@@ -198,9 +198,7 @@ def check_storage_url(url: str, *, wait_for_server: bool = False) -> None:
             # Each process would get its own empty database, gone when it ends: no study to resume, share or browse.
             raise StorageError(f"storage {mask_url(url)!r} is an in-memory SQLite database, lost when the run ends; "
                                "give a file, e.g. sqlite:///hpo-studies.db")
-        parent = Path(parsed.database).expanduser().resolve().parent
-        if not parent.is_dir():
-            raise StorageError(f"SQLite directory {parent} does not exist; create it or choose another path")
+        _check_sqlite_file(Path(parsed.database).expanduser())
         return
     engine = sqlalchemy.create_engine(parsed, connect_args={"connect_timeout": 10}, poolclass=sqlalchemy.pool.NullPool)
 
@@ -214,6 +212,26 @@ def check_storage_url(url: str, *, wait_for_server: bool = False) -> None:
         raise StorageError(mask_secrets(_explain_connection_error(parsed, err), url)) from None
     finally:
         engine.dispose()
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """A new file's directory must exist; an existing file must be a database (an empty one SQLite makes one of)."""
+    parent = path.resolve().parent
+    if not parent.is_dir():
+        raise StorageError(f"SQLite directory {parent} does not exist; create it or choose another path")
+    if path.is_dir():
+        raise StorageError(f"SQLite path {path} is a directory; give a file in it, e.g. sqlite:///{path / 'hpo-studies.db'}")
+    try:
+        with path.open("rb") as file:
+            head = file.read(len(_SQLITE_HEADER))
+    except OSError:  # missing (created on first use) or unreadable (SQLite's own error says which)
+        return
+    if head and head != _SQLITE_HEADER:
+        raise StorageError(f"{path} is not an SQLite database (its first bytes are {head[:8]!r}); pass the database file the "
+                           "study was run with, or a new file name")
 
 
 def _check_proxy(host: str, port: int, *, wait_for_server: bool) -> None:
