@@ -33,7 +33,7 @@ from hpo.storage._storage import GRPC_SCHEME, Heartbeat, check_storage_url, crea
 from hpo.study import finished_count, open_study, run_to_budget
 from hpo.study._data import DataLike, data_source_of, its_own_holdout, on_its_own_holdout, resolve_data, stored_data
 from hpo.study._liveness import checkpoint_sweep, fail_trials_of_killed_actors
-from hpo.study._options import DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions, Track
+from hpo.study._options import DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunHooks, RunOptions, Track
 from hpo.study._ray_workers import RayCluster, RayRun, TrialWatcher, connect, plan, start_workers, wait_for_workers
 from hpo.study._verdict import (
     DEFAULT_VERDICT_SEEDS,
@@ -134,15 +134,6 @@ def quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-@dataclass
-class RunHooks:
-    """What the caller sees of a running study: each finished trial, progress updates, a stop request."""
-
-    on_trial_finished: Callable[[FrozenTrial, int], None] | None = None
-    progress: Callable[[int, StepProgress], None] | None = None
-    stop_requested: Callable[[], bool] | None = None
 
 
 def run_study(prepared: PreparedStudy, options: RunOptions, *, hooks: RunHooks | None = None, trackers: Sequence[Tracker] = ()) -> None:
@@ -321,8 +312,9 @@ def optimize(
         artifact_store=artifact_store, keep_checkpoints=keep_checkpoints, max_retry=max_retry, track=track, warm_start=warm_start,
         warm_start_trials=warm_start_trials, ray=ray, workers=workers, gpus_per_trial=gpus_per_trial, verdict=verdict,
     )
+    hooks = RunHooks(on_trial_finished=on_trial_finished)  # checked here: a hook that cannot be called is refused before the study is written
     run = open_run(space, data, options)
-    run_prepared(run, RunHooks(on_trial_finished=on_trial_finished))
+    run_prepared(run, hooks)
     return run.prepared.study
 
 

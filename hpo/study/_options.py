@@ -8,10 +8,13 @@ it: each bad value is one :class:`UserError` naming the fix, before storage is t
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pydantic
+from optuna.trial import FrozenTrial
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
 from hpo._errors import UserError
@@ -21,7 +24,7 @@ from hpo.storage._storage import Heartbeat, resolve_storage_url
 from hpo.study._run_checks import check_device, check_heartbeat, check_seed, check_study_name, check_writable_directory
 from hpo.study._verdict import MAX_VERDICT_SEEDS
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
-from trial_executor import DEVICES, HOLDOUTS
+from trial_executor import DEVICES, HOLDOUTS, StepProgress
 
 DEFAULT_STUDY_NAME = "precision-demo"
 DEFAULT_N_TRIALS = 8
@@ -151,3 +154,20 @@ class RunOptions(BaseModel):
         """:func:`hpo.study._data.resolve_data`'s keyword arguments: the data flags (never the seed: see ``DATA_SEED``)."""
         names = ("text_column", "label_column", "text_pair_column", "valid_data", "valid_fraction", "holdout", "empty_text")
         return {name: getattr(self, name) for name in names}
+
+
+@dataclass
+class RunHooks:
+    """What the caller sees of a running study: each finished trial, progress updates, a stop request.
+
+    Building one checks each hook is callable (or ``None``): one :class:`UserError`, before anything runs.
+    """
+
+    on_trial_finished: Callable[[FrozenTrial, int], None] | None = None
+    progress: Callable[[int, StepProgress], None] | None = None
+    stop_requested: Callable[[], bool] | None = None
+
+    def __post_init__(self) -> None:
+        for name, hook in vars(self).items():
+            if hook is not None and not callable(hook):
+                raise UserError(f"{name} must be a function or None, got {hook!r}; pass a function, or leave it out")

@@ -71,6 +71,9 @@ def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path: Path) -> 
         hpo.load("nb", storage=5)  # type: ignore[arg-type]
     with pytest.raises(hpo.UserError, match=r"^data must be a file path, a TextClassificationData or None \(the demo reviews\), got a dict; pass"):
         hpo.optimize(TINY, {"train_texts": ["a"]}, storage=f"sqlite:///{db}")  # type: ignore[arg-type]
+    # A hook that cannot be called: a TypeError once the first trial had trained.
+    with pytest.raises(hpo.UserError, match=r"^on_trial_finished must be a function or None, got 5; pass a function, or leave it out$"):
+        hpo.optimize(TINY, storage=f"sqlite:///{db}", on_trial_finished=5)  # type: ignore[arg-type]
     assert not db.exists()
 
 
