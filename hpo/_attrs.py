@@ -254,4 +254,4 @@ def stored_space(study: optuna.Study) -> dict[str, Any]:
     """The search space the study was made with (its stored form), ``{}`` for a study made elsewhere (which may keep
     something else under that name: a plain Optuna script's description of its space, say)."""
     stored = study.user_attrs.get(SEARCH_SPACE_ATTR)
-    return stored if isinstance(stored, dict) and isinstance(stored.get("params"), dict) else {}
+    return stored if isinstance(stored, dict) else {}

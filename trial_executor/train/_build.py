@@ -41,7 +41,7 @@ from trial_executor.model import (
 from trial_executor.precision import PrecisionPolicy
 from trial_executor.train._captured import CapturedStep
 from trial_executor.train._compiled import CompiledStep
-from trial_executor.train._optimizer import LearningRateSchedule, lr_lambda, make_optimizer
+from trial_executor.train._optimizer import LearningRateSchedule, lr_lambda, make_optimizer, warmup_steps
 from trial_executor.train._step import TrainStep
 
 
@@ -92,7 +92,7 @@ def build_step(model: PreTrainedModel, config: TrainConfig, device: torch.device
         model, config, device, capturable=knobs.compile_mode == "reduce-overhead", compiled=knobs.compile_step,
         rate_on_device=skipped is not None,
     )
-    factor = lr_lambda(config.lr_schedule, round(config.warmup_ratio * total_steps), total_steps)
+    factor = lr_lambda(config.lr_schedule, warmup_steps(config.warmup_ratio, total_steps), total_steps)
     scheduler = LearningRateSchedule(optimizer, config.learning_rate, factor, total_steps, skipped)
     step_type = (CapturedStep if knobs.capture_step else CompiledStep) if knobs.compile_step else TrainStep
     train_step = step_type(model, forward, optimizer, scheduler, policy, max_grad_norm=config.max_grad_norm, device=device)

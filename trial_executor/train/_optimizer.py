@@ -11,6 +11,12 @@ import torch
 from trial_executor._config import TrainConfig
 
 
+def warmup_steps(warmup_ratio: float, total_steps: int) -> int:
+    """``warmup_ratio`` of ``total_steps``, to the nearest step, a half up: round() took 2.5 to 2 and 3.5 to 4, and
+    0.1 of 5 steps to no warmup at all."""
+    return math.floor(warmup_ratio * total_steps + 0.5)
+
+
 def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
     """Linear warmup to the peak rate, then linear or cosine decay to zero (or constant)."""
 

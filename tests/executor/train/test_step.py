@@ -16,7 +16,7 @@ from trial_executor.batches import Batch, Collation
 from trial_executor.batches._tokenization import tokenize
 from trial_executor.model._loading import load_model
 from trial_executor.precision import PrecisionPolicy
-from trial_executor.train._optimizer import LearningRateSchedule, lr_lambda, make_optimizer
+from trial_executor.train._optimizer import LearningRateSchedule, lr_lambda, make_optimizer, warmup_steps
 from trial_executor.train._step import TrainStep, clip_grad_norm
 
 CPU = torch.device("cpu")
@@ -43,6 +43,12 @@ def test_a_short_last_window_weighs_its_rows_as_one_batch_of_them_would() -> Non
     one_batch, short_window = updated([[0, 1, 2, 3, 4, 5]]), updated([[0, 1, 2, 3], [4, 5]])
     for expected, got in zip(one_batch, short_window, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(("ratio", "total", "expected"), [(0.1, 5, 1), (0.5, 5, 3), (0.5, 7, 4), (0.1, 37, 4), (0.1, 33, 3), (0.0, 9, 0)])
+def test_warmup_is_the_ratio_of_the_steps_to_the_nearest_a_half_up(ratio: float, total: int, expected: int) -> None:
+    # round() is to the even step on a half: 0.1 of 5 steps was no warmup at all, 0.5 of 5 two steps but of 7 four.
+    assert warmup_steps(ratio, total) == expected
 
 
 def test_steps_that_gradscaler_skips_do_not_advance_the_learning_rate_schedule() -> None:
