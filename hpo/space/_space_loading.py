@@ -140,14 +140,13 @@ def _check_objectives(space: SearchSpace) -> str | None:
     if repeated:
         return f"objectives: {repeated[0]!r} is listed twice"
     if space.pruner.type != "none" or space.pruner.patience is not None:
+        # type none with patience prunes by patience alone: then patience is what to drop.
+        what, fix = ("pruner.patience", "remove patience") if space.pruner.type == "none" else (f"pruner: {space.pruner.type!r}", "use pruner: {type: none}")
         if space.is_multi_objective:
             # Optuna prunes on one reported value per step; a multi-objective trial has none.
-            return f"pruner: {space.pruner.type!r} cannot prune a study with several objectives; use pruner: {{type: none}}"
+            return f"{what} cannot prune a study with several objectives; {fix}"
         if names[0] not in METRICS:
-            return (
-                f"pruner: {space.pruner.type!r} needs an evaluation metric ({', '.join(METRICS)}) as the objective; "
-                f"{names[0]} is measured once, at the end; use pruner: {{type: none}}"
-            )
+            return f"{what} needs an evaluation metric ({', '.join(METRICS)}) as the objective; {names[0]} is measured once, at the end; {fix}"
     for key in space.constraints:
         if key not in CONSTRAINT_KEYS:
             return f"constraints.{key}: unknown constraint{suggest_key(key, list(CONSTRAINT_KEYS))}"

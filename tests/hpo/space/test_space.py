@@ -190,6 +190,12 @@ def test_baseline_only_when_fp32_is_searched() -> None:
          "pruner: 'median' cannot prune a study with several objectives; use pruner: {type: none}"),
         ({"objective": {"metric": "throughput_samples_per_s"}, "pruner": {"type": "median"}},
          "pruner: 'median' needs an evaluation metric"),
+        # Patience alone: "use pruner: {type: none}" was the pruner already given.
+        ({"objective": None, "objectives": [{"name": "accuracy"}, {"name": "peak_memory_mb"}], "pruner": {"type": "none", "patience": 3}},
+         "pruner.patience cannot prune a study with several objectives; remove patience"),
+        ({"objective": {"metric": "peak_memory_mb"}, "pruner": {"type": "none", "patience": 3}},
+         "pruner.patience needs an evaluation metric (accuracy, macro_f1, loss, rmse, pearson, spearman, micro_f1, subset_accuracy) as the "
+         "objective; peak_memory_mb is measured once, at the end; remove patience"),
         ({"constraints": {"max_peak_memory": 4000}}, "constraints.max_peak_memory: unknown constraint (did you mean 'max_peak_memory_mb'?)"),
         ({"constraints": {"min_throughput_samples_per_s": float("nan")}},
          "constraints.min_throughput_samples_per_s: must be a finite number, got nan"),
