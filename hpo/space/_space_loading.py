@@ -286,8 +286,9 @@ def checked(space: SearchSpace, source: str) -> SearchSpace:
 def load_search_space(path: str | Path = DEFAULT_SPACE) -> SearchSpace:
     """Read and validate a search-space YAML file."""
     path = Path(path)
-    if path.is_dir():
-        raise SearchSpaceError(f"search space {path} is a directory; pass a YAML file with --space (e.g. search_spaces/default.yaml)")
+    if path.exists() and not path.is_file():  # a directory, /dev/null: there, not "not found"
+        what = "a directory" if path.is_dir() else "not a regular file"
+        raise SearchSpaceError(f"search space {path} is {what}; pass a YAML file with --space (e.g. search_spaces/default.yaml)")
     if not path.is_file():
         raise SearchSpaceError(f"search space {path} not found; pass an existing YAML file with --space")
     try:

@@ -94,7 +94,6 @@ CASES: dict[str, tuple[Any, str]] = {
     "a bare no as the precision (YAML's false)": (
         lambda c: ["--space", _space(c, params={"fp_precision": {"type": "categorical", "choices": [False, "bf16"]}})],
         "fp_precision: got the YAML boolean false (YAML reads a bare no, yes, off or on as one); quote it ('no' means fp32)"),
-    "a directory as the space": (lambda c: ["--space", str(c)], "is a directory; pass a YAML file with --space (e.g. search_spaces/default.yaml)"),
     "a choice listed twice": (
         lambda c: ["--space", _space(c, params={"batch_size": {"type": "categorical", "choices": [16, 32, 16]}})],
         "params.batch_size.choices lists 16 twice; list each choice once"),
@@ -119,11 +118,6 @@ CASES: dict[str, tuple[Any, str]] = {
         lambda c: ["--fix", "fp_precision=tf32"],
         "no precision this run can sample runs on this machine's cpu (tf32: TF32 is a mode of NVIDIA tensor cores; this trial "
         "runs on the CPU); pin one it runs (--fix fp_precision=fp32), or run where they run"),
-    # SQLite's own "file is not a database" named no fix; a directory was "unable to open database file".
-    "a text file as the SQLite database": (
-        lambda c: ["--storage", f"sqlite:///{_a_file(c)}"], "-a-file is not an SQLite database (its first bytes are b'not a di'); pass the database"),
-    "a directory as the SQLite database": (
-        lambda c: ["--storage", f"sqlite:///{c}"], "is a directory; give a file in it, e.g. sqlite:///"),
     "in-memory SQLite": (lambda c: ["--storage", "sqlite:///:memory:"], "is an in-memory SQLite database, lost when the run ends; give a file"),
     "unreachable Ray address": (lambda c: ["--ray", "127.0.0.1:1"], "--ray 127.0.0.1:1: nothing answers there (Connection refused); start"),
     "Ray address without a port": (lambda c: ["--ray", "head.invalid"], "--ray head.invalid: not an address; give host:port"),

@@ -295,3 +295,11 @@ def test_an_alias_of_fp32_beside_fp32_is_listed_twice() -> None:
 
     with pytest.raises(SearchSpaceError, match=r"params.fp_precision.choices lists fp32 twice \('fp32' and 'none' are both fp32\)"):
         parse_search_space({"params": {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16", "none"]}}})
+
+
+def test_a_space_path_that_is_no_file_says_what_it_is(tmp_path: Path) -> None:
+    from hpo import SearchSpaceError
+
+    for path, what in ((tmp_path, "a directory"), (Path("/dev/null"), "not a regular file")):
+        with pytest.raises(SearchSpaceError, match=f"^search space {path} is {what}; pass a YAML file with --space"):
+            load_search_space(path)

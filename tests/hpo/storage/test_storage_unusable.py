@@ -136,3 +136,19 @@ def test_a_trial_whose_storage_fails_mid_trial_keeps_its_checkpoint_and_leaves_n
     assert storage_failure_in(raised.value) is not None
     assert list(scratch_root.glob("hpo-trial-*")) == []
     assert any(p.is_file() and p.stat().st_size > 0 for p in artifacts.iterdir())  # the checkpoint its retry resumes from
+
+
+def test_a_sqlite_path_that_is_no_database_is_refused_before_it_is_opened(tmp_path: Path) -> None:
+    """SQLite's own "file is not a database" named no fix; a directory was "unable to open database file"."""
+    from hpo import StorageError
+    from hpo.storage._storage import check_storage_url
+
+    text = tmp_path / "notes.db"
+    text.write_text("not a database")
+    with pytest.raises(StorageError, match=rf"^{text} is not an SQLite database \(its first bytes are b'not a da'\); pass the database file"):
+        create_storage(f"sqlite:///{text}")
+    assert text.read_text() == "not a database"
+    with pytest.raises(StorageError, match=rf"^SQLite path {tmp_path} is a directory; give a file in it, e.g. sqlite:///{tmp_path}/hpo-studies.db$"):
+        check_storage_url(f"sqlite:///{tmp_path}")
+    (tmp_path / "empty.db").touch()  # SQLite makes a database of an empty file
+    check_storage_url(f"sqlite:///{tmp_path / 'empty.db'}")
