@@ -131,6 +131,9 @@ DATASET_FINGERPRINT_ATTR = "dataset_fingerprint"
 # named when other data is given, and read by a verdict given no --data (hpo.study._data).
 DATA_SOURCE_ATTR = "data_source"
 LABEL_NAMES_ATTR = "label_names"
+# Local model directory -> {file: hash} of what from_pretrained reads (hpo.study._model_files): a resumed study
+# must train the weights it began with.
+MODEL_FILES_ATTR = "model_files"
 MAX_LENGTH_AUTO_ATTR = "max_length_auto"  # model -> the length max_length: auto chose
 BEST_MODEL_ATTR = "best_model"
 VERDICT_ATTR = "precision_verdict"  # the last verdict's table (hpo.reporting._verdict.Verdict.to_dict())

@@ -103,7 +103,7 @@ def check_models(space: SearchSpace) -> None:
     from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_max_length
 
     defaults = TrainConfig.defaults()
-    names = _candidates(space, "model")
+    names = candidate_values(space, "model")
     # The longest max_length a trial can get: a model must take it (auto adapts by itself).
     length = space.params.get("max_length")
     lengths = getattr(length, "choices", None) or [getattr(length, "high", space.fixed.get("max_length", defaults["max_length"]))]
@@ -113,16 +113,16 @@ def check_models(space: SearchSpace) -> None:
             check_max_length(str(name), longest)  # resolves and checks the name first, once
         except (ModelNotFoundError, ModelLimitError) as err:
             raise UserError(str(err)) from None
-    if "lora" in _candidates(space, "finetune"):
+    if "lora" in candidate_values(space, "finetune"):
         from trial_executor.model import lora_target_problem
 
-        for name, targets in itertools.product(names, _candidates(space, "lora_target_modules")):
+        for name, targets in itertools.product(names, candidate_values(space, "lora_target_modules")):
             problem = lora_target_problem(str(name), targets)
             if problem:
                 raise UserError(problem)
 
 
-def _candidates(space: SearchSpace, field: str) -> list[Any]:
+def candidate_values(space: SearchSpace, field: str) -> list[Any]:
     """The values a trial of ``space`` can get for ``field``: a searched param's choices, else the fixed or default value."""
     from trial_executor import TrainConfig
 
@@ -141,7 +141,7 @@ def check_precisions(space: SearchSpace, device: str | None) -> None:
     from trial_executor import precision_support, resolve_device
 
     pinned = space.fixes.get("fp_precision")
-    sampled = [pinned] if pinned else _candidates(space, "fp_precision")
+    sampled = [pinned] if pinned else candidate_values(space, "fp_precision")
     resolved = resolve_device(device)
     support = precision_support(resolved)
     reasons = {p: support.get(canonical_precision(p)) for p in sampled}

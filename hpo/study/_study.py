@@ -23,6 +23,7 @@ from hpo._attrs import (
     ENQUEUED_FROM_ATTR,
     FAIL_REASON_ATTR,
     LABEL_NAMES_ATTR,
+    MODEL_FILES_ATTR,
     SEARCH_SPACE_ATTR,
     SKIP_DETAIL_ATTR,
     SKIP_REASON_ATTR,
@@ -39,6 +40,7 @@ from hpo.study._budget import budget_used, take_slot
 from hpo.study._data import OtherDataError, data_flags
 from hpo.study._liveness import fail_and_requeue, fail_dead_local_trials, lost_retries, releasable
 from hpo.study._lock import study_lock
+from hpo.study._model_files import check_same_model_files, space_model_files
 from hpo.study._outcomes import INTERRUPTED, OVER_BUDGET_DETAIL, SKIP_DUPLICATE, SKIP_OVER_BUDGET, never_ran, was_interrupted
 from hpo.study._workers import defer_second_signal, end_deferral, second_signal_in
 from trial_executor import TextClassificationData
@@ -60,6 +62,7 @@ def _study_attrs(space: SearchSpace, data: TextClassificationData, source: dict[
         SEARCH_SPACE_ATTR: space.stored_form(),
         DATASET_FINGERPRINT_ATTR: data.fingerprint,
         LABEL_NAMES_ATTR: data.label_names,
+        **({MODEL_FILES_ATTR: models} if (models := space_model_files(space)) else {}),
     }
     return attrs if source is None else {**attrs, DATA_SOURCE_ATTR: source}
 
@@ -109,6 +112,7 @@ def open_study(
             )
         if DATASET_FINGERPRINT_ATTR in stored and stored[DATASET_FINGERPRINT_ATTR] != wanted[DATASET_FINGERPRINT_ATTR]:
             raise _other_data(study_name, stored, wanted[DATASET_FINGERPRINT_ATTR])
+        check_same_model_files(study_name, stored.get(MODEL_FILES_ATTR), wanted.get(MODEL_FILES_ATTR, {}))
     study = optuna.create_study(
         storage=storage,
         study_name=study_name,

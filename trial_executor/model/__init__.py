@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trial_executor._deferred import deferred_names
+from trial_executor.model._fingerprint import model_files
 from trial_executor.model._source import (
     PRESETS,
     ModelLimitError,
@@ -75,6 +76,7 @@ __all__ = [
     "load_model",
     "load_trainable_state_dict",
     "lora_target_problem",
+    "model_files",
     "parameter_counts",
     "peft_available",
     "preload_model",
