@@ -18,30 +18,23 @@ from optuna.trial import FrozenTrial, TrialState
 from hpo._attrs import (
     BASELINE_ATTR,
     BUDGET_SLOT_ATTR,
-    DATA_SOURCE_ATTR,
-    DATASET_FINGERPRINT_ATTR,
     ENQUEUED_FROM_ATTR,
     FAIL_REASON_ATTR,
-    LABEL_NAMES_ATTR,
-    MODEL_FILES_ATTR,
-    SEARCH_SPACE_ATTR,
     SKIP_DETAIL_ATTR,
     SKIP_REASON_ATTR,
     fail_reason_of,
     is_baseline,
     skip_reason_of,
 )
-from hpo._errors import UserError
 from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError
 from hpo.storage._backoff import retry_lost_connection
 from hpo.storage._retry_policy import RetryByTrialPolicy
 from hpo.study._budget import budget_used, take_slot
-from hpo.study._data import OtherDataError, data_flags
 from hpo.study._liveness import fail_and_requeue, fail_dead_local_trials, lost_retries, releasable
 from hpo.study._lock import study_lock
-from hpo.study._model_files import check_same_model_files, space_model_files
 from hpo.study._outcomes import INTERRUPTED, OVER_BUDGET_DETAIL, SKIP_DUPLICATE, SKIP_OVER_BUDGET, never_ran, was_interrupted
+from hpo.study._resuming import check_resumable, study_attrs
 from hpo.study._workers import defer_second_signal, end_deferral, second_signal_in
 from trial_executor import TextClassificationData
 
@@ -57,35 +50,6 @@ class TooManyFailuresError(RuntimeError):
     """Trials keep failing; running more would only repeat the failure."""
 
 
-def _study_attrs(space: SearchSpace, data: TextClassificationData, source: dict[str, Any] | None) -> dict[str, Any]:
-    attrs = {
-        SEARCH_SPACE_ATTR: space.stored_form(),
-        DATASET_FINGERPRINT_ATTR: data.fingerprint,
-        LABEL_NAMES_ATTR: data.label_names,
-        **({MODEL_FILES_ATTR: models} if (models := space_model_files(space)) else {}),
-    }
-    return attrs if source is None else {**attrs, DATA_SOURCE_ATTR: source}
-
-
-def _other_data(study_name: str, stored: dict[str, Any], fingerprint: str) -> OtherDataError:
-    source = stored.get(DATA_SOURCE_ATTR)
-    ran_on = "" if source is None else f": it ran with {data_flags(source)}"
-    return OtherDataError(
-        f"study {study_name!r} was created on different data (fingerprint {stored[DATASET_FINGERPRINT_ATTR]}, now {fingerprint})"
-        f"{ran_on}; rerun with its original data, or pick a new --study-name",
-        source,
-    )
-
-
-def _first_difference(stored: Any, wanted: Any, where: str = "") -> str:
-    """Where two stored spaces first differ, and how: ``params.batch_size.choices was [16, 32], now [8, 32]``."""
-    if isinstance(stored, dict) and isinstance(wanted, dict):
-        for key in [*stored, *(k for k in wanted if k not in stored)]:
-            if stored.get(key) != wanted.get(key):
-                return _first_difference(stored.get(key), wanted.get(key), f"{where}.{key}" if where else str(key))
-    return f"{where or 'the space'} was {stored!r}, now {wanted!r}"
-
-
 def open_study(
     storage: optuna.storages.BaseStorage, study_name: str, space: SearchSpace, data: TextClassificationData, seed: int,
     known_good: Sequence[tuple[str, dict[str, Any]]] = (), data_source: dict[str, Any] | None = None, *, search: bool = True,
@@ -98,21 +62,13 @@ def open_study(
     verdict, which runs no search trial) enqueues none of them: an fp32 baseline enqueued then
     would wait for a run, which may pin another precision with ``--fix``.
     """
-    wanted = _study_attrs(space, data, data_source)
+    wanted = study_attrs(space, data, data_source)
     try:
         existing = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
         existing = None
     if existing is not None:
-        stored = existing.user_attrs
-        if "search_space" in stored and stored["search_space"] != wanted["search_space"]:
-            raise UserError(
-                f"study {study_name!r} was created with a different search space ({_first_difference(stored['search_space'], wanted['search_space'])}); "
-                "rerun with its original --space (and --model), or pick a new --study-name"
-            )
-        if DATASET_FINGERPRINT_ATTR in stored and stored[DATASET_FINGERPRINT_ATTR] != wanted[DATASET_FINGERPRINT_ATTR]:
-            raise _other_data(study_name, stored, wanted[DATASET_FINGERPRINT_ATTR])
-        check_same_model_files(study_name, stored.get(MODEL_FILES_ATTR), wanted.get(MODEL_FILES_ATTR, {}))
+        check_resumable(existing, space, wanted)
     study = optuna.create_study(
         storage=storage,
         study_name=study_name,

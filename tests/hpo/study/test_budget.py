@@ -87,7 +87,7 @@ def test_workers_opening_a_new_study_at_once_through_a_proxy_run_each_queued_tri
         run_to_budget(opened, lambda trial: (space.suggest(trial), 0.5)[1], n_trials=10)
 
     storage = create_storage(proxy_url)
-    optuna.create_study(study_name="queued", storage=storage)  # the study exists; none of its queue does yet
+    optuna.create_study(study_name="queued", storage=storage, direction="maximize")  # exists; none of its queue does yet
     _each_worker(proxy_url, "queued", worker)
     trials = optuna.load_study(study_name="queued", storage=storage).get_trials()
     ran = [t for t in trials if counts_toward_budget(t)]

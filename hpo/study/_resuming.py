@@ -1,0 +1,78 @@
+"""Whether an existing study may go on with this run's space, data and models: what it stores of them, and the checks.
+
+A study's trials compare only when they searched the same space, on the same data, with the same
+weights: a run that differs in any is refused in one line, before anything is written, rather than
+mixing incomparable trials. So is a study this service did not make (a plain Optuna script's), whose
+trials and direction are not this space's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from hpo._attrs import DATA_SOURCE_ATTR, DATASET_FINGERPRINT_ATTR, LABEL_NAMES_ATTR, MODEL_FILES_ATTR, SEARCH_SPACE_ATTR
+from hpo._errors import UserError
+from hpo.space._space import SearchSpace
+from hpo.study._data import OtherDataError, data_flags
+from hpo.study._model_files import check_same_model_files, space_model_files
+from trial_executor import TextClassificationData
+
+
+def study_attrs(space: SearchSpace, data: TextClassificationData, source: dict[str, Any] | None) -> dict[str, Any]:
+    """What a study stores of the run that made or resumed it (``source``: the data flags; ``None`` keeps those stored)."""
+    attrs = {
+        SEARCH_SPACE_ATTR: space.stored_form(),
+        DATASET_FINGERPRINT_ATTR: data.fingerprint,
+        LABEL_NAMES_ATTR: data.label_names,
+        **({MODEL_FILES_ATTR: models} if (models := space_model_files(space)) else {}),
+    }
+    return attrs if source is None else {**attrs, DATA_SOURCE_ATTR: source}
+
+
+def check_resumable(existing: optuna.Study, space: SearchSpace, wanted: dict[str, Any]) -> None:
+    """Raise :class:`UserError` (or :class:`OtherDataError`) unless ``existing`` may go on with ``space`` and ``wanted``
+    (:func:`study_attrs`)."""
+    name, stored = existing.study_name, existing.user_attrs
+    if not isinstance(stored.get(SEARCH_SPACE_ATTR), dict):  # made elsewhere, or by a run stopped before it stored anything (then empty)
+        directions = [d.name.lower() for d in existing.directions]
+        if directions != space.directions:
+            raise UserError(f"study {name!r} {_goal(directions)}, and this space {_goal(space.directions)}: "
+                            f"{', '.join(space.objective_names)}; pick a new --study-name")
+        trials = len(existing.get_trials(deepcopy=False))
+        if trials:
+            raise UserError(f"study {name!r} holds {trials} trial{'s' * (trials != 1)} this service did not make (no search space is stored on it): "
+                            "its trials are not this space's; pick a new --study-name")
+        return
+    if stored[SEARCH_SPACE_ATTR] != wanted[SEARCH_SPACE_ATTR]:
+        raise UserError(
+            f"study {name!r} was created with a different search space ({_first_difference(stored[SEARCH_SPACE_ATTR], wanted[SEARCH_SPACE_ATTR])}); "
+            "rerun with its original --space (and --model), or pick a new --study-name"
+        )
+    if DATASET_FINGERPRINT_ATTR in stored and stored[DATASET_FINGERPRINT_ATTR] != wanted[DATASET_FINGERPRINT_ATTR]:
+        raise _other_data(name, stored, wanted[DATASET_FINGERPRINT_ATTR])
+    check_same_model_files(name, stored.get(MODEL_FILES_ATTR), wanted.get(MODEL_FILES_ATTR, {}))
+
+
+def _goal(directions: list[str]) -> str:
+    return f"{directions[0]}s one objective" if len(directions) == 1 else f"has {len(directions)} objectives ({', '.join(directions)})"
+
+
+def _other_data(study_name: str, stored: dict[str, Any], fingerprint: str) -> OtherDataError:
+    source = stored.get(DATA_SOURCE_ATTR)
+    ran_on = "" if source is None else f": it ran with {data_flags(source)}"
+    return OtherDataError(
+        f"study {study_name!r} was created on different data (fingerprint {stored[DATASET_FINGERPRINT_ATTR]}, now {fingerprint})"
+        f"{ran_on}; rerun with its original data, or pick a new --study-name",
+        source,
+    )
+
+
+def _first_difference(stored: Any, wanted: Any, where: str = "") -> str:
+    """Where two stored spaces first differ, and how: ``params.batch_size.choices was [16, 32], now [8, 32]``."""
+    if isinstance(stored, dict) and isinstance(wanted, dict):
+        for key in [*stored, *(k for k in wanted if k not in stored)]:
+            if stored.get(key) != wanted.get(key):
+                return _first_difference(stored.get(key), wanted.get(key), f"{where}.{key}" if where else str(key))
+    return f"{where or 'the space'} was {stored!r}, now {wanted!r}"

@@ -1,0 +1,55 @@
+"""A study this service did not make is not taken over: its direction and its trials are not the space's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import SMALL_SPACE
+
+import hpo
+from trial_executor import demo_dataset
+
+DATA = demo_dataset(n_train=64, n_valid=16)
+
+
+def _open(url: str, name: str) -> optuna.Study:
+    return hpo.open_study(hpo.create_storage(url), name, hpo.parse_search_space(SMALL_SPACE), DATA, seed=0)
+
+
+def _untouched(url: str, name: str, trials: int) -> None:
+    study = optuna.load_study(study_name=name, storage=url)
+    assert study.user_attrs == {} and len(study.trials) == trials
+
+
+def test_a_plain_optuna_study_of_another_direction_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    # `optuna create-study` minimises by default: accuracy was then minimised, the sampler steering to the worst trials.
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    optuna.create_study(study_name="mini", storage=url)
+    with pytest.raises(hpo.UserError, match=r"^study 'mini' minimizes one objective, and this space maximizes one objective: "
+                                            r"accuracy; pick a new --study-name$"):
+        _open(url, "mini")
+    _untouched(url, "mini", 0)
+
+
+def test_a_plain_optuna_study_with_trials_is_refused_for_a_run_and_a_verdict(tmp_path: Path) -> None:
+    # Its trials counted toward the budget and one of them was reported as the best (x: 0.89 as "accuracy").
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="plain", storage=url, direction="maximize")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    study.set_user_attr("search_space", "x in [0, 1]")  # a script's own note under the attribute's name
+    refused = r"^study 'plain' holds 2 trials this service did not make \(no search space is stored on it\)"
+    with pytest.raises(hpo.UserError, match=refused):
+        _open(url, "plain")
+    with pytest.raises(hpo.UserError, match=refused):  # it wrote its attributes, then failed three trials with tracebacks
+        hpo.verdict("plain", storage=url, device="cpu", artifact_store=None)
+    left = optuna.load_study(study_name="plain", storage=url)
+    assert len(left.trials) == 2 and left.user_attrs == {"search_space": "x in [0, 1]"}
+
+
+def test_an_empty_study_made_beforehand_in_the_same_direction_is_taken(tmp_path: Path) -> None:
+    """`optuna create-study --direction maximize` first, or a run stopped between making the study and storing its space."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    optuna.create_study(study_name="made", storage=url, direction="maximize")
+    assert "search_space" in _open(url, "made").user_attrs
