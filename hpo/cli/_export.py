@@ -22,7 +22,7 @@ from hpo._errors import UserError
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
 from hpo.reporting._export import export_rows, rows_csv, rows_json
 from hpo.reporting._verdict import verdict_rows
-from hpo.storage._inspect import load_existing_study, open_existing_storage
+from hpo.storage._inspect import load_existing_study, open_existing_storage, sqlite_file_of
 
 PROG = command_prog("export")
 
@@ -47,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.out is None:
             sys.stdout.write(text)
             return 0
+        database = sqlite_file_of(url)
+        if database is not None and Path(args.out).resolve() == database.resolve():
+            raise UserError(f"--out {args.out} is the study's own database (--storage); write the export to another file")
         try:
             Path(args.out).write_text(text, encoding="utf-8")
         except OSError as err:

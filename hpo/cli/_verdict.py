@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _options(args: argparse.Namespace, url: str) -> RunOptions:
     given = {name: getattr(args, name) for name in RunOptions.model_fields if name in vars(args)}
     # As report, export and best: without --study-name, the storage's only study.
-    name = args.study_name or load_existing_study(open_existing_storage(url), url, None).study_name
+    name = args.study_name if args.study_name is not None else load_existing_study(open_existing_storage(url), url, None).study_name
     return RunOptions(**{**given, "storage": url, "study_name": name})
 
 

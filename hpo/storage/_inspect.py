@@ -14,16 +14,22 @@ from hpo._errors import UserError, bounded_list
 from hpo.storage._storage import GRPC_SCHEME, create_storage, mask_url
 
 
-def _require_sqlite_file(url: str) -> None:
-    # Reading must not leave an empty database behind, which opening a missing SQLite file would.
+def sqlite_file_of(url: str) -> Path | None:
+    """The file of an SQLite storage URL; ``None`` for another database, an in-memory one or a malformed URL."""
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
-        return  # create_storage explains a malformed URL
+        return None  # create_storage explains a malformed URL
     if parsed.drivername == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        path = Path(parsed.database).expanduser()
-        if not path.is_file():
-            raise UserError(f"no SQLite database at {path}; pass the --storage the study was run with")
+        return Path(parsed.database).expanduser()
+    return None
+
+
+def _require_sqlite_file(url: str) -> None:
+    # Reading must not leave an empty database behind, which opening a missing SQLite file would.
+    path = sqlite_file_of(url)
+    if path is not None and not path.is_file():
+        raise UserError(f"no SQLite database at {path}; pass the --storage the study was run with")
 
 
 def _require_optuna_tables(url: str) -> None:

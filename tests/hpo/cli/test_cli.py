@@ -189,6 +189,12 @@ def test_best_and_export_errors_are_one_line(tmp_path: Path, capsys: pytest.Capt
     err = capsys.readouterr().err
     assert f"error: cannot write --out {out}: No such file or directory" in err and err.count("\n") == 1
     assert not out.parent.exists()
+    # --out naming the storage's own file wrote the CSV over the database: the study was gone.
+    before = (tmp_path / "e.db").read_bytes()
+    assert hpo_main(["export", "--storage", url, "--study-name", "empty", "--format", "csv", "--out", str(tmp_path / "." / "e.db")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: --out {tmp_path / '.' / 'e.db'} is the study's own database (--storage); write the export to another file" in err
+    assert (tmp_path / "e.db").read_bytes() == before
 
 
 def test_reading_an_sqlite_study_leaves_nothing_beside_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -230,6 +236,9 @@ def test_without_study_name_the_commands_read_the_storages_only_study(
         assert hpo_main([*argv, "--storage", url]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert '"study": "only"' in out and (tmp_path / "hpo-report-only" / "report.md").is_file()
+    # An empty name is not "no name": the verdict took the only study and trained 9 trials.
+    assert hpo_main(["verdict", "--storage", url, "--study-name", ""]) == 2
+    assert capsys.readouterr().err.strip().endswith(": error: --study-name is empty; pass a name such as sst2-precision")
     optuna.create_study(study_name="other", storage=url)
     for command in ("best", "export", "report"):
         assert hpo_main([command, "--storage", url, *(["--format", "csv"] if command == "export" else [])]) == 2
