@@ -10,6 +10,8 @@ from optuna.trial import FrozenTrial
 
 from hpo._errors import UserError, bounded_list
 from hpo._ranking import best_trials, ranked_trials
+from hpo.space._fixes import same_value
+from hpo.space._params import CategoricalParam, same_choice
 from hpo.space._space import SearchSpace
 from hpo.storage._inspect import open_existing_storage
 from hpo.storage._storage import mask_url
@@ -39,12 +41,18 @@ def fitting_params(trial: FrozenTrial, space: SearchSpace, source_name: str) -> 
     Params the space no longer searches are left out; params the trial lacks are sampled.
     A value outside the space skips the trial: it is never moved into the range.
     """
-    params = {name: value for name, value in trial.params.items() if name in space.params}
-    for name, value in params.items():
-        if not space.params[name].contains(value):
-            _notice(f"trial {trial.number} of {source_name!r} skipped: {name}={value!r} is outside the "
-                    f"space's {space.params[name].describe()}")
+    params = {}
+    for name, value in trial.params.items():
+        if name not in space.params:
+            continue
+        param = space.params[name]
+        if isinstance(param, CategoricalParam):  # fp32 under another name (none, no) is the space's fp32
+            value = next((c for c in param.choices if same_choice(c, value) or (isinstance(c, str) and same_value(name, c, value))), value)
+        problem = param.problem_with(value, within="the space's range")
+        if problem:
+            _notice(f"trial {trial.number} of {source_name!r} skipped: {name}={value!r} {problem}")
             return None
+        params[name] = value
     if not params:
         _notice(f"trial {trial.number} of {source_name!r} skipped: it shares no searched parameter with this space")
         return None

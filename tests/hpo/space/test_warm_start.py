@@ -148,6 +148,23 @@ def test_warm_start_enqueues_the_best_trials_that_fit_once(tmp_path: Path, capsy
     assert notices[0] == "warm start: trial 0 of 'earlier' skipped: learning_rate=0.5 is outside the space's range [0.0005, 0.002]"
 
 
+def test_warm_start_takes_fp32_under_any_name_and_names_a_value_off_the_step_grid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trial run as 'no' (accelerate's fp32) was skipped as outside [fp32, bf16]; a rate inside the range but off the grid
+    was called outside the range."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    earlier = optuna.create_study(storage=url, study_name="earlier", direction="maximize")
+    precision = optuna.distributions.CategoricalDistribution(["no", "bf16"])
+    for value, lr in ((0.9, 1.5e-3), (0.8, 1.234e-3)):
+        earlier.add_trial(optuna.trial.create_trial(params={"fp_precision": "no", "learning_rate": lr}, value=value, distributions={
+            "fp_precision": precision, "learning_rate": FloatDistribution(1e-4, 1e-2)}))
+    space = parse_search_space({**SPACE, "params": {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]},
+                                                    "learning_rate": {"type": "float", "low": 5e-4, "high": 2e-3, "step": 5e-4}}})
+    prepared = prepare_study(space, DATA, RunOptions(storage=url, study_name="new", warm_start="earlier", warm_start_trials=2))
+    assert _waiting(prepared.study)[0].system_attrs["fixed_params"] == {"fp_precision": "fp32", "learning_rate": 1.5e-3}
+    notices = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warm start:")]
+    assert notices == ["warm start: trial 1 of 'earlier' skipped: learning_rate=0.001234 is not on the step grid (low 0.0005, step 0.0005)"]
+
+
 @pytest.mark.postgres
 def test_warm_start_on_postgres_once_across_workers(pg_database: str) -> None:
     _earlier_study(pg_database, {1e-3: 0.8, 2e-3: 0.7})
