@@ -119,8 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="first run the best trials of this earlier study in the same storage (their params that fit the space; once per study)",
     )
     parser.add_argument(
-        "--warm-start-trials", type=_positive_int, default=DEFAULT_WARM_START_TRIALS,
-        help="how many of --warm-start's best trials to run (default: %(default)s)",
+        "--warm-start-trials", type=_positive_int, default=None,
+        help=f"how many of --warm-start's best trials to run (default: {DEFAULT_WARM_START_TRIALS})",
     )
     parser.add_argument(
         "--verdict", type=at_least(2), default=None, metavar="SEEDS",
@@ -319,6 +319,10 @@ def options_of(args: argparse.Namespace) -> RunOptions:
     """The run's options from its flags, checked (:class:`RunOptions`); ``--mixed-precision`` joins ``--fix``."""
     fix = args.fix + ([f"fp_precision={MIXED_PRECISION[args.mixed_precision]}"] if args.mixed_precision else [])
     given = {name: getattr(args, name) for name in RunOptions.model_fields if name in vars(args)}
+    if args.warm_start_trials is None:
+        del given["warm_start_trials"]  # RunOptions' default
+    elif args.warm_start is None:
+        raise UserError("--warm-start-trials says how many of --warm-start's trials run: add --warm-start STUDY, or drop it")
     # --ray alone is "" (a cluster started here), as ray=True is for optimize().
     ray = False if args.ray is None else (args.ray or True)
     return RunOptions(**{**given, "fix": tuple(fix), "track": tuple(map(tuple, args.track)), "ray": ray})

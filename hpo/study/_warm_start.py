@@ -23,7 +23,11 @@ def load_warm_start_source(url: str, source: str, study_name: str) -> optuna.Stu
     """The earlier study named ``source`` in the storage at ``url``; checked before anything is written."""
     if source == study_name:
         raise UserError(f"--warm-start {source!r} names the study being run; pass an earlier study's name")
-    storage = open_existing_storage(url)
+    try:
+        storage = open_existing_storage(url)
+    except UserError as err:  # a new study's storage, not made yet: the problem is where the earlier study is
+        raise UserError(f"--warm-start {source!r} reads the earlier study from this run's --storage, which holds none "
+                        f"({str(err).split(';')[0]}); run with the --storage that holds it") from None
     names = optuna.get_all_study_names(storage)
     if source not in names:
         raise UserError(f"--warm-start: no study {source!r} in {mask_url(url)}; studies found: {bounded_list(sorted(names))}")

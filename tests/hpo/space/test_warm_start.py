@@ -181,7 +181,13 @@ def test_unknown_warm_start_study_is_one_line_and_writes_nothing(tmp_path: Path,
     data = write_tsv(tmp_path / "d.tsv", list(zip(*make_synthetic_reviews(40, seed=1), strict=True)))
     assert main([*cli_args(f"sqlite:///{db}", space, data, "--warm-start", "nope")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no SQLite database" in err[0] and not db.exists()
+    assert len(err) == 1 and err[0].endswith(f"error: --warm-start 'nope' reads the earlier study from this run's --storage, which holds "
+                                             f"none (no SQLite database at {db}); run with the --storage that holds it") and not db.exists()
+    # --warm-start-trials alone was ignored without a word.
+    assert main([*cli_args(f"sqlite:///{db}", space, data, "--warm-start-trials", "2")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("error: --warm-start-trials says how many of --warm-start's trials run: add --warm-start STUDY, "
+                                             "or drop it") and not db.exists()
     _earlier_study(f"sqlite:///{db}", {1e-3: 0.8})
     assert main([*cli_args(f"sqlite:///{db}", space, data, "--warm-start", "nope")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
