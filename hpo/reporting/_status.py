@@ -112,7 +112,8 @@ def status_lines(status: StudyStatus) -> list[str]:
     apart = [f"{n} {what}" for n, what in ((status.skipped, "skipped as unsupported"), (status.not_run, "not run: the budget was held")) if n]
     if apart:
         shown[1] += f" (of them, {', '.join(apart)})"
-    lines = [f"{status.name}  ({goal})", f"  trials: {sum(status.counts.values())}: {', '.join(shown)}"]
+    # A name with a newline or a terminal escape is shown quoted, as the run shows it: raw, it broke the listing.
+    lines = [f"{status.name if status.name.isprintable() else repr(status.name)}  ({goal})", f"  trials: {sum(status.counts.values())}: {', '.join(shown)}"]
     if not status.best:
         lines.append("  best: none yet (no completed trial meets the objectives and constraints)")
     elif len(status.objectives) == 1:

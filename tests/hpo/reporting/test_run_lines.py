@@ -95,3 +95,12 @@ def test_status_counts_verdict_trials_on_their_own_line_only() -> None:
     assert lines[1] == "  trials: 2: complete 2, pruned 0, fail 0, running 0", lines
     assert "  verdict trials: 2: complete 2 (not counted against --n-trials)" in lines
     assert "  best: trial 0  value=0.8" in lines
+
+
+def test_status_quotes_a_study_name_that_would_break_its_line() -> None:
+    from hpo.reporting._status import status_lines, study_status
+
+    storage = optuna.storages.InMemoryStorage()
+    for name in ("plain name", "line1\nline2\x1b[31mRED"):
+        study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
+        assert status_lines(study_status(storage, study))[0] == f"{name if name == 'plain name' else repr(name)}  (maximize value)"
