@@ -127,7 +127,8 @@ def trial_row(trial: FrozenTrial, names: list[str]) -> dict[str, Any]:
     values = trial.values or [None] * len(names)
     row.update({f"values.{name}": value for name, value in zip(names, values, strict=True)})
     row.update(flatten(trial.params, "params."))
-    row.update(flatten(trial.user_attrs))
+    # An attribute set by hand under a column's name (state, say) is kept beside the column, never over it.
+    row.update({key if key not in row else f"user_attrs.{key}": value for key, value in flatten(trial.user_attrs).items()})
     return row
 
 
@@ -157,8 +158,14 @@ def rows_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def rows_json(rows: list[dict[str, Any]]) -> str:
-    # NaN and inf are not JSON: they become null.
+    # NaN and inf are not JSON: they become null, inside lists and objects too.
     def clean(value: Any) -> Any:
-        return None if isinstance(value, float) and not math.isfinite(value) else value
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, (list, tuple)):
+            return [clean(item) for item in value]
+        if isinstance(value, dict):
+            return {key: clean(item) for key, item in value.items()}
+        return value
 
-    return json.dumps([{key: clean(value) for key, value in row.items()} for row in rows], indent=2, default=str) + "\n"
+    return json.dumps([clean(row) for row in rows], indent=2, default=str, allow_nan=False) + "\n"

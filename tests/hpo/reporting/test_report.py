@@ -150,3 +150,17 @@ def test_an_alias_of_fp32_is_reported_as_fp32() -> None:
     rows = {row.precision: row for row in report.rows}
     assert set(rows) == {"fp32", "bf16"}
     assert rows["bf16"].speedup == pytest.approx(1.5)
+
+
+def test_json_export_is_json_and_an_attribute_never_overwrites_a_column() -> None:
+    """A NaN inside a list attribute was written as a bare NaN (invalid JSON); an attribute named state replaced the state."""
+    import json
+
+    from hpo.reporting._export import export_rows, rows_json
+
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=0.5, user_attrs={"state": "mine", "losses": [1.0, float("nan")],
+                                                                     "nested": {"x": [float("inf")]}}))
+    (row,) = json.loads(rows_json(export_rows(study)))
+    assert row["state"] == "COMPLETE" and row["user_attrs.state"] == "mine"
+    assert row["losses"] == [1.0, None] and row["nested.x"] == [None]
