@@ -31,13 +31,14 @@ def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:
         if not sep or not name or not text:
             raise SearchSpaceError(f"--fix {item!r}: expected NAME=VALUE, e.g. --fix batch_size=16")
         if name not in space.params:
+            flag = "--fix fp_precision (or --mixed-precision)" if name == "fp_precision" else f"--fix {name}"
             if name in space.fixed:
                 # A fixed value is part of what the study's trials mean: another one is another study.
                 raise SearchSpaceError(
-                    f"--fix {name}: it is already fixed in the space (fixed.{name}: {space.fixed[name]!r}); to change it, "
+                    f"{flag}: it is already fixed in the space (fixed.{name}: {space.fixed[name]!r}); to change it, "
                     f"copy the space's YAML, edit fixed.{name} and pass the copy with --space and a new --study-name"
                 )
-            raise SearchSpaceError(f"--fix {name}: not a searched parameter of the space{suggest_key(name, list(space.params))}")
+            raise SearchSpaceError(f"{flag}: not a searched parameter of the space{suggest_key(name, list(space.params))}")
         value = _parse_value(name, space.params[name], text)
         try:
             TrainConfig(**{**space.fixed, name: value})

@@ -86,6 +86,8 @@ def resolve_space(
     else:
         raise UserError(f"space must be a YAML file's path, a mapping or an hpo.SearchSpace, got {space!r}"[:200] + "; pass one of them")
     if model is not None:
+        if any(item.partition("=")[0].strip() == "model" for item in fix):
+            raise SearchSpaceError(f"--model {model} and --fix model both pick the model; pass one of them")
         resolved = with_model(resolved, model)
     if fix:
         resolved = resolved.with_fixes({**resolved.fixes, **resolved.parse_fixes(list(fix))})

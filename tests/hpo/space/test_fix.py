@@ -106,3 +106,14 @@ def test_fix_reaches_every_trial(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main([*base, "--n-trials", "4", "--fix", "batch_size=17"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not one of the choices [16, 32]" in err
+
+
+def test_the_message_names_the_flags_the_user_typed() -> None:
+    """--mixed-precision becomes --fix fp_precision, and --model fixes the model: messages named only --fix, or the file."""
+    from hpo.space._resolving import resolve_space
+
+    fixed_precision = _space(params={k: v for k, v in SMALL_SPACE["params"].items() if k != "fp_precision"})
+    with pytest.raises(SearchSpaceError, match=r"^--fix fp_precision \(or --mixed-precision\): not a searched parameter of the space"):
+        fixed_precision.parse_fixes(["fp_precision=bf16"])
+    with pytest.raises(SearchSpaceError, match=r"^--model tiny-distilbert and --fix model both pick the model; pass one of them$"):
+        resolve_space(SMALL_SPACE, model="tiny-distilbert", fix=["model=tiny-bert"])
