@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hpo._errors import suggest_key
-from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
+from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError, same_choice
 from trial_executor import PRECISION_ALIASES, TrainConfig
 
 if TYPE_CHECKING:
@@ -20,6 +20,12 @@ def canonical_precision(value: Any) -> Any:
 def same_value(name: str, a: Any, b: Any) -> bool:
     """Whether ``a`` and ``b`` are one value of parameter ``name`` (``fp_precision``: fp32 under any of its names)."""
     return a == b or (name == "fp_precision" and canonical_precision(a) == canonical_precision(b))
+
+
+def same_choice_of(name: str, choice: Any, value: Any) -> bool:
+    """Whether ``value`` is ``choice`` of parameter ``name``: equal and of one type (``True`` is no ``1``), or fp32 under
+    another of its names (``fp_precision``'s ``none``, ``no``)."""
+    return same_choice(choice, value) or (isinstance(choice, str) and same_value(name, choice, value))
 
 
 def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from pydantic import BaseModel
 
 from hpo._errors import suggest_key
 from hpo._process import usable_cpus
-from hpo.space._fixes import canonical_precision, same_value
+from hpo.space._fixes import canonical_precision, same_choice_of
 from hpo.space._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective
-from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError, same_choice
+from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
 from hpo.space._space import (
     DEFAULT_SPACE,
     RESERVED_KEYS,
@@ -121,7 +121,7 @@ def _check_repeated_choice(name: str, p: CategoricalParam | FloatParam | IntPara
         return None
     for i, choice in enumerate(p.choices):
         # fp_precision's aliases count as fp32: [fp32, none] would sample fp32 twice as often.
-        twin = next((e for e in p.choices[:i] if same_choice(choice, e) or (isinstance(e, str) and same_value(name, choice, e))), None)
+        twin = next((earlier for earlier in p.choices[:i] if same_choice_of(name, earlier, choice)), None)
         if twin is not None:
             twice = f"{choice!r} twice" if twin == choice else f"fp32 twice ({twin!r} and {choice!r} are both fp32)"
             return f"params.{name}.choices lists {twice}; list each choice once"

@@ -10,8 +10,8 @@ from optuna.trial import FrozenTrial
 
 from hpo._errors import UserError, bounded_list
 from hpo._ranking import best_trials, ranked_trials
-from hpo.space._fixes import same_value
-from hpo.space._params import CategoricalParam, same_choice
+from hpo.space._fixes import same_choice_of
+from hpo.space._params import CategoricalParam
 from hpo.space._space import SearchSpace
 from hpo.storage._inspect import open_existing_storage
 from hpo.storage._storage import mask_url
@@ -51,7 +51,7 @@ def fitting_params(trial: FrozenTrial, space: SearchSpace, source_name: str) -> 
             continue
         param = space.params[name]
         if isinstance(param, CategoricalParam):  # fp32 under another name (none, no) is the space's fp32
-            value = next((c for c in param.choices if same_choice(c, value) or (isinstance(c, str) and same_value(name, c, value))), value)
+            value = next((choice for choice in param.choices if same_choice_of(name, choice, value)), value)
         problem = param.problem_with(value, within="the space's range")
         if problem:
             _notice(f"trial {trial.number} of {source_name!r} skipped: {name}={value!r} {problem}")
