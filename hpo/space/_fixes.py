@@ -28,6 +28,13 @@ def same_choice_of(name: str, choice: Any, value: Any) -> bool:
     return same_choice(choice, value) or (isinstance(choice, str) and same_value(name, choice, value))
 
 
+def as_choice(name: str, param: CategoricalParam | FloatParam | IntParam, value: Any) -> Any:
+    """``value`` as ``param``'s own choice (fp32 under the name the space lists it by); else ``value`` unchanged."""
+    if not isinstance(param, CategoricalParam):
+        return value
+    return next((choice for choice in param.choices if same_choice_of(name, choice, value)), value)
+
+
 def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:
     """See :meth:`hpo.space._space.SearchSpace.parse_fixes`."""
     fixes: dict[str, Any] = {}

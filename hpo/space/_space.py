@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, get_args
 import optuna
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from hpo.space._fixes import canonical_precision, parse_fixes
+from hpo.space._fixes import as_choice, canonical_precision, parse_fixes
 from hpo.space._measures import NamedObjective, Objective, Strict
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
 from trial_executor import METRICS, PRECISIONS, TASK_METRICS, TASKS
@@ -250,6 +250,10 @@ class SearchSpace(Strict):
         non-searched name, or a value out of bounds.
         """
         return parse_fixes(self, items)
+
+    def enqueued_params(self) -> list[dict[str, Any]]:
+        """The ``enqueue`` entries, each value as the space's own choice (``none`` for fp32 becomes the space's fp32)."""
+        return [{name: as_choice(name, self.params[name], value) for name, value in entry.items()} for entry in self.enqueue]
 
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         """Sample every parameter (enqueued trials get their enqueued values)."""

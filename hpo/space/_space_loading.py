@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from hpo._errors import suggest_key
 from hpo._process import usable_cpus
-from hpo.space._fixes import canonical_precision, same_choice_of
+from hpo.space._fixes import as_choice, canonical_precision, same_choice_of
 from hpo.space._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
 from hpo.space._space import (
@@ -178,7 +178,7 @@ def _check_enqueue(space: SearchSpace) -> str | None:
             where = f"enqueue[{index}].{name}"
             if name not in space.params:
                 return f"{where}: not a searched parameter{suggest_key(str(name), list(space.params))}; enqueue sets params only"
-            if not space.params[name].contains(value):
+            if not space.params[name].contains(as_choice(name, space.params[name], value)):
                 return f"{where}: {value!r} is not a value of the searched {space.params[name].describe()}"
     return None
 

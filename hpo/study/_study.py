@@ -83,7 +83,7 @@ def open_study(
     # Known-good configurations run before the baseline: they are there to find a good model early,
     # and the baseline, the speed reference, serves as well later. A --fix pins its param in them too.
     if search:
-        listed = [(f"space:{i}", {**params, **space.fixes}) for i, params in enumerate(space.enqueue)]
+        listed = [(f"space:{i}", {**params, **space.fixes}) for i, params in enumerate(space.enqueued_params())]
         enqueue_once(study, storage, [*listed, *known_good])
         _enqueue_baseline(study, space, storage)
     return study

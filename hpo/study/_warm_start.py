@@ -10,8 +10,7 @@ from optuna.trial import FrozenTrial
 
 from hpo._errors import UserError, bounded_list
 from hpo._ranking import best_trials, ranked_trials
-from hpo.space._fixes import same_choice_of
-from hpo.space._params import CategoricalParam
+from hpo.space._fixes import as_choice
 from hpo.space._space import SearchSpace
 from hpo.storage._inspect import open_existing_storage
 from hpo.storage._storage import mask_url
@@ -50,8 +49,7 @@ def fitting_params(trial: FrozenTrial, space: SearchSpace, source_name: str) -> 
         if name not in space.params:
             continue
         param = space.params[name]
-        if isinstance(param, CategoricalParam):  # fp32 under another name (none, no) is the space's fp32
-            value = next((choice for choice in param.choices if same_choice_of(name, choice, value)), value)
+        value = as_choice(name, param, value)  # fp32 under another name (none, no) is the space's fp32
         problem = param.problem_with(value, within="the space's range")
         if problem:
             _notice(f"trial {trial.number} of {source_name!r} skipped: {name}={value!r} {problem}")

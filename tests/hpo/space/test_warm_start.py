@@ -106,6 +106,15 @@ def test_a_fix_pins_its_param_in_enqueued_trials_too(tmp_path: Path) -> None:
     assert [t.system_attrs["fixed_params"] for t in _waiting(study)] == [{"learning_rate": 1e-3, "batch_size": 16}]
 
 
+def test_an_enqueued_fp32_under_another_name_runs_as_the_spaces_fp32(tmp_path: Path) -> None:
+    """--fix fp_precision=none matched the space's fp32; an enqueue entry saying none was refused as no choice."""
+    precisions = {"type": "categorical", "choices": ["fp32", "bf16"]}
+    space = parse_search_space({**SPACE, "params": {**SPACE["params"], "fp_precision": precisions},
+                                "enqueue": [{"fp_precision": "none", "learning_rate": 1e-3}]})
+    study = open_study(create_storage(f"sqlite:///{tmp_path / 'n.db'}"), "n", space, DATA, 0)
+    assert _waiting(study)[0].system_attrs["fixed_params"] == {"fp_precision": "fp32", "learning_rate": 1e-3}
+
+
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
