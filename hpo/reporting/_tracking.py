@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import HARDWARE_ATTR, MLFLOW_RUN_ID_ATTR, STEPS_ATTR, TENSORBOARD_RUN_ATTR, config_or_params
@@ -94,6 +95,28 @@ def _refused(uri: str, err: Exception) -> UserError:
     )
 
 
+_DATABASE_BACKENDS = ("sqlite", "postgresql", "mysql", "mssql")
+
+
+def _open_database_once(uri: str) -> None:
+    """A database store opened once, as MLflow opens it (a SQLite file's directories made first), without MLflow's own
+    15 tries over two minutes, each a 4-line warning; raises what opening raised."""
+    try:
+        url = sqlalchemy.engine.make_url(uri)
+    except sqlalchemy.exc.ArgumentError:
+        return  # not a database URI (http, databricks, ...): MLflow's client checks it
+    if url.get_backend_name() not in _DATABASE_BACKENDS:
+        return
+    sqlite = url.get_backend_name() == "sqlite"
+    if sqlite and url.database not in (None, "", ":memory:"):
+        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool, connect_args={} if sqlite else {"connect_timeout": 10})
+    try:
+        sqlalchemy.inspect(engine)
+    finally:
+        engine.dispose()
+
+
 class MlflowTracker:
     """One MLflow run per trial, in the experiment named after the study.
 
@@ -104,6 +127,7 @@ class MlflowTracker:
 
     def __init__(self, study_name: str, tracking_uri: str | None = None) -> None:
         try:
+            import mlflow
             from mlflow.tracking import MlflowClient
         except ImportError:
             raise UserError(f"--track mlflow needs the optional package mlflow; {INSTALL_HINT}") from None
@@ -111,6 +135,7 @@ class MlflowTracker:
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "MLflow's default (sqlite:///mlflow.db)"
         with _bounded_mlflow_requests():
             try:
+                _open_database_once(tracking_uri or mlflow.get_tracking_uri())
                 self.client = MlflowClient(tracking_uri=tracking_uri)
                 self.experiment_id = self._experiment(study_name)
             except Exception as err:

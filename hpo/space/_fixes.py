@@ -43,8 +43,8 @@ def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:
         name, text = name.strip(), text.strip()
         if not sep or not name or not text:
             raise SearchSpaceError(f"--fix {item!r}: expected NAME=VALUE, e.g. --fix batch_size=16")
+        flag = _flag(name)
         if name not in space.params:
-            flag = "--fix fp_precision (or --mixed-precision)" if name == "fp_precision" else f"--fix {name}"
             if name in space.fixed:
                 # A fixed value is part of what the study's trials mean: another one is another study.
                 raise SearchSpaceError(
@@ -56,10 +56,9 @@ def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:
         try:
             TrainConfig(**{**space.fixed, name: value})
         except ValueError as err:
-            raise SearchSpaceError(f"--fix {name}={text}: {err}") from None
+            raise SearchSpaceError(f"{_flag(name, text)}: {err}") from None
         if name in fixes and fixes[name] != value:  # the last one winning would silently drop the other
-            also = " (--mixed-precision fixes it too)" if name == "fp_precision" else ""
-            raise SearchSpaceError(f"--fix {name} is given two values, {fixes[name]!r} and {value!r}{also}; keep one")
+            raise SearchSpaceError(f"{flag} is given two values, {fixes[name]!r} and {value!r}; keep one")
         fixes[name] = value
     return fixes
 
@@ -76,9 +75,15 @@ def _matches(name: str, choice: Any, text: str) -> bool:
     return same_value(name, choice, text)
 
 
+def _flag(name: str, text: str | None = None) -> str:
+    """How the user gave a fix: the command line's --mixed-precision arrives as a --fix of fp_precision, so both are named."""
+    given = f"--fix {name}" if text is None else f"--fix {name}={text}"
+    return f"{given} (or --mixed-precision)" if name == "fp_precision" else given
+
+
 def _parse_value(name: str, p: CategoricalParam | FloatParam | IntParam, text: str) -> Any:
     """``text`` read with the parameter's type and checked against its choices or range (:meth:`problem_with`)."""
-    where = f"--fix {name}={text}"
+    where = _flag(name, text)
     value: Any
     if isinstance(p, CategoricalParam):
         # Unmatched, the text itself is checked: it is no choice, and the message lists them.

@@ -106,7 +106,7 @@ CASES: dict[str, tuple[Any, str]] = {
     "a data flag without --data": (lambda c: ["--text-column", "sentence"], "--text-column needs --data; pass the training file too"),
     "--mixed-precision against --fix fp_precision": (
         lambda c: ["--mixed-precision", "bf16", "--fix", "fp_precision=fp32"],
-        "--fix fp_precision is given two values, 'fp32' and 'bf16' (--mixed-precision fixes it too); keep one"),
+        "--fix fp_precision (or --mixed-precision) is given two values, 'fp32' and 'bf16'; keep one"),
     "--fix twice with two values": (
         lambda c: ["--fix", "learning_rate=0.002", "--fix", "learning_rate=0.003"],
         "--fix learning_rate is given two values, 0.002 and 0.003; keep one"),

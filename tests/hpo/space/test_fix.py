@@ -34,7 +34,7 @@ def test_values_take_the_params_type_and_bounds() -> None:
         ("learning_rate=0.1", "--fix learning_rate=0.1: outside the searched range [0.0005, 0.002]"),
         ("learning_rate=fast", "--fix learning_rate=fast: expected a number"),
         ("batch_size", "--fix 'batch_size': expected NAME=VALUE"),
-        ("fp_precision=fp8", "--fix fp_precision=fp8: not one of the choices"),
+        ("fp_precision=fp8", "--fix fp_precision=fp8 (or --mixed-precision): not one of the choices"),
     ],
 )
 def test_bad_fixes_are_one_line(item: str, message: str) -> None:
