@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from hpo._attrs import stored_data_source, stored_space
+from hpo._errors import UserError
 from hpo.reporting._dashboard_view import name_objectives, note_skipped
 from hpo.reporting._tracking import Tracker, Tracking, make_trackers
 from hpo.reporting._verdict import Verdict, build_verdict, store_verdict
@@ -37,6 +38,7 @@ from hpo.study._options import DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunHooks, R
 from hpo.study._ray_workers import RayCluster, RayRun, TrialWatcher, connect, plan, start_workers, wait_for_workers
 from hpo.study._verdict import (
     DEFAULT_VERDICT_SEEDS,
+    check_verdict_arguments,
     enqueue_verdict,
     for_the_budget,
     plan_verdict,
@@ -312,6 +314,9 @@ def optimize(
         artifact_store=artifact_store, keep_checkpoints=keep_checkpoints, max_retry=max_retry, track=track, warm_start=warm_start,
         warm_start_trials=warm_start_trials, ray=ray, workers=workers, gpus_per_trial=gpus_per_trial, verdict=verdict,
     )
+    if workers is not None and ray is False:  # the command's --workers starts processes itself; here, only Ray does
+        raise UserError(f"workers={workers} needs ray (ray=True, or a cluster's address); for worker processes on this machine, "
+                        f"run python -m hpo run --workers {workers}")
     hooks = RunHooks(on_trial_finished=on_trial_finished)  # checked here: a hook that cannot be called is refused before the study is written
     run = open_run(space, data, options)
     run_prepared(run, hooks)
@@ -384,6 +389,7 @@ def verdict(
     ``data`` and ``data_options`` (:func:`resolve_data`'s arguments) default to the file and flags the study last ran
     with, ``space`` to its own (see :func:`open_existing`); ``seed`` is the study's ``--seed``.
     """
+    check_verdict_arguments(seeds, precisions, trial)
     options = RunOptions(
         storage=resolve_storage_url(storage), study_name=study_name, seed=seed, device=device, cache_dir=cache_dir,
         artifact_store=artifact_store, max_retry=max_retry, **data_options,

@@ -143,6 +143,16 @@ def source_trial(study: optuna.Study, trial_number: int | None = None) -> Frozen
     return best[0]
 
 
+def check_verdict_arguments(seeds: Any, precisions: Any, trial: Any) -> None:
+    """:func:`hpo.verdict`'s arguments of the right types, else one :class:`UserError` (the command's parser checks its flags)."""
+    whole = [(name, value) for name, value in (("seeds", seeds), ("trial", trial)) if value is not None]
+    for name, value in whole:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"{name} must be a whole number, got {value!r}; pass e.g. {name}={3 if name == 'seeds' else 0}")
+    if precisions is not None and (isinstance(precisions, str) or not all(isinstance(p, str) for p in precisions)):
+        raise UserError(f"precisions must be a list of precision names, got {precisions!r}; pass e.g. precisions=['fp32', 'bf16']")
+
+
 def plan_verdict(
     study: optuna.Study, support: dict[str, str | None], *, seeds: int = DEFAULT_VERDICT_SEEDS,
     precisions: Sequence[str] | None = None, trial_number: int | None = None,

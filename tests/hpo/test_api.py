@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,15 @@ def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path: Path) -> 
     # A hook that cannot be called: a TypeError once the first trial had trained.
     with pytest.raises(hpo.UserError, match=r"^on_trial_finished must be a function or None, got 5; pass a function, or leave it out$"):
         hpo.optimize(TINY, storage=f"sqlite:///{db}", on_trial_finished=5)  # type: ignore[arg-type]
+    # workers without Ray ran one process, without a word.
+    with pytest.raises(hpo.UserError, match=r"^workers=2 needs ray \(ray=True, or a cluster's address\); for worker processes on this machine, "
+                                            r"run python -m hpo run --workers 2$"):
+        hpo.optimize(TINY, storage=f"sqlite:///{db}", workers=2)
+    # Wrong types for the verdict: a TypeError from deep inside, or a string read as its letters (--precisions: unknown b, f, 1, 6).
+    for arguments, said in (({"seeds": "3"}, "seeds must be a whole number, got '3'"), ({"trial": "1"}, "trial must be a whole number, got '1'"),
+                            ({"precisions": "bf16"}, "precisions must be a list of precision names, got 'bf16'")):
+        with pytest.raises(hpo.UserError, match=f"^{re.escape(said)}; pass e.g."):
+            hpo.verdict("nb", storage=f"sqlite:///{db}", **arguments)  # type: ignore[arg-type]
     assert not db.exists()
 
 
