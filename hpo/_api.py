@@ -20,7 +20,6 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from hpo._attrs import stored_data_source, stored_space
-from hpo._errors import UserError
 from hpo.reporting._dashboard_view import name_objectives, note_skipped
 from hpo.reporting._tracking import Tracker, Tracking, make_trackers
 from hpo.reporting._verdict import Verdict, build_verdict, store_verdict
@@ -314,9 +313,7 @@ def optimize(
         artifact_store=artifact_store, keep_checkpoints=keep_checkpoints, max_retry=max_retry, track=track, warm_start=warm_start,
         warm_start_trials=warm_start_trials, ray=ray, workers=workers, gpus_per_trial=gpus_per_trial, verdict=verdict,
     )
-    if workers is not None and ray is False:  # the command's --workers starts processes itself; here, only Ray does
-        raise UserError(f"workers={workers} needs ray (ray=True, or a cluster's address); for worker processes on this machine, "
-                        f"run python -m hpo run --workers {workers}")
+    options.check_workers_from_python()
     hooks = RunHooks(on_trial_finished=on_trial_finished)  # checked here: a hook that cannot be called is refused before the study is written
     run = open_run(space, data, options)
     run_prepared(run, hooks)

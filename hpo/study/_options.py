@@ -136,6 +136,12 @@ class RunOptions(BaseModel):
         check_device(self.device)
         return self
 
+    def check_workers_from_python(self) -> None:
+        """:func:`hpo.optimize`'s ``workers`` needs Ray: the command's ``--workers`` starts its processes itself."""
+        if self.workers is not None and self.ray is False:
+            raise UserError(f"workers={self.workers} needs ray (ray=True, or a cluster's address); for worker processes on this "
+                            f"machine, run python -m hpo run --workers {self.workers}")
+
     @property
     def url(self) -> str:
         """The storage URL this run opens (:func:`hpo.storage.resolve_storage_url`)."""
