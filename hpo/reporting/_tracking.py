@@ -279,9 +279,11 @@ def parse_track(items: Iterable[str | Sequence[str]]) -> list[tuple[str, str | N
         if kind not in TRACK_KINDS:
             raise UserError(f"--track: unknown tracker {kind!r}; use --track mlflow or --track tensorboard DIR")
         if kind == "tensorboard" and len(rest) != 1:
-            raise UserError("--track tensorboard needs a directory: --track tensorboard DIR")
+            raise UserError("--track tensorboard needs a directory: --track tensorboard DIR (in Python: track=[('tensorboard', DIR)])")
         if kind == "mlflow" and len(rest) > 1:
             raise UserError("--track mlflow takes at most a tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlflow.db)")
+        if any(kind == earlier for earlier, _ in parsed):  # a trial records one run of each (mlflow_run_id, tensorboard_run)
+            raise UserError(f"--track {kind} is given twice; a trial records one run of each tracker: keep one")
         parsed.append((kind, rest[0] if rest else None))
     return parsed
 

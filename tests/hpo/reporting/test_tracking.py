@@ -73,6 +73,8 @@ def test_tensorboard_gets_one_event_directory_per_trial(tmp_path: Path) -> None:
     [
         (["--track", "tensorboard"], "--track tensorboard needs a directory"),
         (["--track", "wandb"], "unknown tracker 'wandb'"),
+        # Two MLflow runs per trial, the trial recording one of them.
+        (["--track", "mlflow", "--track", "mlflow"], "--track mlflow is given twice; a trial records one run of each tracker: keep one"),
         # MLflow tried such a store 15 times over 105 s, each a 4-line warning, before the line.
         (["--track", "mlflow", "sqlite:////proc/hpo-mlflow.db"],
          "--track mlflow: tracking store sqlite:////proc/hpo-mlflow.db cannot be used: (sqlite3.OperationalError) unable to open database file"),
