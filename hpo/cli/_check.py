@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _fill_defaults(args, device)
     max_len = model_config(args.model).max_position_embeddings
     if args.seq_len > max_len:
-        print(f"{PROG}: error: --seq-len {args.seq_len} is longer than {args.model}'s {max_len} positions", file=sys.stderr)
+        print(f"{PROG}: error: --seq-len {args.seq_len} is longer than {args.model}'s {max_len} positions; pass --seq-len {max_len} or less", file=sys.stderr)
         return 2
     if args.compile_step == args.capture_step == "on":  # checked before the report starts, as TrainConfig would refuse it
         print(f"{PROG}: error: --compile-step on and --capture-step on are two ways to run the same whole step; turn one off", file=sys.stderr)

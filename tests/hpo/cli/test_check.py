@@ -62,7 +62,7 @@ def test_bad_flags_are_one_line(flags: list[str], expected: str, capsys: pytest.
 def test_too_long_sequence_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--model", "tiny-bert", "--seq-len", "4096", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
-    assert "--seq-len 4096 is longer than tiny-bert's 512 positions" in err and len(err.strip().splitlines()) == 1
+    assert "--seq-len 4096 is longer than tiny-bert's 512 positions; pass --seq-len 512 or less" in err and len(err.strip().splitlines()) == 1
 
 
 def test_both_whole_step_knobs_on_is_one_line_before_the_report(capsys: pytest.CaptureFixture[str]) -> None:
