@@ -42,7 +42,7 @@ from hpo.study._outcomes import quiet_trial_failures, was_interrupted
 from hpo.study._ray_workers import WorkerLostError
 from hpo.study._run_checks import check_gpus
 from hpo.study._study import TooManyFailuresError
-from hpo.study._verdict import verdict_after_budget, verdict_due, verdict_not_started
+from hpo.study._verdict import cut_short_line, verdict_after_budget, verdict_due
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
 from hpo.study._workers import (
     StopSignal,
@@ -251,8 +251,8 @@ def _print_stored_verdict(run: Run) -> None:
     """The verdict table, read back from the study, when the run made one in its workers (processes or Ray actors);
     or why it made none (--timeout)."""
     study, space = run.prepared.study, run.prepared.space
-    if (not_started := verdict_not_started(study, space, run.options)) is not None:
-        print(not_started, flush=True)
+    if (cut_short := cut_short_line(study, space, run.options)) is not None:
+        print(cut_short, flush=True)
         return
     stored = stored_verdict(study) if verdict_after_budget(space, run.options) else None
     if stored:
@@ -291,8 +291,8 @@ def _run_here(run: Run, quiet: bool, stop: StopSignal) -> int:
         return stop.exit_code
     if worker is None:
         print(run_summary(study, url, options.n_trials, names), flush=True)
-        if (not_started := verdict_not_started(study, prepared.space, options)) is not None:
-            print(not_started, flush=True)
+        if (cut_short := cut_short_line(study, prepared.space, options)) is not None:
+            print(cut_short, flush=True)
     wanted = verdict_due(study, prepared.space, options)
     if wanted is not None:
         _verdict_after_budget(run, stop, worker, *wanted)

@@ -71,12 +71,13 @@ def _cut_short(study: optuna.Study, options: RunOptions) -> bool:
     return options.timeout is not None and finished_count(study) < options.n_trials
 
 
-def verdict_not_started(study: optuna.Study, space: SearchSpace, options: RunOptions) -> str | None:
-    """The line a run prints when it asked for a verdict that --timeout kept from starting (:func:`verdict_due`)."""
-    if verdict_after_budget(space, options) is None or not _cut_short(study, options):
+def cut_short_line(study: optuna.Study, space: SearchSpace, options: RunOptions) -> str | None:
+    """The line a run prints when --timeout ended it before its budget (and kept its verdict from starting, if it asked
+    for one: :func:`verdict_due`); ``None`` when it was not cut short."""
+    if not _cut_short(study, options):
         return None
-    return (f"verdict not started: --timeout ended the run at {finished_count(study)} of {options.n_trials} budgeted "
-            "trials; rerun the same command to finish them and make the verdict")
+    ended = f"--timeout ended the run at {finished_count(study)} of {options.n_trials} budgeted trials; rerun the same command to finish them"
+    return ended if verdict_after_budget(space, options) is None else f"verdict not started: {ended} and make the verdict"
 
 
 def verdict_precisions(params: dict[str, Any], precisions: Sequence[str] | None) -> list[str]:

@@ -369,6 +369,9 @@ def test_a_run_cut_by_its_timeout_makes_no_verdict_until_a_rerun_finishes_the_bu
     assert re.search(r"\nverdict not started: --timeout ended the run at [01] of 3 budgeted trials; "
                      r"rerun the same command to finish them and make the verdict\n$", out), out
     assert "Verdict of trial" not in out and not [t for t in hpo.load().trials if "verdict_trial" in t.user_attrs]
+    # Without a verdict asked for, a run cut short says so too (it ended at "1 of 3 budgeted trials finished", exit 0).
+    assert run_main([*args[:-2], "--timeout", "0.001", "--study-name", "no-verdict"]) == 0
+    assert re.search(r"\n--timeout ended the run at [01] of 3 budgeted trials; rerun the same command to finish them\n$", capsys.readouterr().out)
     assert run_main(args) == 0  # the same command, without the timeout: the budget, then the verdict
     assert "Verdict of trial " in capsys.readouterr().out
     verdict = [t for t in hpo.load().trials if "verdict_trial" in t.user_attrs]
