@@ -35,6 +35,7 @@ from hpo.study._data import DataLike, data_source_of, its_own_holdout, on_its_ow
 from hpo.study._liveness import checkpoint_sweep, fail_trials_of_killed_actors
 from hpo.study._options import DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunHooks, RunOptions, Track
 from hpo.study._ray_workers import RayCluster, RayRun, TrialWatcher, connect, plan, start_workers, wait_for_workers
+from hpo.study._resuming import existing_space
 from hpo.study._verdict import (
     DEFAULT_VERDICT_SEEDS,
     check_verdict_arguments,
@@ -106,7 +107,8 @@ def open_run(space: SpaceLike | None, data: DataLike, options: RunOptions, *, an
     gets the line saying which space a run without one took, and the study opens. A cluster started
     here is shut down if opening fails; otherwise by :func:`run_prepared` or the caller.
     """
-    resolved = resolve_space(space, fix=options.fix, model=options.model, announce=None)
+    own = existing_space(options.url, options.study_name) if space is None and options.model is None else None
+    resolved = resolve_space(own or space, fix=options.fix, model=options.model, announce=None)
     loaded = resolve_data(data, task=resolved.task, **options.data_options())
     verdict_after_budget(resolved, options)  # an impossible verdict is refused before the study trains, not after
     worker = worker_index() is not None  # a worker of --workers N: its parent checked the same flags
@@ -117,7 +119,7 @@ def open_run(space: SpaceLike | None, data: DataLike, options: RunOptions, *, an
     trackers = make_trackers(options.track, options.study_name)
     cluster = connect(None if options.ray is True else options.ray, options.url) if options.ray is not False else None
     if space is None and announce is not None:  # once the checks pass: a bad --model gets its one line, no claim about it first
-        announce(choose_space(options.model).line())
+        announce(f"Search space: the one study {options.study_name!r} was made with (no --space given)" if own else choose_space(options.model).line())
     try:
         placement = plan(cluster, options.workers, options.gpus_per_trial) if cluster else None
         prepared = prepare_study(resolved, loaded, options, data_source_of(data, options.data_options()))

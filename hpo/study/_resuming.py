@@ -12,9 +12,17 @@ from typing import Any
 
 import optuna
 
-from hpo._attrs import DATA_SOURCE_ATTR, DATASET_FINGERPRINT_ATTR, LABEL_NAMES_ATTR, MODEL_FILES_ATTR, SEARCH_SPACE_ATTR
+from hpo._attrs import (
+    DATA_SOURCE_ATTR,
+    DATASET_FINGERPRINT_ATTR,
+    LABEL_NAMES_ATTR,
+    MODEL_FILES_ATTR,
+    SEARCH_SPACE_ATTR,
+    stored_space,
+)
 from hpo._errors import UserError
 from hpo.space._space import SearchSpace
+from hpo.storage._inspect import open_existing_storage
 from hpo.study._data import OtherDataError, data_flags
 from hpo.study._model_files import check_same_model_files, space_model_files
 from trial_executor import TextClassificationData
@@ -76,3 +84,18 @@ def _first_difference(stored: Any, wanted: Any, where: str = "") -> str:
             if stored.get(key) != wanted.get(key):
                 return _first_difference(stored.get(key), wanted.get(key), f"{where}.{key}" if where else str(key))
     return f"{where or 'the space'} was {stored!r}, now {wanted!r}"
+
+
+def existing_space(url: str, study_name: str) -> dict[str, Any] | None:
+    """The stored space of study ``study_name`` at ``url``, or ``None`` where there is no such study (nothing is created:
+    a missing SQLite file or a database without Optuna's tables holds none). A run given neither a space nor a model
+    resumes a study on its own space: on another machine, without the YAML it was made with."""
+    try:
+        storage = open_existing_storage(url)
+    except UserError:
+        return None
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        return None
+    return stored_space(study) or None

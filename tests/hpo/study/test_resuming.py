@@ -53,3 +53,24 @@ def test_an_empty_study_made_beforehand_in_the_same_direction_is_taken(tmp_path:
     url = f"sqlite:///{tmp_path / 's.db'}"
     optuna.create_study(study_name="made", storage=url, direction="maximize")
     assert "search_space" in _open(url, "made").user_attrs
+
+
+def test_a_run_without_a_space_resumes_a_study_on_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """It took the demo space and was refused as "a different search space": a study made from a YAML file could not be
+    extended on a machine without that file."""
+    import yaml
+
+    from hpo.cli._run import main as run_main
+
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({**SMALL_SPACE, "params": {"learning_rate": SMALL_SPACE["params"]["learning_rate"]},
+                                     "fixed": {**SMALL_SPACE["fixed"], "max_steps": 2, "eval_every": 0}}))
+    monkeypatch.chdir(tmp_path)
+    common = ["--storage", f"sqlite:///{tmp_path / 's.db'}", "--device", "cpu", "--quiet"]
+    assert run_main([*common, "--space", str(space), "--n-trials", "1"]) == 0
+    capsys.readouterr()
+    space.unlink()  # another machine: no YAML
+    assert run_main([*common, "--n-trials", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Search space: the one study 'precision-demo' was made with (no --space given)\n"), out
+    assert len(hpo.load(storage=f"sqlite:///{tmp_path / 's.db'}").trials) == 2
