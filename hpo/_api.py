@@ -294,7 +294,7 @@ def optimize(
     """Run (or resume, or extend) a precision-search study to ``n_trials`` finished trials; return it.
 
     The keyword arguments are ``python -m hpo run``'s flags (the fields of :class:`RunOptions`). ``space``: a YAML path, a mapping (the
-    YAML's content) or a :class:`hpo.SearchSpace`; ``None`` follows ``model`` (:func:`hpo.space._resolving.choose_space`). ``data``: a CSV/TSV/JSONL file or a
+    YAML's content) or a :class:`hpo.SearchSpace`; ``None``: an existing study's own (when no ``model`` is given), else the one ``model`` takes (:func:`hpo.space._resolving.choose_space`). ``data``: a CSV/TSV/JSONL file or a
     ``save_to_disk`` directory (read with the data arguments), a :class:`trial_executor.TextClassificationData`, or ``None``: the demo reviews.
     ``storage``: a database URL (default ``$HPO_STORAGE``, else ``sqlite:///hpo-studies.db``).
     ``model`` fixes the model in place of the space's; ``fix`` pins searched params
