@@ -43,7 +43,7 @@ def check_resumable(existing: optuna.Study, space: SearchSpace, wanted: dict[str
     """Raise :class:`UserError` (or :class:`OtherDataError`) unless ``existing`` may go on with ``space`` and ``wanted``
     (:func:`study_attrs`)."""
     name, stored = existing.study_name, existing.user_attrs
-    if not isinstance(stored.get(SEARCH_SPACE_ATTR), dict):  # made elsewhere, or by a run stopped before it stored anything (then empty)
+    if not stored_space(existing):  # made elsewhere, or by a run stopped before it stored anything (then empty)
         directions = [d.name.lower() for d in existing.directions]
         if directions != space.directions:
             raise UserError(f"study {name!r} {_goal(directions)}, and this space {_goal(space.directions)}: "
