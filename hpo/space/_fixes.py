@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpo._errors import suggest_key
@@ -18,8 +19,19 @@ def canonical_precision(value: Any) -> Any:
 
 
 def same_value(name: str, a: Any, b: Any) -> bool:
-    """Whether ``a`` and ``b`` are one value of parameter ``name`` (``fp_precision``: fp32 under any of its names)."""
-    return a == b or (name == "fp_precision" and canonical_precision(a) == canonical_precision(b))
+    """Whether ``a`` and ``b`` are one value of parameter ``name`` (``fp_precision``: fp32 under any of its names;
+    ``model``: one local directory however its path is written, ``./my-bert`` or ``my-bert``)."""
+    if a == b or (name == "fp_precision" and canonical_precision(a) == canonical_precision(b)):
+        return True
+    return name == "model" and isinstance(a, str) and isinstance(b, str) and _same_directory(a, b)
+
+
+def _same_directory(a: str, b: str) -> bool:
+    if not (Path(a).expanduser().is_dir() and Path(b).expanduser().is_dir()):  # hub ids, presets: no torch imported
+        return False
+    from trial_executor.model import local_model_directory
+
+    return local_model_directory(a) == local_model_directory(b) is not None
 
 
 def same_choice_of(name: str, choice: Any, value: Any) -> bool:

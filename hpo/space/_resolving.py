@@ -91,7 +91,25 @@ def resolve_space(
         resolved = with_model(resolved, model)
     if fix:
         resolved = resolved.with_fixes({**resolved.fixes, **resolved.parse_fixes(list(fix))})
-    return resolved
+    return with_model_directory_absolute(resolved)
+
+
+def with_model_directory_absolute(space: SearchSpace) -> SearchSpace:
+    """``space`` with a fixed model that names a local directory (``--model ./my-bert``) as its absolute path.
+
+    The study stores it so: a resumed run, a worker, ``hpo verdict`` and ``hpo best`` then read the
+    same directory from any working directory (a data file is stored absolute for the same reason).
+    A searched model's choices stay as the space lists them: they are the study's Optuna choices.
+    """
+    model = space.fixed.get("model")
+    if not isinstance(model, str) or not Path(model).expanduser().is_dir():  # a preset or a hub id: nothing to import
+        return space
+    from trial_executor.model import local_model_directory
+
+    absolute = local_model_directory(model)
+    if absolute is None or absolute == model:
+        return space
+    return space.model_copy(update={"fixed": {**space.fixed, "model": absolute}}).with_fixes(space.fixes)
 
 
 def check_models(space: SearchSpace) -> None:

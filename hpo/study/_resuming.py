@@ -21,6 +21,7 @@ from hpo._attrs import (
     stored_space,
 )
 from hpo._errors import UserError
+from hpo.space._fixes import same_value
 from hpo.space._space import SearchSpace
 from hpo.storage._inspect import open_existing_storage
 from hpo.study._data import OtherDataError, data_flags
@@ -53,7 +54,7 @@ def check_resumable(existing: optuna.Study, space: SearchSpace, wanted: dict[str
             raise UserError(f"study {name!r} holds {trials} trial{'s' * (trials != 1)} this service did not make (no search space is stored on it): "
                             "its trials are not this space's; pick a new --study-name")
         return
-    if stored[SEARCH_SPACE_ATTR] != wanted[SEARCH_SPACE_ATTR]:
+    if not _same_space(stored[SEARCH_SPACE_ATTR], wanted[SEARCH_SPACE_ATTR]):
         raise UserError(
             f"study {name!r} was created with a different search space ({_first_difference(stored[SEARCH_SPACE_ATTR], wanted[SEARCH_SPACE_ATTR])}); "
             "rerun with its original --space (and --model), or pick a new --study-name"
@@ -61,6 +62,18 @@ def check_resumable(existing: optuna.Study, space: SearchSpace, wanted: dict[str
     if DATASET_FINGERPRINT_ATTR in stored and stored[DATASET_FINGERPRINT_ATTR] != wanted[DATASET_FINGERPRINT_ATTR]:
         raise _other_data(name, stored, wanted[DATASET_FINGERPRINT_ATTR])
     check_same_model_files(name, stored.get(MODEL_FILES_ATTR), wanted.get(MODEL_FILES_ATTR, {}))
+
+
+def _same_space(stored: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Whether a study that stored space ``stored`` searches ``wanted``: equal, or stored by an earlier version with its
+    fixed model directory as typed (``./my-bert``), which is ``wanted``'s absolute one from this working directory."""
+    if stored == wanted:
+        return True
+    fixed = stored.get("fixed")
+    model, now = (fixed or {}).get("model"), (wanted.get("fixed") or {}).get("model")
+    if model is None or now is None:
+        return False
+    return {**stored, "fixed": {**fixed, "model": now}} == wanted and same_value("model", model, now)
 
 
 def _goal(directions: list[str]) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trial_executor._config import TASKS
-from trial_executor.data._files import DataError, Records, has_validation_split, read_records
+from trial_executor.data._files import DataError, Records, file_kinds, has_validation_split, read_records
 from trial_executor.data._messages import bounded_list
 from trial_executor.data._values import (
     AUTO,
@@ -244,7 +244,7 @@ def load_text_classification(
     else:
         valid_split = None
     if valid_path is not None:
-        valid_path = Path(valid_path)
+        valid_path = _validation_file(path, Path(valid_path), valid_split)
         valid = _columns(valid_path, read_records(valid_path, valid_split), *columns)
         unseen_fix = "add them to the training data"
     else:
@@ -266,6 +266,17 @@ def load_text_classification(
         dropped_empty=train.dropped_empty + valid.dropped_empty,
         task=task,
     )
+
+
+def _validation_file(path: Path, valid_path: Path, split: str | None) -> Path:
+    """``valid_path``, refused where it is missing or is the training file itself (scores on rows it trained on)."""
+    if not valid_path.exists():
+        raise DataError(f"validation file {valid_path} (--valid-data) not found; pass an existing {file_kinds()} file, "
+                        "or drop --valid-data to hold out --valid-fraction of --data")
+    if split is None and valid_path.samefile(path):
+        raise DataError(f"--valid-data {valid_path} is the training file (--data) itself: every score would be on rows the "
+                        "trial trained on; pass a separate validation file, or drop --valid-data to hold out --valid-fraction")
+    return valid_path
 
 
 def _hold_out(path: Path, rows: _Rows, fraction: float, rng: random.Random, stratify: bool) -> tuple[_Rows, _Rows]:

@@ -81,7 +81,7 @@ def _either(words: list[str]) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
-def _file_kinds() -> str:
+def file_kinds() -> str:
     """The registered formats as messages name them: ``CSV, TSV or JSONL``."""
     return _either(list(dict.fromkeys(found.name for found in _FORMATS.values())))
 
@@ -97,14 +97,14 @@ def read_records(path: Path, split: str | None = None) -> Records:
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
-        raise DataError(f"data file {path} not found; pass an existing {_file_kinds()} file or a saved dataset directory") from None
+        raise DataError(f"data file {path} not found; pass an existing {file_kinds()} file or a saved dataset directory") from None
     except OSError as err:
         raise DataError(f"data file {path} cannot be read ({err.strerror}); check the path and its permissions") from None
     if stat.S_ISDIR(mode):
         return _read_dataset_dir(path, split)
     for is_kind, what in _NOT_REGULAR:
         if is_kind(mode):
-            raise DataError(f"data file {path} is {what}, not a regular file; save the data to a {_file_kinds()} file and pass that")
+            raise DataError(f"data file {path} is {what}, not a regular file; save the data to a {file_kinds()} file and pass that")
     suffix = path.suffix.lower()
     if suffix not in _FORMATS:
         raise DataError(f"data file {path} has an unknown extension {suffix!r}; use {_either(list(_FORMATS))}")
@@ -127,7 +127,7 @@ def _not_utf8(path: Path) -> str:
         start = raw.read(6)
     for magic, (what, tool) in _ARCHIVES.items():
         if start.startswith(magic):
-            return f"data file {path} is {what}, not text; extract it ({tool}) and pass the {_file_kinds()} file inside"
+            return f"data file {path} is {what}, not text; extract it ({tool}) and pass the {file_kinds()} file inside"
     return f"data file {path} is not UTF-8 (bad bytes on line {_bad_byte_line(path)}); re-save it as UTF-8"
 
 
@@ -294,7 +294,7 @@ def _bad_json_line(path: Path, handle: IO[str], number: int, err: json.JSONDecod
 def _read_dataset_dir(path: Path, split: str | None) -> Records:
     if not any((path / name).is_file() for name in ("dataset_dict.json", "state.json")):
         raise DataError(
-            f"data file {path} is a directory but not a dataset saved with save_to_disk; pass a {_file_kinds()} file or such a directory"
+            f"data file {path} is a directory but not a dataset saved with save_to_disk; pass a {file_kinds()} file or such a directory"
         )
     try:
         import datasets

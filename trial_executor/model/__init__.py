@@ -21,6 +21,7 @@ from trial_executor.model._source import (
     check_max_length,
     check_model_name,
     checkpoint_dtype,
+    local_model_directory,
     resolve_model,
     usable_positions,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "enable_activation_checkpointing",
     "load_model",
     "load_trainable_state_dict",
+    "local_model_directory",
     "lora_target_problem",
     "model_files",
     "parameter_counts",

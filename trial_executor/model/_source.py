@@ -106,6 +106,15 @@ class ModelSource:
         return self.name in PRESETS
 
 
+def local_model_directory(name: str) -> str | None:
+    """The absolute path of the local directory model ``name`` names (``~`` expanded; ``./m`` and ``m`` are one),
+    ``None`` for a preset, an alias or a hub id: the form a study stores, read the same from any working directory."""
+    if name in PRESETS or name in ALIASES:
+        return None
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.is_dir() else None
+
+
 def resolve_model(name: str | ModelSource) -> ModelSource:
     """``name`` resolved and checked; reads configs, not weights. A :class:`ModelSource` comes back as it is.
 

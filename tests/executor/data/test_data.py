@@ -55,6 +55,18 @@ def test_bad_data_files(tmp_path: Path, content: bytes | None, expected: str) ->
         load_text_classification(path, text_column="sentence", valid_fraction=0.34)
 
 
+def test_a_missing_validation_file_is_named_as_such_and_the_training_file_is_refused_as_its_own_validation(tmp_path: Path) -> None:
+    train = write_tsv(tmp_path / "train.tsv", [(f"t{i}", i % 2) for i in range(6)])
+    with pytest.raises(DataError, match=r"^validation file \S+dev.tsv \(--valid-data\) not found; pass an existing"):
+        load_text_classification(train, text_column="sentence", valid_path=tmp_path / "dev.tsv")
+    (tmp_path / "sub").mkdir()
+    for same in (train, tmp_path / "sub" / ".." / "train.tsv"):  # the same file, however the path is written
+        with pytest.raises(DataError, match=r"is the training file \(--data\) itself.*drop --valid-data"):
+            load_text_classification(train, text_column="sentence", valid_path=same)
+    copy = write_tsv(tmp_path / "copy.tsv", [(f"t{i}", i % 2) for i in range(6)])  # a file of its own is taken as given
+    assert len(load_text_classification(train, text_column="sentence", valid_path=copy).valid_texts) == 6
+
+
 def test_validation_label_unseen_in_training(tmp_path: Path) -> None:
     train = write_tsv(tmp_path / "train.tsv", [("a", "x"), ("b", "y")])
     valid = write_tsv(tmp_path / "valid.tsv", [("c", "z")])

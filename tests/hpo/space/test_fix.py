@@ -59,6 +59,17 @@ def test_none_is_an_alias_of_fp32_in_the_space() -> None:
         _space(params={**params, "fp_precision": {"type": "categorical", "choices": ["fp64"]}})
 
 
+def test_a_model_directory_is_one_choice_however_its_path_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my-bert").mkdir()
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    space = _space(params={**SMALL_SPACE["params"], "model": {"type": "categorical", "choices": ["my-bert", "tiny-bert"]}})
+    for written in ("./my-bert", str(tmp_path / "my-bert"), "sub/../my-bert"):
+        assert space.parse_fixes([f"model={written}"]) == {"model": "my-bert"}  # the choice as the space lists it
+    with pytest.raises(SearchSpaceError, match="not one of the choices"):
+        space.parse_fixes(["model=./other"])  # no such directory: no choice
+
+
 def test_fixes_pin_the_baseline_but_not_the_stored_space() -> None:
     space = _space()
     fixed = space.with_fixes(space.parse_fixes(["batch_size=16"]))

@@ -74,3 +74,43 @@ def test_a_run_without_a_space_resumes_a_study_on_its_own(tmp_path: Path, monkey
     out = capsys.readouterr().out
     assert out.startswith("Search space: the one study 'precision-demo' was made with (no --space given)\n"), out
     assert len(hpo.load(storage=f"sqlite:///{tmp_path / 's.db'}").trials) == 2
+
+
+def test_a_study_on_a_local_model_directory_resumes_from_any_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--model ./my-bert` was stored as typed: the study resumed from another directory could not find the model, and
+    `--model my-bert`, the same directory, was refused as another search space."""
+    import yaml
+
+    from hpo._attrs import SEARCH_SPACE_ATTR
+    from hpo.cli._run import main as run_main
+    from trial_executor.model._loading import load_model
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    model, tokenizer = load_model("tiny-bert", DATA.label_names, DATA.train_texts)
+    model.save_pretrained(work / "my-bert")
+    tokenizer.save_pretrained(work / "my-bert")
+    space = work / "space.yaml"
+    space.write_text(yaml.safe_dump({"params": {"learning_rate": SMALL_SPACE["params"]["learning_rate"]},
+                                     "fixed": {"max_steps": 2, "eval_every": 0}}))
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    common = ["--storage", url, "--device", "cpu", "--quiet"]
+
+    monkeypatch.chdir(work)
+    assert run_main([*common, "--space", "space.yaml", "--model", "./my-bert", "--n-trials", "1"]) == 0
+    stored = hpo.load(storage=url).user_attrs[SEARCH_SPACE_ATTR]
+    assert stored["fixed"]["model"] == str(work / "my-bert")
+    assert run_main([*common, "--space", "space.yaml", "--model", "my-bert", "--n-trials", "2"]) == 0  # one directory
+    monkeypatch.chdir(elsewhere)
+    assert run_main([*common, "--n-trials", "3"]) == 0  # on the study's own space, the model found from here
+    trials = hpo.load(storage=url).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3 and {t.user_attrs["config"]["model"] for t in trials} == {str(work / "my-bert")}
+
+    # A study an earlier version made stored the directory as typed: it resumes from its directory, and stores it absolute.
+    study = hpo.load(storage=url)
+    study.set_user_attr(SEARCH_SPACE_ATTR, {**stored, "fixed": {**stored["fixed"], "model": "./my-bert"}})
+    monkeypatch.chdir(work)
+    assert run_main([*common, "--space", "space.yaml", "--model", "./my-bert", "--n-trials", "4"]) == 0
+    assert hpo.load(storage=url).user_attrs[SEARCH_SPACE_ATTR] == stored
