@@ -116,7 +116,7 @@ def open_run(space: SpaceLike | None, data: DataLike, options: RunOptions, *, an
     if not worker:
         check_models(resolved)
         check_precisions(resolved, options.device if options.ray is False else None)  # Ray's workers: their own devices
-    trackers = make_trackers(options.track, options.study_name)
+    trackers = make_trackers(options.track, options.study_name, resolved.objective_names)
     cluster = connect(None if options.ray is True else options.ray, options.url) if options.ray is not False else None
     if space is None and announce is not None:  # once the checks pass: a bad --model gets its one line, no claim about it first
         announce(f"Search space: the one study {options.study_name!r} was made with (no --space given)" if own else choose_space(options.model).line())
@@ -208,7 +208,7 @@ def run_job(job: WorkerJob, stop_requested: Callable[[], bool]) -> None:
     then its share of the verdict trials (when the run makes a verdict; worker 0 announces their cost)."""
     prepared = prepare_study(job.space, job.data, job.options)
     hooks = RunHooks(stop_requested=stop_requested)
-    trackers = make_trackers(job.options.track, job.options.study_name)
+    trackers = make_trackers(job.options.track, job.options.study_name, job.space.objective_names)
     run_study_then_verdict(prepared, job.options, hooks, trackers)
 
 

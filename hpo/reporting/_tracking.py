@@ -192,7 +192,7 @@ class MlflowTracker:
 class TensorBoardTracker:
     """One event-file directory per trial: ``DIR/<study>/trial-<n>``."""
 
-    def __init__(self, study_name: str, directory: str | Path) -> None:
+    def __init__(self, study_name: str, directory: str | Path, objective_names: Sequence[str] = ()) -> None:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
@@ -206,6 +206,8 @@ class TensorBoardTracker:
         if not os.access(self.root, os.W_OK):
             raise UserError(f"--track tensorboard: {self.root} is not writable; pass a writable DIR")
         self.writers: dict[int, Any] = {}
+        # The HParams table's metric columns: objective/<name> (value/<i> where no name is given).
+        self.objective_names = list(objective_names)
 
     def start(self, trial: optuna.Trial) -> None:
         path = self.root / f"trial-{trial.number}"
@@ -235,8 +237,9 @@ class TensorBoardTracker:
         writer.add_text("tags", "\n".join(f"    {k}: {v}" for k, v in tags.items()), steps)
         config = config_or_params(trial)
         hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flatten(config).items()}
-        values = dict(zip([f"value/{i}" for i in range(len(trial.values or []))], trial.values or [], strict=True))
-        writer.add_hparams(hparams, _finite(values) or {"value/0": float("nan")}, run_name=".")
+        names = [f"objective/{name}" for name in self.objective_names] or [f"value/{i}" for i in range(len(trial.values or []))]
+        values = dict(zip(names, trial.values or [], strict=False))  # a trial that failed has none
+        writer.add_hparams(hparams, _finite(values) or {names[0] if names else "value/0": float("nan")}, run_name=".")
         writer.close()
 
 
@@ -288,12 +291,13 @@ def parse_track(items: Iterable[str | Sequence[str]]) -> list[tuple[str, str | N
     return parsed
 
 
-def make_trackers(items: Iterable[str | Sequence[str]], study_name: str) -> list[Tracker]:
-    """The trackers ``items`` name (see :func:`parse_track`), each checked to work before any trial runs."""
+def make_trackers(items: Iterable[str | Sequence[str]], study_name: str, objective_names: Sequence[str] = ()) -> list[Tracker]:
+    """The trackers ``items`` name (see :func:`parse_track`), each checked to work before any trial runs; ``objective_names``
+    name the trials' values where a tracker shows them."""
     trackers: list[Tracker] = []
     for kind, argument in parse_track(items):
         if kind == "mlflow":
             trackers.append(MlflowTracker(study_name, argument))
         else:
-            trackers.append(TensorBoardTracker(study_name, argument or "runs"))
+            trackers.append(TensorBoardTracker(study_name, argument or "runs", objective_names))
     return trackers

@@ -39,6 +39,15 @@ def resolve_cache_dir(cache_dir: str | None) -> str:
     return str(Path(cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser())
 
 
+def _track_entry(entry: Any) -> Track:
+    """A ``track`` entry as ``make_trackers`` reads it: a kind, or a kind and its argument (a ``Path`` as its text)."""
+    words = [entry] if isinstance(entry, str) else list(entry) if isinstance(entry, (list, tuple)) else None
+    if words is None or not words or not all(isinstance(w, (str, os.PathLike)) for w in words):
+        raise UserError(f"track entries are a tracker or a tracker and its argument, e.g. ['mlflow', ('tensorboard', 'runs')] "
+                        f"(got {entry!r}); pass entries of that form")
+    return words[0] if isinstance(entry, str) else tuple(os.fspath(w) for w in words)
+
+
 class RunOptions(BaseModel):
     """Everything a run is told besides its space and data, checked when built; frozen and picklable.
 
@@ -90,7 +99,7 @@ class RunOptions(BaseModel):
             example = "['batch_size=16']" if info.field_name == "fix" else "['mlflow']"
             raise UserError(f"{info.field_name} must be a list, e.g. {example} (got {value!r}); pass one")
         if info.field_name == "track":
-            return tuple(t if isinstance(t, str) else tuple(t) if isinstance(t, (list, tuple)) else t for t in value)
+            return tuple(_track_entry(t) for t in value)
         return tuple(value)
 
     def __init__(self, **values: Any) -> None:

@@ -100,7 +100,9 @@ def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path: Path) -> 
         ({"max_retry": -1}, "max_retry must be at least 0, got -1"),
         ({"workers": 0}, "workers must be at least 1, got 0"),
         ({"gpus_per_trial": -1.0}, "gpus_per_trial must be at least 0, got -1.0"),
-        ({"track": [5]}, "track.0.str: Input should be a valid string (got 5)"),
+        ({"track": [5]}, "track entries are a tracker or a tracker and its argument, e.g. ['mlflow', ('tensorboard', 'runs')] (got 5)"),
+        ({"track": [None]}, "track entries are a tracker or a tracker and its argument, e.g. ['mlflow', ('tensorboard', 'runs')] (got None)"),
+        ({"track": [("tensorboard", None)]}, "(got ('tensorboard', None)); pass entries of that form"),
         ({"space": [1, 2]}, "space must be a YAML file's path, a mapping or an hpo.SearchSpace, got [1, 2]; pass one of them"),
     ],
 )

@@ -54,7 +54,7 @@ def test_tensorboard_gets_one_event_directory_per_trial(tmp_path: Path) -> None:
     runs = tmp_path / "tb"
     study = hpo.optimize(
         SPACE, demo_dataset(n_train=120, n_valid=32, seed=4), storage=f"sqlite:///{tmp_path / 't.db'}", study_name="tb",
-        n_trials=2, device="cpu", track=[("tensorboard", str(runs))], artifact_store=str(tmp_path / "a"),
+        n_trials=2, device="cpu", track=[("tensorboard", runs)], artifact_store=str(tmp_path / "a"),
     )
     for trial in study.get_trials():
         directory = Path(trial.user_attrs["tensorboard_run"])
@@ -64,6 +64,7 @@ def test_tensorboard_gets_one_event_directory_per_trial(tmp_path: Path) -> None:
         accuracy = events.Scalars("eval/accuracy")
         assert [e.step for e in accuracy] == [2, 4] and accuracy[-1].value == pytest.approx(trial.value)
         assert events.Scalars("train/loss") and [e.step for e in events.Scalars("eval/train_loss")] == [2, 4]
+        assert events.Scalars("objective/accuracy")[-1].value == pytest.approx(trial.value)  # the HParams column, by name
         texts = {tag: events.Tensors(tag)[-1].tensor_proto.string_val[0].decode() for tag in ("state/text_summary", "tags/text_summary")}
         assert texts["state/text_summary"] == "COMPLETE" and "hardware.device_type: cpu" in texts["tags/text_summary"]
 
