@@ -122,7 +122,7 @@ def open_run(space: SpaceLike | None, data: DataLike, options: RunOptions, *, an
         announce(f"Search space: the one study {options.study_name!r} was made with (no --space given)" if own else choose_space(options.model).line())
     try:
         placement = plan(cluster, options.workers, options.gpus_per_trial) if cluster else None
-        prepared = prepare_study(resolved, loaded, options, data_source_of(data, options.data_options()))
+        prepared = prepare_study(resolved, loaded, options, data_source_of(data, options.data_options(), loaded.task))
         return Run(prepared, options, trackers, cluster, placement)
     except BaseException:
         if cluster is not None:

@@ -72,16 +72,18 @@ def resolve_data(
 SOURCE_FLAGS = ("text_column", "label_column", "text_pair_column", "valid_data", "valid_fraction", "holdout", "empty_text")
 
 
-def data_source_of(data: DataLike, options: dict[str, Any]) -> dict[str, Any] | None:
+def data_source_of(data: DataLike, options: dict[str, Any], task: str = "classification") -> dict[str, Any] | None:
     """What to store as the study's data: the file (absolute path) and ``options``' data flags, ``{}`` for the
-    demo reviews, ``None`` for a dataset given in Python (no flags can name it)."""
+    demo reviews, ``None`` for a dataset given in Python (no flags can name it). ``task``: the data's; only
+    classification is held out by class, so the holdout stored for any other is the random one its rows were."""
     if isinstance(data, TextClassificationData):
         return None
     if data is None:
         return {}
     valid = options.get("valid_data")
+    holdout = (options.get("holdout") or HOLDOUTS[0]) if task == "classification" else HOLDOUTS[1]
     return {"data": str(Path(data).resolve()), **{k: options.get(k) for k in SOURCE_FLAGS},
-            "valid_data": None if valid is None else str(Path(valid).resolve()), "holdout": options.get("holdout") or HOLDOUTS[0]}
+            "valid_data": None if valid is None else str(Path(valid).resolve()), "holdout": holdout}
 
 
 def its_own_holdout(source: dict[str, Any] | None) -> str | None:

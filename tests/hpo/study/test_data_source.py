@@ -33,6 +33,18 @@ def test_flags_read_the_same_file_again_from_anywhere(tmp_path: Path, monkeypatc
     assert data == str(folder / "train.tsv") and options == {**OPTIONS, "valid_data": str(folder / "dev.tsv")}
 
 
+def test_regression_data_stores_the_random_hold_out_its_rows_were(tmp_path: Path) -> None:
+    """It stored "stratified" (the flag's default), which only classification is: the flags it gave back said so too."""
+    train = write_tsv(tmp_path / "scores.tsv", [(f"review number {i}", f"{i / 10:.1f}") for i in range(40)])
+    space = {"objective": {"metric": "rmse", "direction": "minimize"}, "params": {"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-3}}}
+    opened = open_run(space, str(train), RunOptions(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="scores", device="cpu",
+                                                  artifact_store=None, text_column="sentence"), announce=None)
+    assert opened.prepared.data.task == "regression"
+    assert opened.prepared.study.user_attrs["data_source"]["holdout"] == "random"
+    assert data_source_of(str(train), OPTIONS, "multi_label")["holdout"] == "random"
+    assert data_source_of(str(train), OPTIONS, "classification")["holdout"] == "stratified"
+
+
 def test_the_demo_and_a_dataset_given_in_python() -> None:
     assert data_source_of(None, OPTIONS) == {} and data_flags({}) == "no --data (the demo reviews)"
     assert stored_data({}, OPTIONS) == (None, OPTIONS)  # the demo again
