@@ -22,7 +22,7 @@ LAYERS = [
     *EXECUTOR_CONTRACT,
     "trial_executor.data", "trial_executor.batches", "trial_executor.precision", "trial_executor.model",
     "trial_executor.device", "trial_executor.train", "trial_executor",
-    "hpo._errors", "hpo._process", "hpo._attrs", "hpo._ranking", "hpo.space", "hpo.storage", "hpo.study", "hpo.reporting", "hpo._api", "hpo.cli",
+    "hpo._errors", "hpo._files", "hpo._process", "hpo._attrs", "hpo._ranking", "hpo.space", "hpo.storage", "hpo.study", "hpo.reporting", "hpo._api", "hpo.cli",
 ]
 
 

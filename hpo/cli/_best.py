@@ -21,6 +21,7 @@ from pathlib import Path
 import optuna
 
 from hpo._errors import UserError
+from hpo._files import write_whole
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
 from hpo.reporting._export import best_document, best_space, best_space_yaml, best_yaml, trial_entry
 from hpo.storage._best_model import export_best_model
@@ -58,7 +59,7 @@ def _save_model(study: optuna.Study, args: argparse.Namespace) -> int:
     kept = export_best_model(study, args.artifact_store, directory)
     trial = study.trials[kept["trial"]]
     document = {"study": study.study_name, **trial_entry(trial, objective_names(study))}
-    (directory / BEST_CONFIG_FILE).write_text(best_yaml(document), encoding="utf-8")
+    write_whole(directory / BEST_CONFIG_FILE, best_yaml(document), "the best trial's config")
     print(f"Wrote the model of trial {kept['trial']} ({kept['model']}) and {BEST_CONFIG_FILE} to {directory}")
     return 0
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hpo._errors import UserError
+from hpo._files import write_whole
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
 from hpo.reporting._export import export_rows, rows_csv, rows_json
 from hpo.reporting._verdict import verdict_rows
@@ -50,10 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         database = sqlite_file_of(url)
         if database is not None and Path(args.out).resolve() == database.resolve():
             raise UserError(f"--out {args.out} is the study's own database (--storage); write the export to another file")
-        try:
-            Path(args.out).write_text(text, encoding="utf-8")
-        except OSError as err:
-            raise UserError(f"cannot write --out {args.out}: {err.strerror}; pick a writable path") from None
+        write_whole(Path(args.out), text, "--out")
         print(f"Wrote {len(rows)} {'precisions' if args.verdict else 'trials'} of study {study.study_name!r} to {args.out}")
         return 0
 

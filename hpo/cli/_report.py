@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hpo._attrs import stored_verdict
 from hpo._errors import UserError
+from hpo._files import write_whole
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
 from hpo.reporting._report import build_report, front_table, markdown, precision_table, summary_lines
 from hpo.reporting._tradeoff_plot import plot_tradeoff
@@ -53,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         verdict = Verdict.from_dict(stored) if stored else None  # the study's verdict (python -m hpo verdict), if any
         stale = other_best(study, verdict) if verdict else None  # the study's best is no longer the verdict's trial
         text = markdown(report, PLOT_NAME) + (f"\n{verdict_markdown(verdict, VERDICT_PNG)}" if verdict else "") + (f"\n{stale}\n" if stale else "")
-        (out / REPORT_NAME).write_text(text, encoding="utf-8")
+        write_whole(out / REPORT_NAME, text, "the report")
         plot_tradeoff(report, out / PLOT_NAME)
         if verdict:
             plot_verdict(verdict, out / VERDICT_PNG)

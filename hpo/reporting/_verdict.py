@@ -35,6 +35,7 @@ from hpo._attrs import (
     verdict_trial_of,
 )
 from hpo._errors import UserError, bounded_list
+from hpo._files import write_whole
 from hpo._ranking import best_trials
 from hpo.reporting._dashboard_view import save_note_quietly
 from hpo.reporting._export import flatten
@@ -299,7 +300,7 @@ def verdict_out(out: Path) -> Iterator[Path]:
 def write_verdict(verdict: Verdict, out: Path) -> str:
     """Write ``verdict.md`` and ``verdict.png`` into ``out`` (made by :func:`verdict_out`); return what to print (the table and
     where they went)."""
-    (out / VERDICT_MD).write_text(f"# Precision verdict: {verdict.study}\n\n" + verdict_markdown(verdict, VERDICT_PNG), encoding="utf-8")
+    write_whole(out / VERDICT_MD, f"# Precision verdict: {verdict.study}\n\n" + verdict_markdown(verdict, VERDICT_PNG), "the verdict")
     plot_verdict(verdict, out / VERDICT_PNG)
     return "\n".join(["", *verdict_table(verdict), "", f"Wrote {out / VERDICT_MD} and {out / VERDICT_PNG}"])
 

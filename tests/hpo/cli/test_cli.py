@@ -197,6 +197,31 @@ def test_best_and_export_errors_are_one_line(tmp_path: Path, capsys: pytest.Capt
     assert (tmp_path / "e.db").read_bytes() == before
 
 
+def test_an_export_cut_short_by_the_disk_leaves_the_previous_one_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CSV was written in place: a full disk (here a file-size limit, which fails a write the same way) left the half
+    that fitted, and a traceback."""
+    import resource
+
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    study = optuna.create_study(study_name="wide", storage=url, direction="maximize")
+    for i in range(40):
+        study.enqueue_trial({"x": i / 40}, user_attrs={"note": "a long note kept with every trial " * 4})
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=40)
+    out = tmp_path / "trials.csv"
+    out.write_text("number,state\n0,COMPLETE\n")  # the export made yesterday
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))  # Python ignores SIGXFSZ: a write past it raises EFBIG
+    try:
+        code = hpo_main(["export", "--storage", url, "--study-name", "wide", "--format", "csv", "--out", str(out)])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    err = capsys.readouterr().err
+    assert code == 2 and f"error: cannot write --out {out}: File too large; pick a writable path with room for it" in err
+    assert err.count("\n") == 1 and out.read_text() == "number,state\n0,COMPLETE\n" and sorted(p.name for p in tmp_path.iterdir()) == ["e.db", "trials.csv"]
+    assert hpo_main(["export", "--storage", url, "--study-name", "wide", "--format", "csv", "--out", str(out)]) == 0
+    assert len(list(csv.DictReader(io.StringIO(out.read_text())))) == 40
+
+
 def test_reading_an_sqlite_study_leaves_nothing_beside_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     study = optuna.create_study(study_name="s", storage=url, direction="maximize")
