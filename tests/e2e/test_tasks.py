@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +72,13 @@ def test_multi_label_metrics_match_a_hand_count() -> None:
     assert metrics["loss"] == pytest.approx(torch.nn.functional.binary_cross_entropy_with_logits(logits, targets).item())
 
 
+def _copy(path: Path) -> Path:
+    """A validation file of the same rows (the training file itself is refused as its own validation)."""
+    copy = path.with_name(f"valid-{path.name}")
+    shutil.copyfile(path, copy)
+    return copy
+
+
 def test_the_task_comes_from_the_labels_or_the_choice_and_labels_stay_as_given(tmp_path: Path) -> None:
     floats = load_text_classification(_regression_csv(tmp_path / "r.csv"), label_column="score")
     assert floats.task == "regression" and floats.label_names == ["score"] and floats.num_labels == 1
@@ -85,7 +93,7 @@ def test_the_task_comes_from_the_labels_or_the_choice_and_labels_stay_as_given(t
     assert all(set(row) <= {0.0, 1.0} and len(row) == 3 for row in sets.train_labels)
     piped = tmp_path / "m.csv"
     piped.write_text('text,label\na,Sci/Tech|sport\nb,sport\nc, été | Sci/Tech\nd,sport\ne,"sport|Sci/Tech"\n')
-    data = load_text_classification(piped, task="multi_label", valid_path=piped)
+    data = load_text_classification(piped, task="multi_label", valid_path=_copy(piped))
     assert data.label_names == ["Sci/Tech", "sport", "été"]
     assert data.train_labels[:3] == [[1.0, 1.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 1.0]]
 
@@ -108,17 +116,17 @@ def test_labels_that_do_not_fit_the_task_are_one_clear_error(tmp_path: Path, bod
     path = tmp_path / "d.csv"
     path.write_text("text,label\n" + body)
     with pytest.raises(DataError, match=expected):
-        load_text_classification(path, task=task, valid_path=path)
+        load_text_classification(path, task=task, valid_path=_copy(path))
 
 
 def test_nan_and_lists_in_json_are_refused_where_they_do_not_fit(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
     path.write_text('{"text": "a", "label": 0.5}\n{"text": "b", "label": NaN}\n')
     with pytest.raises(DataError, match=r"line 2 has label NaN, which is not a finite number"):
-        load_text_classification(path, valid_path=path)
+        load_text_classification(path, valid_path=_copy(path))
     path.write_text('{"text": "a", "label": ["x"]}\n{"text": "b", "label": ["y"]}\n')
     with pytest.raises(DataError, match=r"has label \[\"x\"\]; task classification takes integers or names; set task: multi_label"):
-        load_text_classification(path, valid_path=path, task="classification")
+        load_text_classification(path, valid_path=_copy(path), task="classification")
 
 
 def test_a_tiny_model_learns_a_regression_target(tmp_path: Path) -> None:
