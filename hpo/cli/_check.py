@@ -23,7 +23,7 @@ import torch
 from hpo._errors import did_you_mean
 from hpo.cli._parsing import Parser, at_least, command_prog
 from hpo.cli._speed_test import CHECK_MODELS, DEFAULT_CHECK_MODEL, SpeedRow, model_config, parameter_count, speed_test
-from trial_executor import PRECISIONS, hardware_metadata, precision_support, resolve_device
+from trial_executor import PRECISIONS, TrainConfig, hardware_metadata, precision_support, resolve_device
 from trial_executor._precisions import BY_NAME
 from trial_executor.device import HOST_LIMITED_BELOW
 from trial_executor.precision import cpu_instructions, emulated_precisions
@@ -127,8 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seq_len > max_len:
         print(f"{PROG}: error: --seq-len {args.seq_len} is longer than {args.model}'s {max_len} positions; pass --seq-len {max_len} or less", file=sys.stderr)
         return 2
-    if args.compile_step == args.capture_step == "on":  # checked before the report starts, as TrainConfig would refuse it
-        print(f"{PROG}: error: --compile-step on and --capture-step on are two ways to run the same whole step; turn one off", file=sys.stderr)
+    knobs = {knob: getattr(args, knob) == "on" for knob in _KNOBS if getattr(args, knob) is not None}
+    try:  # before the report starts: the knobs the speed test's TrainConfig would refuse, by its own rules
+        TrainConfig(**knobs)
+    except ValueError as err:
+        given = " ".join(f"--{knob.replace('_', '-')} {getattr(args, knob)}" for knob in knobs if knob in str(err))  # those it names
+        print(f"{PROG}: error: {given}: {err}", file=sys.stderr)
         return 2
     print("Hardware")
     for key, value in hardware_metadata(device).items():
