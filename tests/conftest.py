@@ -92,10 +92,12 @@ def write_tsv(path: Path, rows: list[tuple[str, object]], header: tuple[str, str
 
 @pytest.fixture(scope="session")
 def small_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """800 synthetic reviews as TSV with string labels."""
-    texts, labels = make_synthetic_reviews(800, seed=7)
+    """800 synthetic reviews as TSV with string labels, no text twice (a repeat across the hold-out is warned about)."""
+    texts, labels = make_synthetic_reviews(810, seed=7)
     names = ["negative", "positive"]
-    return write_tsv(tmp_path_factory.mktemp("data") / "reviews.tsv", [(t, names[y]) for t, y in zip(texts, labels, strict=True)])
+    first = {t: i for i, t in reversed(list(enumerate(texts)))}  # each text's first row
+    rows = [(t, names[y]) for i, (t, y) in enumerate(zip(texts, labels, strict=True)) if first[t] == i][:800]
+    return write_tsv(tmp_path_factory.mktemp("data") / "reviews.tsv", rows)
 
 
 @pytest.fixture(scope="session")

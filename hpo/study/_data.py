@@ -32,12 +32,13 @@ class OtherDataError(UserError):
 def resolve_data(
     data: DataLike = None, *, text_column: str = "text", label_column: str = "label",
     text_pair_column: str | None = None, valid_data: str | Path | None = None, valid_fraction: float = 0.1,
-    holdout: str | None = None, empty_text: str = "drop", task: str = "auto", warn_dropped: bool = True,
+    holdout: str | None = None, empty_text: str = "drop", task: str = "auto", warn: bool = True,
 ) -> TextClassificationData:
     """Loaded data: a CSV/TSV/JSONL file or save_to_disk directory, a :class:`TextClassificationData`, or the demo set.
 
     ``holdout`` ``None`` is the default, stratified (see :func:`its_own_holdout` for a study's own). Rows dropped for
-    their empty text are said on stderr unless ``warn_dropped`` is false (a file read again, already said).
+    their empty text, and validation rows that repeat training rows, are said on stderr unless ``warn`` is false (a file
+    read again, already said).
 
     ``task`` (the space's ``task:``) is what the labels are for; ``auto`` reads it from them.
     """
@@ -63,8 +64,12 @@ def resolve_data(
         valid_path=None if valid_data is None else str(valid_data), valid_fraction=valid_fraction, seed=DATA_SEED,
         holdout=holdout or HOLDOUTS[0], empty_text=empty_text, task=task,
     )
-    if loaded.dropped_empty and warn_dropped:
+    if loaded.dropped_empty and warn:
         print(f"warning: dropped {loaded.dropped_empty} rows with empty text (pass --empty-text fail to refuse them)", file=sys.stderr)
+    if (seen := loaded.valid_rows_seen_in_training) and warn:
+        where = "the --valid-data file" if valid_data is not None else f"the --valid-fraction hold-out ({data} repeats them)"
+        print(f"warning: {seen} of {len(loaded.valid_texts)} validation rows of {where} are also training rows, text for text: "
+              "their scores measure recall more than unseen text; remove the repeats to score unseen text only", file=sys.stderr)
     return loaded
 
 
@@ -143,7 +148,7 @@ def on_its_own_holdout(
         if holdout is not None or None in (own, this_run) or own == this_run:
             raise
         again = {**source, "holdout": own}  # type: ignore[dict-item]  # this_run: a file's flags
-        data = resolve_data(again["data"], task=task, warn_dropped=False, **{k: again[k] for k in SOURCE_FLAGS})
+        data = resolve_data(again["data"], task=task, warn=False, **{k: again[k] for k in SOURCE_FLAGS})
         try:
             return open_on(data, again), data
         except OtherDataError:

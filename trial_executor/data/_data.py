@@ -67,6 +67,13 @@ class TextClassificationData:
         return len(self.label_names)
 
     @functools.cached_property
+    def valid_rows_seen_in_training(self) -> int:
+        """Validation rows whose text (and pair) is also a training row's: scores on them measure recall of a trained
+        row as much as how the model does on unseen text. Counted, never removed: the data stays as given."""
+        seen = set(zip(self.train_texts, self.train_pairs or [None] * len(self.train_texts), strict=True))
+        return sum(row in seen for row in zip(self.valid_texts, self.valid_pairs or [None] * len(self.valid_texts), strict=True))
+
+    @functools.cached_property
     def fingerprint(self) -> str:
         """A content hash of both splits and the label names: equal data, equal fingerprint."""
         digest = hashlib.sha256()

@@ -30,6 +30,15 @@ def test_csv_and_jsonl_with_int_labels_and_a_validation_file(tmp_path: Path) -> 
     assert data.valid_labels == [1, 3]
 
 
+def test_a_validation_row_repeats_a_training_row_only_with_its_text_and_its_pair() -> None:
+    data = TextClassificationData(
+        train_texts=["a", "b", "c"], train_labels=[0, 1, 0], valid_texts=["a", "b", "d"], valid_labels=[1, 1, 0],
+        label_names=["x", "y"], train_pairs=["p", "q", "r"], valid_pairs=["p", "other", "r"],
+    )
+    assert data.valid_rows_seen_in_training == 1  # ("a", "p"); "b" comes with another second text, "d" is new
+    assert TextClassificationData(["a", "b"], [0, 1], ["a", "a"], [0, 1], ["x", "y"]).valid_rows_seen_in_training == 2
+
+
 def test_same_data_same_fingerprint(tmp_path: Path) -> None:
     path = write_tsv(tmp_path / "d.tsv", [(f"t{i}", i % 2) for i in range(20)])
     first = load_text_classification(path, text_column="sentence", seed=0)

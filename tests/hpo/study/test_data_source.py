@@ -45,6 +45,29 @@ def test_regression_data_stores_the_random_hold_out_its_rows_were(tmp_path: Path
     assert data_source_of(str(train), OPTIONS, "classification")["holdout"] == "stratified"
 
 
+def test_validation_rows_that_repeat_training_rows_are_counted_and_said_never_removed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """TREC's test file repeats 10 of its 500 questions from its training file, and SST-2's training file 76 of the 6,735
+    rows a 0.1 hold-out draws from it: their scores were taken for scores on unseen text, without a word."""
+    from hpo.study._data import resolve_data
+
+    train = write_tsv(tmp_path / "train.tsv", [(f"review {i}", i % 2) for i in range(30)])
+    dev = write_tsv(tmp_path / "dev.tsv", [("review 3", 1), ("review 4", 1), ("unseen", 0)])  # review 4: another label, same text
+    data = resolve_data(str(train), text_column="sentence", valid_data=str(dev))
+    assert data.valid_rows_seen_in_training == 2 and data.valid_texts == ["review 3", "review 4", "unseen"]  # kept as given
+    assert capsys.readouterr().err == (
+        "warning: 2 of 3 validation rows of the --valid-data file are also training rows, text for text: their scores measure "
+        "recall more than unseen text; remove the repeats to score unseen text only\n")
+    repeated = write_tsv(tmp_path / "repeated.tsv", [(f"review {i % 10}", i % 2) for i in range(40)])  # each text four times
+    held = resolve_data(str(repeated), text_column="sentence", valid_fraction=0.25)
+    assert held.valid_rows_seen_in_training == 10 and len(held.valid_texts) == 10
+    assert f"10 of 10 validation rows of the --valid-fraction hold-out ({repeated} repeats them)" in capsys.readouterr().err
+    resolve_data(str(repeated), text_column="sentence", valid_fraction=0.25, warn=False)  # read again: said once
+    clean = resolve_data(str(train), text_column="sentence")
+    assert clean.valid_rows_seen_in_training == 0 and capsys.readouterr().err == ""
+
+
 def test_the_demo_and_a_dataset_given_in_python() -> None:
     assert data_source_of(None, OPTIONS) == {} and data_flags({}) == "no --data (the demo reviews)"
     assert stored_data({}, OPTIONS) == (None, OPTIONS)  # the demo again
