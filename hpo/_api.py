@@ -109,9 +109,9 @@ def open_run(space: SpaceLike | None, data: DataLike, options: RunOptions, *, an
     """
     own = existing_space(options.url, options.study_name) if space is None and options.model is None else None
     resolved = resolve_space(own or space, fix=options.fix, model=options.model, announce=None)
-    loaded = resolve_data(data, task=resolved.task, **options.data_options())
+    worker = worker_index() is not None  # a worker of --workers N: its parent checked the same flags, and said its warnings
+    loaded = resolve_data(data, task=resolved.task, warn=not worker, **options.data_options())
     verdict_after_budget(resolved, options)  # an impossible verdict is refused before the study trains, not after
-    worker = worker_index() is not None  # a worker of --workers N: its parent checked the same flags
     check_storage_url(options.url, wait_for_server=worker)
     if not worker:
         check_models(resolved)

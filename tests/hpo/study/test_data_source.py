@@ -68,6 +68,21 @@ def test_validation_rows_that_repeat_training_rows_are_counted_and_said_never_re
     assert clean.valid_rows_seen_in_training == 0 and capsys.readouterr().err == ""
 
 
+def test_the_run_says_its_data_warnings_and_its_workers_do_not_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each process of --workers N read the data again and said its warnings again: three times for two workers."""
+    from hpo.study._workers import WORKER_INDEX_ENV
+
+    data = write_tsv(tmp_path / "d.tsv", [(f"review {i % 20}", i % 2) for i in range(40)])  # each text twice
+    options = RunOptions(storage=f"sqlite:///{tmp_path / 's.db'}", device="cpu", artifact_store=None, text_column="sentence")
+    open_run(None, str(data), options, announce=None)
+    assert capsys.readouterr().err.count("validation rows of the --valid-fraction hold-out") == 1
+    monkeypatch.setenv(WORKER_INDEX_ENV, "1")
+    assert open_run(None, str(data), options, announce=None).prepared.data.valid_rows_seen_in_training > 0
+    assert capsys.readouterr().err == ""
+
+
 def test_the_demo_and_a_dataset_given_in_python() -> None:
     assert data_source_of(None, OPTIONS) == {} and data_flags({}) == "no --data (the demo reviews)"
     assert stored_data({}, OPTIONS) == (None, OPTIONS)  # the demo again
