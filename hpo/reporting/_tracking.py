@@ -237,9 +237,9 @@ class TensorBoardTracker:
         writer.add_text("tags", "\n".join(f"    {k}: {v}" for k, v in tags.items()), steps)
         config = config_or_params(trial)
         hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flatten(config).items()}
-        names = [f"objective/{name}" for name in self.objective_names] or [f"value/{i}" for i in range(len(trial.values or []))]
+        names = [f"objective/{name}" for name in self.objective_names] or [f"value/{i}" for i in range(max(1, len(trial.values or [])))]
         values = dict(zip(names, trial.values or [], strict=False))  # a trial that failed has none
-        writer.add_hparams(hparams, _finite(values) or {names[0] if names else "value/0": float("nan")}, run_name=".")
+        writer.add_hparams(hparams, _finite(values) or {names[0]: float("nan")}, run_name=".")
         writer.close()
 
 

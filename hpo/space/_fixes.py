@@ -23,15 +23,17 @@ def same_value(name: str, a: Any, b: Any) -> bool:
     ``model``: one local directory however its path is written, ``./my-bert`` or ``my-bert``)."""
     if a == b or (name == "fp_precision" and canonical_precision(a) == canonical_precision(b)):
         return True
-    return name == "model" and isinstance(a, str) and isinstance(b, str) and _same_directory(a, b)
+    return name == "model" and (directory := local_directory(a)) is not None and directory == local_directory(b)
 
 
-def _same_directory(a: str, b: str) -> bool:
-    if not (Path(a).expanduser().is_dir() and Path(b).expanduser().is_dir()):  # hub ids, presets: no torch imported
-        return False
+def local_directory(model: Any) -> str | None:
+    """The absolute path of the local directory model name ``model`` names (see
+    :func:`trial_executor.model.local_model_directory`); ``None`` else, without importing torch for a hub id or preset."""
+    if not isinstance(model, str) or not Path(model).expanduser().is_dir():
+        return None
     from trial_executor.model import local_model_directory
 
-    return local_model_directory(a) == local_model_directory(b) is not None
+    return local_model_directory(model)
 
 
 def same_choice_of(name: str, choice: Any, value: Any) -> bool:

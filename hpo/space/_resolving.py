@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo._errors import UserError
-from hpo.space._fixes import canonical_precision
+from hpo.space._fixes import canonical_precision, local_directory
 from hpo.space._params import SearchSpaceError
 from hpo.space._space import DEFAULT_SPACE, FINETUNE_SPACE, SearchSpace
 from hpo.space._space_loading import checked, load_search_space, parse_search_space
@@ -102,11 +102,7 @@ def with_model_directory_absolute(space: SearchSpace) -> SearchSpace:
     A searched model's choices stay as the space lists them: they are the study's Optuna choices.
     """
     model = space.fixed.get("model")
-    if not isinstance(model, str) or not Path(model).expanduser().is_dir():  # a preset or a hub id: nothing to import
-        return space
-    from trial_executor.model import local_model_directory
-
-    absolute = local_model_directory(model)
+    absolute = local_directory(model)
     if absolute is None or absolute == model:
         return space
     return space.model_copy(update={"fixed": {**space.fixed, "model": absolute}}).with_fixes(space.fixes)

@@ -66,7 +66,7 @@ def resolve_data(
     )
     if loaded.dropped_empty and warn:
         print(f"warning: dropped {loaded.dropped_empty} rows with empty text (pass --empty-text fail to refuse them)", file=sys.stderr)
-    if (seen := loaded.valid_rows_seen_in_training) and warn:
+    if warn and (seen := loaded.valid_rows_seen_in_training):  # counted only where it is said: not in each worker
         where = "the --valid-data file" if valid_data is not None else f"the --valid-fraction hold-out ({data} repeats them)"
         print(f"warning: {seen} of {len(loaded.valid_texts)} validation rows of {where} are also training rows, text for text: "
               "their scores measure recall more than unseen text; remove the repeats to score unseen text only", file=sys.stderr)
