@@ -68,6 +68,7 @@ THROUGHPUT_ATTR = "throughput_samples_per_s"
 PEAK_MEMORY_ATTR = "peak_memory_mb"
 STEPS_ATTR = "steps"
 HOST_LIMITED_ATTR = "host_limited"
+CPU_CONTENDED_ATTR = "cpu_contended"
 TRAIN_SECONDS_ATTR = "train_seconds"  # the whole training loop, start-up steps included
 # The start-up steps of each new batch shape (compiling, CUDA-graph capture, kernel selection), timed apart
 # and left out of the throughput: on CUDA, and on the CPU when compiling; 0 in an eager CPU run, which times none apart.
@@ -108,6 +109,9 @@ RESULT_ATTRS: dict[str, Callable[[TrialResult], Any]] = {
     STARTUP_SECONDS_ATTR: lambda r: r.compile_seconds,
     "device_busy_fraction": lambda r: r.device_busy_fraction,
     HOST_LIMITED_ATTR: lambda r: r.host_limited,
+    # Whether other processes held the cores while it trained (the speed partly theirs).
+    "cpu_wait_fraction": lambda r: r.cpu_wait_fraction,
+    CPU_CONTENDED_ATTR: lambda r: r.cpu_contended,
     MAJORITY_CLASS_ATTR: lambda r: r.majority_class,
     "checkpoint_dtype": lambda r: r.checkpoint_dtype,
     # Pruning saw evaluations on this many sampled rows; the objective is on every row when metrics_full_split.
@@ -202,6 +206,11 @@ def ran_emulated(trial: FrozenTrial, precision: str) -> bool:
 
 def is_host_limited(trial: FrozenTrial) -> bool:
     return bool(trial.user_attrs.get(HOST_LIMITED_ATTR))
+
+
+def is_cpu_contended(trial: FrozenTrial) -> bool:
+    """Other processes held the trial's cores while it trained: its speed is partly theirs."""
+    return bool(trial.user_attrs.get(CPU_CONTENDED_ATTR))
 
 
 def is_majority_class(trial: FrozenTrial) -> bool:

@@ -27,7 +27,7 @@ from trial_executor._config import (
 from trial_executor._deferred import deferred_names
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
 from trial_executor._precisions import MIXED_PRECISION
-from trial_executor._result import ProgressFn, StepProgress, TrialResult
+from trial_executor._result import CPU_CONTENDED_ABOVE, ProgressFn, StepProgress, TrialResult
 from trial_executor.data import (
     HOLDOUTS,
     DataError,
@@ -73,6 +73,7 @@ __getattr__ = deferred_names(globals(), _TORCH_BOUND, renamed={"lora_available":
 
 __all__ = [
     "CHECKPOINT_FILE",
+    "CPU_CONTENDED_ABOVE",
     "DEVICES",
     "HOLDOUTS",
     "METRICS",

@@ -9,6 +9,13 @@ from typing import Any
 
 from trial_executor._config import MAJORITY_CLASS
 
+# A trial whose threads waited for a core over this share of the time they were ready to run shared its
+# cores with other processes: its speed is partly theirs (``TrialResult.cpu_contended``). Judged only over
+# this many seconds of ready time: in a shorter run, threads waking up (a few ms each) weigh as much as a
+# rival process (a 0.05 s trial alone waited 5%).
+CPU_CONTENDED_ABOVE = 0.2
+CPU_WAIT_JUDGED_FROM_S = 1.0
+
 
 @dataclass(frozen=True)
 class StepProgress:
@@ -48,8 +55,12 @@ class TrialResult:
     ``device_busy_fraction`` (CUDA only; ``None`` on the CPU) is the share of measured steps in
     which the device, not the host, set the pace (see :mod:`trial_executor.device._throughput`);
     ``host_limited`` is true below one half: the executor's overhead, not the precision, set the
-    speed. ``buckets`` and ``varlen_attention`` tell which of those knobs ran (varlen attention
-    drops no attention probabilities). ``checkpoint_dtype`` is the dtype the model's weights were
+    speed. ``cpu_wait_fraction`` (Linux; ``None`` elsewhere) is the share of its ready time the
+    process's threads waited for a CPU while training; ``cpu_contended`` is true above
+    ``CPU_CONTENDED_ABOVE`` (other processes held the cores: the speed is partly theirs), ``None``
+    under ``CPU_WAIT_JUDGED_FROM_S`` of ready time (too short to tell). ``buckets`` and
+    ``varlen_attention`` tell which of those knobs ran (varlen attention drops no attention
+    probabilities). ``checkpoint_dtype`` is the dtype the model's weights were
     stored in; training always used float32 master weights. ``compiled_step``: the whole step
     (forward with loss, backward, clipping, optimizer step) ran compiled per static-shape bucket, as
     CUDA graphs on CUDA; ``captured_step``: that step ran uncompiled, recorded by hand as a CUDA graph
@@ -92,6 +103,8 @@ class TrialResult:
     compile_seconds: float = 0.0
     device_busy_fraction: float | None = None
     host_limited: bool | None = None
+    cpu_wait_fraction: float | None = None
+    cpu_contended: bool | None = None
     buckets: bool = False
     varlen_attention: bool = False
     checkpoint_dtype: str | None = None

@@ -22,7 +22,7 @@ from transformers import AutoModelForSequenceClassification, BertConfig, Pretrai
 
 from trial_executor import PRECISIONS, PRESETS, PrecisionPolicy, TrainConfig, UnsupportedPrecisionError
 from trial_executor.batches import TOKEN_MULTIPLE, Batch, Collation, StaticCollation, TokenizedSplit, packed_width, round_up
-from trial_executor.device import DeviceLag, Knobs, peak_memory_mb, release_memory, reset_peak_memory
+from trial_executor.device import CpuWait, DeviceLag, Knobs, peak_memory_mb, release_memory, reset_peak_memory
 from trial_executor.precision import global_state_kept
 from trial_executor.train import TrainStep, build_step, release_compiled
 
@@ -86,6 +86,7 @@ class _Timing:
     host_seconds: float | None  # issuing one step, the device idle (CUDA only)
     device_busy: float | None  # share of timed steps where the device set the pace (CUDA only)
     refused: str = ""  # knobs asked for that this precision ran without, and why
+    contended: str = ""  # said when other processes held the cores while it was timed
 
 
 def _refusals(knobs: Knobs) -> str:
@@ -149,8 +150,9 @@ def _time_steps(
             issued.append(time.perf_counter() - tick)
         host = statistics.median(issued)
     _sync(device)
-    lag = DeviceLag(device)
+    lag, cpu_wait = DeviceLag(device), CpuWait()
     lag.anchor()
+    cpu_wait.start()
     start = time.perf_counter()
     for _ in range(steps):
         began = time.perf_counter()
@@ -159,9 +161,11 @@ def _time_steps(
     _sync(device)
     seconds = time.perf_counter() - start
     lag.collect()
+    cpu_wait.stop()
+    contended = f"CPU-contended (waited {cpu_wait.fraction():.0%} for a core: other processes held them)" if cpu_wait.contended() else ""
     step.loss_sum.zero_()
     step(window)  # untimed: the loss after the timed steps
-    return _Timing(seconds, step.read().loss_sum, host, lag.busy_fraction(), _refusals(resolved))
+    return _Timing(seconds, step.read().loss_sum, host, lag.busy_fraction(), _refusals(resolved), contended)
 
 
 def speed_test(
@@ -203,7 +207,7 @@ def speed_test(
             rows.append(SpeedRow(
                 precision, ms_per_step=per_step * 1000, samples_per_s=batch_size / per_step,
                 speedup=reference / per_step if reference else None, peak_memory_mb=peak, final_loss=loss,
-                note="; ".join(n for n in (timing.refused, "" if math.isfinite(loss) else "loss is not finite") if n),
+                note="; ".join(n for n in (timing.refused, "" if math.isfinite(loss) else "loss is not finite", timing.contended) if n),
                 host_ms_per_step=None if timing.host_seconds is None else timing.host_seconds * 1000,
                 device_busy=timing.device_busy,
             ))

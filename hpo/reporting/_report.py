@@ -26,6 +26,7 @@ from hpo._attrs import (
     fail_reason_of,
     hardware_of,
     is_baseline,
+    is_cpu_contended,
     is_host_limited,
     is_majority_class,
     is_verdict_trial,
@@ -40,7 +41,7 @@ from hpo._ranking import best_trials
 from hpo.space._fixes import canonical_precision
 from hpo.space._measures import measured_value, quality_objective
 from hpo.study._outcomes import never_ran
-from trial_executor import PRECISIONS
+from trial_executor import CPU_CONTENDED_ABOVE, PRECISIONS
 
 _DONE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 # Config fields that do not change how fast a training step runs (evaluation is not in throughput).
@@ -88,6 +89,7 @@ class StudyReport:
     host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
     majority_class: list[int] = field(default_factory=list)  # trials that never left the majority class
     shared_gpu: list[int] = field(default_factory=list)  # trials that shared their GPU with other trials
+    cpu_contended: list[int] = field(default_factory=list)  # trials whose threads waited for cores other processes held
     memory_kept: dict[int, float] = field(default_factory=dict)  # trial -> CUDA MiB it left allocated
     emulated: list[int] = field(default_factory=list)  # trials whose precision their CPU emulated
     startup: tuple[int, float, float] | None = None  # trials with start-up steps timed apart, their seconds, all training seconds
@@ -114,9 +116,11 @@ def outcome(trial: FrozenTrial) -> str:
 
 def _measured(trial: FrozenTrial) -> bool:
     # Trials that trained in full or until the pruner stopped them; skipped ones measured nothing comparable,
-    # nor did trials sharing a GPU with others (--gpus-per-trial 0.25, several --workers on one --gpus index).
+    # nor did trials sharing a GPU with others (--gpus-per-trial 0.25, several --workers on one --gpus index)
+    # or their CPUs with other processes (measured: the time its threads waited for a core).
     return trial.state in (TrialState.COMPLETE, TrialState.PRUNED) and SKIP_REASON_ATTR not in trial.user_attrs \
-        and measured_value(trial.user_attrs, THROUGHPUT_ATTR) is not None and trials_per_gpu_of(trial) == 1
+        and measured_value(trial.user_attrs, THROUGHPUT_ATTR) is not None and trials_per_gpu_of(trial) == 1 \
+        and not is_cpu_contended(trial)
 
 
 def _speed_key(trial: FrozenTrial) -> str:
@@ -228,6 +232,7 @@ def _flags(trials: list[FrozenTrial]) -> dict[str, Any]:
         "host_limited": [t.number for t in trials if is_host_limited(t)],
         "majority_class": [t.number for t in trials if is_majority_class(t)],
         "shared_gpu": [t.number for t in trials if trials_per_gpu_of(t) > 1],
+        "cpu_contended": [t.number for t in trials if is_cpu_contended(t)],
         "emulated": [t.number for t in trials if ran_emulated(t, precision_of(t))],
         "memory_kept": {t.number: kept for t in trials if (kept := cuda_memory_not_released_mb(t)) is not None},
         "startup": _startup(trials),
@@ -314,6 +319,12 @@ def summary_lines(report: StudyReport) -> list[str]:
         lines.append(
             "Shared-GPU trials (their throughput was taken while other trials used the same GPU: left out of every "
             f"speed and speedup here): {', '.join(map(str, report.shared_gpu))}."
+        )
+    if report.cpu_contended:
+        lines.append(
+            f"CPU-contended trials (their threads waited for a core over {CPU_CONTENDED_ABOVE:.0%} of the time they were "
+            "ready to run: other processes held the machine's cores, so their throughput is partly those processes'; left "
+            f"out of every speed and speedup here): {', '.join(map(str, report.cpu_contended))}."
         )
     if report.emulated:
         lines.append(

@@ -15,6 +15,7 @@ from hpo._attrs import (
     SKIP_DETAIL_ATTR,
     THROUGHPUT_ATTR,
     fail_reason_of,
+    is_cpu_contended,
     is_majority_class,
     is_verdict_trial,
     skip_reason_of,
@@ -60,6 +61,10 @@ def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
         # Samples/s leave start-up out; said when it was at least half the loop (session 23: 98% compiling on an H200).
         parts.append(f"(start-up {startup[0]:.0f} s of {startup[1]:.0f} s training: the first steps of each batch shape, "
                      "compiling included; not in samples/s)")
+    if is_cpu_contended(trial):
+        # Another process on the same cores (a second run started by hand, a build) slows a trial many times over.
+        parts.append(f"(CPU-contended: waited {attrs.get('cpu_wait_fraction', 0):.0%} of its time for a core other processes held; "
+                     "its samples/s are partly theirs)")
     if is_majority_class(trial):
         # Too high a rate collapses a model onto one class; too few steps at a low one never leave it.
         parts.append("(majority class: learned nothing; the learning rate may be too high, or the training too short for it)")

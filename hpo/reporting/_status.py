@@ -12,6 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 from hpo._attrs import (
     MAJORITY_CLASS_HINT,
     WORKER_ATTR,
+    is_cpu_contended,
     is_host_limited,
     is_majority_class,
     is_verdict_trial,
@@ -45,6 +46,7 @@ class StudyStatus:
     best: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     running: list[RunningTrial] = field(default_factory=list)
     host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
+    cpu_contended: list[int] = field(default_factory=list)  # trials whose threads waited for cores other processes held
     majority_class: list[int] = field(default_factory=list)  # trials that never left the majority class
     verdict: dict[str, int] = field(default_factory=dict)  # verdict trials by state (hpo verdict), not counted
     data: str | None = None  # the data flags it last ran with (None: data given in Python, or a study made elsewhere)
@@ -74,6 +76,7 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     status.not_run = sum(never_ran(t) for t in search)
     status.best = _best(study, names)
     status.host_limited = sorted(t.number for t in trials if is_host_limited(t))
+    status.cpu_contended = sorted(t.number for t in trials if is_cpu_contended(t))
     status.majority_class = sorted(t.number for t in trials if is_majority_class(t))
     status.verdict = dict(Counter(t.state.name.lower() for t in trials if is_verdict_trial(t)))
     source = stored_data_source(study)
@@ -127,6 +130,9 @@ def status_lines(status: StudyStatus) -> list[str]:
     if status.host_limited:
         shown_trials = ", ".join(map(str, status.host_limited))
         lines.append(f"  host-limited: trials {shown_trials} (the device waited for the executor; speed not the precision's)")
+    if status.cpu_contended:
+        shown_trials = ", ".join(map(str, status.cpu_contended))
+        lines.append(f"  CPU-contended: trials {shown_trials} (other processes held the cores; speed not the precision's)")
     if status.majority_class:
         shown_trials = ", ".join(map(str, status.majority_class))
         lines.append(f"  majority class: trials {shown_trials} (predicted one class: learned nothing); {MAJORITY_CLASS_HINT}")

@@ -27,6 +27,7 @@ from hpo._attrs import (
     SKIPPED_STEPS_ATTR,
     VERDICT_ATTR,
     hardware_of,
+    is_cpu_contended,
     is_host_limited,
     is_majority_class,
     ran_emulated,
@@ -65,6 +66,7 @@ class PrecisionVerdict:
     paired_seeds: int = 0
     skipped_steps: int | None = None
     host_limited: list[int] = field(default_factory=list)
+    cpu_contended: list[int] = field(default_factory=list)  # its trials whose threads waited for cores others held
     not_completed: dict[str, int] = field(default_factory=dict)
     line: str = ""
     emulated: bool = False  # the CPU had no matmul instructions for this precision: autocast emulated it
@@ -128,6 +130,7 @@ def _row(precision: str, mine: dict[int, FrozenTrial], fp32: dict[int, FrozenTri
         difference=_mean(differences), interval=[interval[1], interval[2]] if interval else [], paired_seeds=len(paired),
         skipped_steps=sum(skipped) if skipped else None,
         host_limited=sorted(t.number for t in done.values() if is_host_limited(t)),
+        cpu_contended=sorted(t.number for t in done.values() if is_cpu_contended(t)),
         emulated=any(ran_emulated(t, precision) for t in done.values()),
         majority_class=sorted(t.number for t in done.values() if is_majority_class(t)),
         learned_nothing=metric in DECIDED_BY_THE_PREDICTED_CLASS and bool(paired) and all(is_majority_class(done[s]) and is_majority_class(fp32[s]) for s in paired),
@@ -201,6 +204,8 @@ def _notes(row: PrecisionVerdict) -> str:
     text = f"; not completed: {', '.join(f'{n} {k}' for k, n in sorted(row.not_completed.items()))}" if row.not_completed else ""
     if row.emulated:
         text += f" [{row.precision} emulated on this CPU (no native instructions for it): its speed is the emulation's]"
+    if row.cpu_contended:
+        text += f" [speed taken while other processes held the CPUs in trials {', '.join(map(str, row.cpu_contended))}]"
     return text + (f" [speed host-limited in trials {', '.join(map(str, row.host_limited))}]" if row.host_limited else "")
 
 
@@ -214,7 +219,8 @@ def verdict_table(verdict: Verdict) -> list[str]:
     """The verdict as Markdown lines: the table, then one line of verdict per precision."""
     unit = f" ({verdict.unit})" if verdict.unit else ""
     header = ["precision", "paired seeds (trials)", "samples/s", "speed vs fp32 (range)", "peak MB", "memory vs fp32",
-              f"mean {verdict.metric}", f"diff to fp32{unit}", "95% CI", "fp16 skipped steps", "host-limited"]
+              f"mean {verdict.metric}", f"diff to fp32{unit}", "95% CI", "fp16 skipped steps", "host-limited",
+              "CPU-contended"]
     rows = []
     for r in verdict.rows:
         spread = f" ({r.speed_ratio_range[0]:.2f}..{r.speed_ratio_range[1]:.2f})" if r.speed_ratio_range else ""
@@ -225,8 +231,9 @@ def verdict_table(verdict: Verdict) -> list[str]:
             "-" if r.precision == "fp32" or r.difference is None else _signed(r.difference, verdict.unit),
             f"{_signed(r.interval[0], verdict.unit)}..{_signed(r.interval[1], verdict.unit)}" if r.interval and r.precision != "fp32" else "-",
             _fmt(r.skipped_steps) if r.precision == "fp16" else "-", ", ".join(map(str, r.host_limited)) or "no",
+            ", ".join(map(str, r.cpu_contended)) or "no",
         ])
-    rows += [[p, "not run", *(["-"] * 8), f"unsupported here: {why}"] for p, why in verdict.unsupported.items()]
+    rows += [[p, "not run", *(["-"] * 9), f"unsupported here: {why}"] for p, why in verdict.unsupported.items()]
     lines = [*(f"- {r.line}" for r in verdict.rows), *(f"- {p}: not run: {why}" for p, why in verdict.unsupported.items())]
     return [*_table(header, rows), "", *lines]
 
@@ -240,8 +247,8 @@ def verdict_markdown(verdict: Verdict, plot_name: str | None = None) -> str:
         "over seeds of (precision - fp32) with the same seed, and `95% CI` its t-interval over those paired differences. "
         "An interval that contains 0 means the seeds cannot tell the precision from fp32; it narrows with more seeds "
         "(`--seeds`). Every column of a row is over its paired seeds; speed and memory ratios are per seed against fp32's, "
-        "averaged geometrically; host-limited trials waited for the host, so their speed "
-        "says little about the precision.",
+        "averaged geometrically; host-limited trials waited for the host, and CPU-contended trials for cores other "
+        "processes held, so their speed says little about the precision.",
     ]
     return "\n".join([*head, *(["", f"![verdict]({plot_name})"] if plot_name else []), ""])
 

@@ -18,7 +18,8 @@ def test_update_variants_run_apart_and_a_rerun_lands_on_the_same_parameters() ->
     assert proc.returncode == 0, proc.stderr
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in proc.stdout.splitlines()[2:]}
     parameters, first_s, host_ms, ms, updates, checksum, note = rows["eager-fused"]
-    assert parameters == "41" and updates == "28" and float(host_ms) > 0 and float(ms) > 0 and note == "" and float(first_s) >= 0
+    assert parameters == "41" and updates == "28" and float(host_ms) > 0 and float(ms) > 0 and note == "" and float(first_s) >= 0, \
+        proc.stdout  # a failed child's row names how it ended
     assert rows["captured"][-1] == "CUDA only"
     # A second run from the same seed lands on the same parameters: the checksum is what variants are compared by.
     again = subprocess.run(proc.args, cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -15,10 +15,11 @@ from trial_executor.device._hardware import (
     reset_peak_memory,
     resolve_device,
 )
-from trial_executor.device._throughput import HOST_LIMITED_BELOW, DeviceLag, LoopTiming, TrainClock
+from trial_executor.device._throughput import HOST_LIMITED_BELOW, CpuWait, DeviceLag, LoopTiming, TrainClock
 
 __all__ = [
     "HOST_LIMITED_BELOW",
+    "CpuWait",
     "DeviceLag",
     "Knobs",
     "LoopTiming",

@@ -18,6 +18,14 @@ that step: the device was busy and set the pace. A device that kept up was waiti
 host. ``device_busy_fraction`` is the share of measured steps where the device set the pace;
 below one half, the trial is host-limited (the executor's overhead, not the precision, set its
 speed).
+
+:class:`CpuWait` tells whether the process had its CPUs to itself. Linux counts, per thread,
+the time it ran and the time it was ready to run but waited for a CPU (``/proc/self/task/*/schedstat``).
+Waiting more than ``CPU_CONTENDED_ABOVE`` of its ready time while training (judged over at least
+``CPU_WAIT_JUDGED_FROM_S`` of it) means other processes
+(another trial, a build, anything) held the cores the trial asked for: its speed is theirs too,
+on the CPU as on a GPU's host. Spinning OpenMP threads are ready all the time, so two torch
+processes sharing two cores each wait about half of it.
 """
 
 from __future__ import annotations
@@ -25,9 +33,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Hashable, Iterator, Sequence
+from pathlib import Path
 
 import torch
 
+from trial_executor._result import CPU_CONTENDED_ABOVE, CPU_WAIT_JUDGED_FROM_S
 from trial_executor.batches import Batch, window_rows, window_shape
 
 WARMUP_STEPS = 10
@@ -35,6 +45,7 @@ WARMUP_SECONDS = 0.5
 SETUP_OCCURRENCES = 3  # eager warm-up, CUDA-graph recording, first replay
 BUSY_LAG_SHARE = 0.1
 HOST_LIMITED_BELOW = 0.5
+_THREADS = Path("/proc/self/task")
 
 
 class TrainClock:
@@ -163,6 +174,52 @@ class DeviceLag:
         return self.busy_steps / self.measured_steps if self.measured_steps else None
 
 
+def _ran_and_waited_ns() -> tuple[int, int] | None:
+    """This process's threads' nanoseconds on a CPU and waiting for one; ``None`` where the kernel does not say."""
+    ran = waited = 0
+    try:
+        threads = list(_THREADS.iterdir())
+    except OSError:
+        return None
+    for thread in threads:
+        try:
+            fields = (thread / "schedstat").read_text().split()
+        except OSError:  # the thread ended since the listing
+            continue
+        ran, waited = ran + int(fields[0]), waited + int(fields[1])
+    return ran, waited
+
+
+class CpuWait:
+    """The share of its ready time this process's threads waited for a CPU, over the segments timed."""
+
+    def __init__(self) -> None:
+        self.ran_ns = self.waited_ns = 0
+        self._mark: tuple[int, int] | None = None
+
+    def start(self) -> None:
+        self._mark = _ran_and_waited_ns()
+
+    def stop(self) -> None:
+        now = _ran_and_waited_ns()
+        if self._mark is not None and now is not None:
+            # A thread that ended within the segment takes its counts away: never below nothing.
+            self.ran_ns += max(0, now[0] - self._mark[0])
+            self.waited_ns += max(0, now[1] - self._mark[1])
+        self._mark = None
+
+    def fraction(self) -> float | None:
+        ready = self.ran_ns + self.waited_ns
+        return self.waited_ns / ready if ready else None
+
+    def contended(self) -> bool | None:
+        """Other processes held the cores (see the module); ``None`` over too little ready time to tell."""
+        fraction = self.fraction()
+        if fraction is None or (self.ran_ns + self.waited_ns) / 1e9 < CPU_WAIT_JUDGED_FROM_S:
+            return None
+        return fraction > CPU_CONTENDED_ABOVE
+
+
 class LoopTiming:
     """A training loop's clocks behind three calls: each optimizer step timed, host reads, pauses.
 
@@ -176,10 +233,12 @@ class LoopTiming:
         self.device = device
         self.clock = TrainClock(device, track_setup=track_setup)
         self.lag = DeviceLag(device)
+        self.cpu_wait = CpuWait()
 
     def start(self) -> None:
         self.clock.start()
         self.lag.anchor()
+        self.cpu_wait.start()
 
     @contextlib.contextmanager
     def step(self, window: Sequence[Sequence[Batch]]) -> Iterator[None]:
@@ -206,5 +265,6 @@ class LoopTiming:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.lag.collect()
+        self.cpu_wait.stop()
         yield self.clock.stop()
         self.start()

@@ -43,6 +43,8 @@ def trial_result(
         compile_seconds=timing.clock.setup_seconds,
         device_busy_fraction=busy,
         host_limited=None if busy is None else busy < HOST_LIMITED_BELOW,
+        cpu_wait_fraction=timing.cpu_wait.fraction(),
+        cpu_contended=timing.cpu_wait.contended(),
         buckets=knobs.buckets,
         varlen_attention=knobs.varlen_attention,
         compiled_step=knobs.compile_step and not knobs.capture_step,

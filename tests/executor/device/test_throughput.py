@@ -1,15 +1,17 @@
-"""Honest throughput on the CPU: steady state after warm-up, start-up steps apart; CUDA-only paths inert."""
+"""Honest throughput on the CPU: steady state after warm-up, start-up steps apart, cores shared with other
+processes flagged; CUDA-only paths inert."""
 
 from __future__ import annotations
 
 import time
 
 import torch
+from _cpu_contention import sharing_one_core
 
 from trial_executor import TrainConfig, demo_dataset, run_trial
 from trial_executor.batches import window_shape
 from trial_executor.batches._batching import Collation, TokenizedSplit, width_buckets
-from trial_executor.device._throughput import SETUP_OCCURRENCES, WARMUP_STEPS, DeviceLag, TrainClock
+from trial_executor.device._throughput import SETUP_OCCURRENCES, WARMUP_STEPS, CpuWait, DeviceLag, TrainClock
 from trial_executor.model._loading import load_model
 from trial_executor.model._packed import PackedBertClassifier
 from trial_executor.precision._policy import PrecisionPolicy
@@ -95,3 +97,31 @@ def test_varlen_attention_is_inert_on_the_cpu() -> None:
         plain = PackedBertClassifier(model)(**inputs).logits
         varlen = PackedBertClassifier(model, varlen=True)(**inputs).logits
     assert torch.equal(plain, varlen)
+
+
+def test_a_trial_sharing_its_core_with_another_process_is_cpu_contended() -> None:
+    data = demo_dataset(n_train=640, n_valid=32, seed=5)
+    # 200 steps: several seconds of ready time on one shared core, over the second it takes to judge.
+    config = TrainConfig(batch_size=16, epochs=10, max_steps=200, eval_every=0, device="cpu")
+    with sharing_one_core():
+        shared = run_trial(config, data)
+    # Two ready tasks on one core: each waits about half its time.
+    assert shared.cpu_contended and shared.cpu_wait_fraction > 0.3, shared.cpu_wait_fraction
+    # Too short to tell: a few steps' wait is mostly threads waking up, whoever else runs.
+    short = run_trial(TrainConfig(batch_size=16, max_steps=2, eval_every=0, device="cpu"), data)
+    assert short.cpu_wait_fraction is not None and short.cpu_contended is None
+
+
+def test_cpu_wait_counts_only_the_segments_it_timed() -> None:
+    wait = CpuWait()
+    assert wait.fraction() is None  # nothing timed yet
+    wait.start()
+    end = time.thread_time() + 0.05  # CPU time, however busy the machine is
+    while time.thread_time() < end:
+        pass
+    wait.stop()
+    ran = wait.ran_ns
+    assert ran >= 0.04e9 and 0.0 <= wait.fraction() <= 1.0
+    time.sleep(0.05)
+    wait.stop()  # not started: adds nothing
+    assert wait.ran_ns == ran

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import ROOT, assert_one_line_flag_error
 
 from hpo.cli._check import main
@@ -72,3 +73,15 @@ def test_both_whole_step_knobs_on_is_one_line_before_the_report(capsys: pytest.C
     out, err = capsys.readouterr()
     assert out == "" and err.strip() == ("python -m hpo.check: error: --compile-step on --capture-step on: "
                                          "compile_step and capture_step are two ways to run the same whole step: turn one off")
+
+
+def test_a_precision_timed_while_another_process_held_the_core_says_so() -> None:
+    from _cpu_contention import sharing_one_core
+
+    from hpo.cli._speed_test import speed_test
+
+    # Enough steps for over a second of ready time (judged), few enough for a test.
+    flags = {"batch_size": 16, "seq_len": 64, "steps": 100, "warmup": 1, "precisions": ["fp32"]}
+    with sharing_one_core():
+        (shared,) = speed_test("tiny-bert", torch.device("cpu"), **flags)
+    assert shared.samples_per_s and "CPU-contended (waited " in shared.note and "other processes held them" in shared.note

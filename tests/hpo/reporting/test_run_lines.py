@@ -82,6 +82,16 @@ def test_a_trial_line_names_start_up_only_when_it_was_most_of_the_training() -> 
     assert line(0.0, 0.0).endswith("515 MB peak")
 
 
+def test_a_trial_line_says_when_other_processes_held_the_cores() -> None:
+    def line(contended: bool | None) -> str:
+        attrs = {"throughput_samples_per_s": 340.0, "peak_memory_mb": 515.0, "cpu_wait_fraction": 0.51, "cpu_contended": contended}
+        return trial_line(optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.85, user_attrs=attrs), ["accuracy"])
+
+    assert line(True).endswith("340 samples/s  515 MB peak  (CPU-contended: waited 51% of its time for a core other "
+                               "processes held; its samples/s are partly theirs)")
+    assert line(False).endswith("515 MB peak") and line(None).endswith("515 MB peak")  # None: too short to tell
+
+
 def test_status_counts_verdict_trials_on_their_own_line_only() -> None:
     from hpo.reporting._status import status_lines, study_status
 

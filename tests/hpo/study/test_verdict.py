@@ -169,10 +169,10 @@ def test_verdict_pairs_seeds_across_two_workers_survives_a_sigkill_and_its_inter
 
 
 def _verdict_trial(precision: str, seed: int, accuracy: float, speed: float, *, state: TrialState = TrialState.COMPLETE,
-                   host_limited: bool = False, majority_class: bool = False) -> optuna.trial.FrozenTrial:
+                   host_limited: bool = False, majority_class: bool = False, cpu_contended: bool = False) -> optuna.trial.FrozenTrial:
     attrs = {"verdict_trial": {"of_trial": 0, "precision": precision, "seed": seed, "seed_index": seed},
              "throughput_samples_per_s": speed, "peak_memory_mb": 100.0 if precision == "fp32" else 60.0,
-             "host_limited": host_limited, "majority_class": majority_class}
+             "host_limited": host_limited, "majority_class": majority_class, "cpu_contended": cpu_contended}
     value = accuracy if state == TrialState.COMPLETE else None
     return optuna.trial.create_trial(state=state, value=value, user_attrs=attrs)
 
@@ -186,7 +186,7 @@ def test_verdict_table_from_stored_trials_by_hand() -> None:
     fp32, fp16, bf16 = [0.80, 0.82, 0.78], [0.76, 0.79, 0.73], [0.81, 0.81, 0.78]
     for seed in range(3):
         study.add_trial(_verdict_trial("fp32", seed, fp32[seed], 100.0))
-        study.add_trial(_verdict_trial("fp16", seed, fp16[seed], 180.0 + seed * 10))
+        study.add_trial(_verdict_trial("fp16", seed, fp16[seed], 180.0 + seed * 10, cpu_contended=seed == 0))
         if seed == 2:  # a first attempt that failed, superseded by its retry
             study.add_trial(_verdict_trial("bf16", seed, 0.0, 0.0, state=TrialState.FAIL))
         study.add_trial(_verdict_trial("bf16", seed, bf16[seed], 240.0, host_limited=seed == 1))
@@ -200,7 +200,9 @@ def test_verdict_table_from_stored_trials_by_hand() -> None:
     assert rows["fp16"].speed_ratio == pytest.approx(statistics.geometric_mean([1.8, 1.9, 2.0]))  # 1.898
     assert rows["fp16"].speed_ratio_range == pytest.approx([1.8, 2.0])
     # Differences -4, -3, -5 points: mean -4, sd 1, half-width 4.303 / sqrt(3) = 2.48.
-    assert rows["fp16"].line == "fp16: 1.90x faster, 0.60x memory, accuracy -4.00 points (95% CI -6.48..-1.52): loss"
+    # Seed 0's fp16 trial shared its cores with other processes: said, not dropped (every column is over the paired seeds).
+    assert rows["fp16"].line == ("fp16: 1.90x faster, 0.60x memory, accuracy -4.00 points (95% CI -6.48..-1.52): loss "
+                                 f"[speed taken while other processes held the CPUs in trials {rows['fp16'].trials['0']}]")
     # bf16: +1, -1, 0 points: mean 0, sd 1, CI -2.48..+2.48.
     assert rows["bf16"].line.endswith("(95% CI -2.48..+2.48): no measurable loss on this model and data (a loss of up to "
                                       f"2.48 points is not ruled out: more seeds narrow it) [speed host-limited in trials {rows['bf16'].trials['1']}]")
@@ -209,6 +211,8 @@ def test_verdict_table_from_stored_trials_by_hand() -> None:
     assert Verdict.from_dict(verdict.to_dict()) == verdict
     table = "\n".join(verdict_table(verdict))
     assert "| tf32 | not run |" in table and "- tf32: not run: TF32 is a mode of NVIDIA tensor cores" in table
+    assert table.splitlines()[0].endswith("| host-limited | CPU-contended |")
+    assert f"| no | {rows['fp16'].trials['0']} |" in table and "| unsupported here: TF32 is a mode" in table
 
 
 def test_trials_that_learned_nothing_give_no_accuracy_verdict() -> None:
