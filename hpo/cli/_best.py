@@ -46,8 +46,8 @@ def build_parser() -> Parser:
         help="write the best trial's kept model and tokenizer (save_pretrained format; LoRA merged) and its config to DIR",
     )
     parser.add_argument(
-        "--artifact-store", default=DEFAULT_ARTIFACT_DIR,
-        help="the artifact directory the study ran with, for --save-model (default: %(default)s)",
+        "--artifact-store", default=None,
+        help=f"the artifact directory the study ran with, for --save-model (default: {DEFAULT_ARTIFACT_DIR})",
     )
     return parser
 
@@ -56,7 +56,7 @@ def _save_model(study: optuna.Study, args: argparse.Namespace) -> int:
     if args.format != "yaml":  # the model's directory gets its config as YAML; a --format would be silently ignored
         raise UserError(f"--format {args.format} prints the best trial; --save-model writes its model: pass one of them")
     directory = Path(args.save_model)
-    kept = export_best_model(study, args.artifact_store, directory)
+    kept = export_best_model(study, args.artifact_store or DEFAULT_ARTIFACT_DIR, directory)
     trial = study.trials[kept["trial"]]
     document = {"study": study.study_name, **trial_entry(trial, objective_names(study))}
     write_whole(directory / BEST_CONFIG_FILE, best_yaml(document), "the best trial's config")
@@ -68,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Print the best trial(s); return the process exit code."""
 
     def body(args: argparse.Namespace, url: str) -> int:
+        if args.artifact_store is not None and args.save_model is None:  # else ignored without a word
+            raise UserError("--artifact-store is where --save-model finds the model; add --save-model DIR, or drop it")
         study = load_existing_study(open_existing_storage(url), url, args.study_name)
         if args.save_model is not None:
             return _save_model(study, args)

@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from hpo._errors import UserError
 from hpo.storage._retrying_storage import storage_failure_in
 from hpo.storage._storage import STORAGE_ENV, mask_secrets, mask_url, resolve_storage_url
+from hpo.storage._url_secrets import mask_urls_in
 
 
 def command_prog(command: str) -> str:
@@ -39,8 +40,20 @@ class Parser(argparse.ArgumentParser):
         epilog = "examples:\n" + examples.rstrip() if found else None
         super().__init__(prog=prog, description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            # An empty value is never "the default": --storage '' read $HPO_STORAGE, --out '' wrote ./hpo-report-<study>.
+            value = getattr(parsed, action.dest, None)
+            if action.option_strings and isinstance(value, str) and not value.strip() and value != action.default:
+                self.error(f"{action.option_strings[-1]} is empty; give it a value or leave it out")
+        return parsed, extras
+
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        # argparse quotes what was typed ("unrecognized arguments: postgresql://u:pw@host/db"): passwords masked.
+        self.exit(2, f"{self.prog}: error: {mask_urls_in(message)} (see --help)\n")
 
 
 def at_least(low: int) -> Callable[[str], int]:

@@ -24,7 +24,7 @@ from hpo.storage._heartbeats import heartbeat_ages
 from hpo.storage._inspect import objective_names
 from hpo.study._data import data_flags
 from hpo.study._liveness import worker_is_gone
-from hpo.study._outcomes import SKIP_UNSUPPORTED, never_ran
+from hpo.study._outcomes import SKIP_DUPLICATE, SKIP_UNSUPPORTED, never_ran
 
 
 @dataclass
@@ -43,6 +43,7 @@ class StudyStatus:
     counts: dict[str, int]
     skipped: int = 0
     not_run: int = 0  # over_budget placeholders: pruned, never trained
+    duplicates: int = 0  # second copies of a queued trial, withdrawn when claimed: pruned, never trained
     best: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     running: list[RunningTrial] = field(default_factory=list)
     host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
@@ -73,7 +74,8 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     counts = {state.name: sum(t.state == state for t in search) for state in TrialState}
     status = StudyStatus(study.study_name, [(n, d.name.lower()) for n, d in zip(names, study.directions, strict=True)], counts)
     status.skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in search)
-    status.not_run = sum(never_ran(t) for t in search)
+    status.duplicates = sum(skip_reason_of(t) == SKIP_DUPLICATE for t in search)
+    status.not_run = sum(never_ran(t) for t in search) - status.duplicates
     status.best = _best(study, names)
     status.host_limited = sorted(t.number for t in trials if is_host_limited(t))
     status.cpu_contended = sorted(t.number for t in trials if is_cpu_contended(t))
@@ -112,7 +114,8 @@ def status_lines(status: StudyStatus) -> list[str]:
     goal = ", ".join(f"{direction} {name}" for name, direction in status.objectives)
     order = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
     shown = [f"{state.lower()} {status.counts[state]}" for state in order if status.counts[state] or state != "WAITING"]
-    apart = [f"{n} {what}" for n, what in ((status.skipped, "skipped as unsupported"), (status.not_run, "not run: the budget was held")) if n]
+    apart = [f"{n} {what}" for n, what in ((status.skipped, "skipped as unsupported"), (status.not_run, "not run: the budget was held"),
+                                           (status.duplicates, "not run: duplicates in the queue")) if n]
     if apart:
         shown[1] += f" (of them, {', '.join(apart)})"
     # A name with a newline or a terminal escape is shown quoted, as the run shows it: raw, it broke the listing.

@@ -67,6 +67,8 @@ def resolve_storage_url(url: str | None) -> str:
     """``--storage`` if given, else ``$HPO_STORAGE``, else a SQLite file in the working directory."""
     if url is not None and not isinstance(url, str):  # from Python: one line, not an AttributeError deep in the factory
         raise StorageError(f"storage must be a database URL (a str) or None, got {url!r}; pass e.g. 'sqlite:///hpo-studies.db'")
+    if url is not None and not url.strip():  # not "no storage": '' read $HPO_STORAGE, a study elsewhere than asked
+        raise StorageError(f"storage URL is empty; give one such as sqlite:///{DEFAULT_SQLITE_FILE}, or None for ${STORAGE_ENV} or that file")
     return url or os.environ.get(STORAGE_ENV) or f"sqlite:///{DEFAULT_SQLITE_FILE}"
 
 

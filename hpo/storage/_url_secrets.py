@@ -82,3 +82,9 @@ def mask_secrets(text: str, url: str) -> str:
         for form in sorted({secret, unquote(secret)}, key=len, reverse=True):
             text = _standing_alone(form).sub("***", text)
     return text
+
+
+def mask_urls_in(text: str) -> str:
+    """``text`` (a command line's words, as an error quotes them) with the password of every URL-like word masked:
+    ``--st=postgresql://u:pw@host/db`` and a stray ``u:pw@host`` as :func:`mask_url` masks them."""
+    return re.sub(r"\S+", lambda word: mask_url(word.group()) if "@" in word.group() or "=" in word.group() else word.group(), text)

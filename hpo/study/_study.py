@@ -205,8 +205,10 @@ def _requeue_lost_retries(study: optuna.Study, max_retry: int | None) -> None:
 def _queue_key(trial: FrozenTrial) -> tuple[str, object] | None:
     """What ``trial`` was queued for (the retry of a failed trial, the fp32 baseline, an enqueued configuration); ``None``
     for a trial the sampler proposed."""
-    if (failed := trial.system_attrs.get("failed_trial")) is not None:
-        return ("retry", failed)
+    # The trial it retries: the last of its retry_history. Optuna's failed_trial is the chain's first trial, the same
+    # for every retry of the chain: keyed by it, a second retry was taken for a copy of the first and never ran.
+    if history := trial.system_attrs.get("retry_history"):
+        return ("retry", history[-1])
     if is_baseline(trial):
         return ("baseline", None)
     origin = trial.user_attrs.get(ENQUEUED_FROM_ATTR)

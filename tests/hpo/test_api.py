@@ -70,6 +70,9 @@ def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path: Path) -> 
     # Wrong types from Python: an AttributeError from deep in the storage factory, a "data file 5 not found".
     with pytest.raises(hpo.UserError, match=r"^storage must be a database URL \(a str\) or None, got 5; pass e\.g\. 'sqlite:///hpo-studies\.db'$"):
         hpo.load("nb", storage=5)  # type: ignore[arg-type]
+    # An empty URL is no URL: it read $HPO_STORAGE or wrote ./hpo-studies.db, another database than asked.
+    with pytest.raises(hpo.UserError, match=r"^storage URL is empty; give one such as sqlite:///hpo-studies\.db, or None for \$HPO_STORAGE"):
+        hpo.optimize(TINY, storage=" ")
     with pytest.raises(hpo.UserError, match=r"^data must be a file path, a TextClassificationData or None \(the demo reviews\), got a dict; pass"):
         hpo.optimize(TINY, {"train_texts": ["a"]}, storage=f"sqlite:///{db}")  # type: ignore[arg-type]
     # A hook that cannot be called: a TypeError once the first trial had trained.

@@ -197,6 +197,42 @@ def test_best_and_export_errors_are_one_line(tmp_path: Path, capsys: pytest.Capt
     assert (tmp_path / "e.db").read_bytes() == before
 
 
+def test_a_flag_given_an_empty_value_is_refused_not_taken_for_its_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --storage '' read $HPO_STORAGE (another database than asked); --out '' wrote ./hpo-report-<study>.
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    optuna.create_study(study_name="s", storage=url)
+    monkeypatch.setenv("HPO_STORAGE", url)
+    monkeypatch.chdir(tmp_path)
+    for argv, flag in ((["status", "--storage", ""], "--storage"), (["report", "--out", ""], "--out"), (["run", "--data", " "], "--data"),
+                       (["dashboard", "--host", ""], "--host"), (["best", "--save-model="], "--save-model")):
+        with pytest.raises(SystemExit) as exited:
+            hpo_main(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.endswith(f"error: {flag} is empty; give it a value or leave it out (see --help)\n"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.db"]  # no report directory, no study file
+
+
+def test_a_password_in_words_the_command_line_did_not_take_is_masked(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["status", "postgresql://u:s3cret@127.0.0.1:1/db"], ["best", "--storage-url", "postgresql://u:s3cret@db.invalid/x"],
+                 ["status", "--st=postgresql://u:s3cret@127.0.0.1:1/db"], ["export", "--format", "csv", "u:s3cret@127.0.0.1/db"]):
+        with pytest.raises(SystemExit):
+            hpo_main(argv)
+        err = capsys.readouterr().err
+        assert "s3cret" not in err and "***@" in err and len(err.splitlines()) == 1, err
+
+
+def test_an_export_or_best_flag_that_names_no_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    optuna.create_study(study_name="s", storage=url).add_trial(optuna.trial.create_trial(value=0.5, user_attrs={"config": {}}))
+    assert hpo_main(["export", "--storage", url, "--format", "csv", "--out", "/"]) == 2  # a ValueError's traceback
+    assert capsys.readouterr().err.endswith(" error: cannot write --out /: Is a directory; pick a writable path with room for it\n")
+    # --artifact-store is read by --save-model only: alone it was ignored without a word.
+    assert hpo_main(["best", "--storage", url, "--artifact-store", str(tmp_path / "store")]) == 2
+    assert capsys.readouterr().err.endswith("error: --artifact-store is where --save-model finds the model; add --save-model DIR, or drop it\n")
+
+
 def test_an_export_cut_short_by_the_disk_leaves_the_previous_one_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The CSV was written in place: a full disk (here a file-size limit, which fails a write the same way) left the half
     that fitted, and a traceback."""
@@ -262,8 +298,10 @@ def test_without_study_name_the_commands_read_the_storages_only_study(
     out = capsys.readouterr().out
     assert '"study": "only"' in out and (tmp_path / "hpo-report-only" / "report.md").is_file()
     # An empty name is not "no name": the verdict took the only study and trained 9 trials.
-    assert hpo_main(["verdict", "--storage", url, "--study-name", ""]) == 2
-    assert capsys.readouterr().err.strip().endswith(": error: --study-name is empty; pass a name such as sst2-precision")
+    with pytest.raises(SystemExit) as exited:
+        hpo_main(["verdict", "--storage", url, "--study-name", ""])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().endswith(": error: --study-name is empty; give it a value or leave it out (see --help)")
     optuna.create_study(study_name="other", storage=url)
     for command in ("best", "export", "report"):
         assert hpo_main([command, "--storage", url, *(["--format", "csv"] if command == "export" else [])]) == 2

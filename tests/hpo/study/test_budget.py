@@ -16,6 +16,8 @@ from optuna.trial import TrialState
 from hpo import create_storage, parse_search_space
 from hpo._attrs import is_baseline, skip_reason_of
 from hpo.reporting._run_lines import trial_line
+from hpo.reporting._status import status_lines, study_status
+from hpo.storage._retry_policy import RetryByTrialPolicy
 from hpo.study import counts_toward_budget, open_study, run_to_budget
 from hpo.study._budget import take_slot
 from hpo.study._lock import study_lock
@@ -112,3 +114,25 @@ def test_a_trial_queued_twice_runs_once_and_its_copy_is_withdrawn_when_claimed(t
     ]
     assert trials[3].user_attrs["skip_detail"] == "queued twice by workers with no lock between them: trial 1 is the first copy"
     assert sum(counts_toward_budget(t) for t in trials) == 3
+    # status says why they did not run: copies in the queue, not a budget held by running trials.
+    lines = status_lines(study_status(study._storage, study))
+    assert "pruned 2 (of them, 2 not run: duplicates in the queue)" in lines[1]
+
+
+def test_a_second_retry_of_a_trial_runs_and_is_no_copy_of_the_first(tmp_path: Path) -> None:
+    # Trial 0 failed (stopped, its worker killed), its retry 1 failed too; retry 2 must run. Optuna's failed_trial is
+    # 0 for both retries: keyed by it, retry 2 was withdrawn as a copy of 1, and the chain's checkpoint lost.
+    study = optuna.create_study(storage=create_storage(f"sqlite:///{tmp_path / 'r.db'}"), study_name="r")
+    distribution = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    retry = RetryByTrialPolicy(3)
+    study.add_trial(optuna.trial.create_trial(state=TrialState.FAIL, params={"x": 0.5}, distributions=distribution))
+    retry(study, study.get_trials()[0])  # trial 1, waiting
+    first_retry = study.get_trials()[1]
+    study._storage.set_trial_state_values(first_retry._trial_id, TrialState.RUNNING)
+    study._storage.set_trial_state_values(first_retry._trial_id, TrialState.FAIL)
+    retry(study, study.get_trials()[1])  # trial 2, waiting: it retries trial 1
+    assert study.get_trials()[2].system_attrs["retry_history"] == [0, 1]
+    run_to_budget(study, lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
+    second_retry = study.get_trials()[2]
+    assert (second_retry.state, skip_reason_of(second_retry), second_retry.params) == (TrialState.COMPLETE, None, {"x": 0.5})
+    assert len(study.get_trials()) == 3  # nothing sampled in its place
