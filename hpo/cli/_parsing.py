@@ -46,8 +46,9 @@ class Parser(argparse.ArgumentParser):
         parsed, extras = super().parse_known_args(args, namespace)
         for action in self._actions:
             # An empty value is never "the default": --storage '' read $HPO_STORAGE, --out '' wrote ./hpo-report-<study>.
+            # (A flag given bare takes its const: --ray alone is a local cluster.)
             value = getattr(parsed, action.dest, None)
-            if action.option_strings and isinstance(value, str) and not value.strip() and value != action.default:
+            if action.option_strings and isinstance(value, str) and not value.strip() and value not in (action.default, action.const):
                 self.error(f"{action.option_strings[-1]} is empty; give it a value or leave it out")
         return parsed, extras
 

@@ -209,6 +209,8 @@ def _queue_key(trial: FrozenTrial) -> tuple[str, object] | None:
     # for every retry of the chain: keyed by it, a second retry was taken for a copy of the first and never ran.
     if history := trial.system_attrs.get("retry_history"):
         return ("retry", history[-1])
+    if (failed := trial.system_attrs.get("failed_trial")) is not None:  # a retry queued by hand, without a history
+        return ("retry", failed)
     if is_baseline(trial):
         return ("baseline", None)
     origin = trial.user_attrs.get(ENQUEUED_FROM_ATTR)
