@@ -25,7 +25,15 @@ from hpo._ranking import best_trials
 from hpo.space._measures import measured_value
 from hpo.storage._storage import GRPC_SCHEME, STORAGE_ENV, mask_url
 from hpo.study._budget import finished_count
-from hpo.study._outcomes import OVER_BUDGET_DETAIL, SKIP_DUPLICATE, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, never_ran
+from hpo.study._outcomes import (
+    OVER_BUDGET_DETAIL,
+    SKIP_DUPLICATE,
+    SKIP_NON_FINITE,
+    SKIP_OOM,
+    SKIP_OVER_BUDGET,
+    SKIP_UNSUPPORTED,
+    never_ran,
+)
 
 
 def _format_value(value: object) -> str:
@@ -80,11 +88,9 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
     by_state = {s: sum(t.state == s for t in trials) for s in TrialState}
     verdict = Counter(t.state.name.lower() for t in everything if is_verdict_trial(t))
     verdict_note = f", verdict trials ({', '.join(f'{s} {n}' for s, n in sorted(verdict.items()))})" if verdict else ""
-    skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in trials)
-    duplicates = sum(skip_reason_of(t) == SKIP_DUPLICATE for t in trials)
-    not_run = sum(never_ran(t) for t in trials) - duplicates
-    diverged = sum(skip_reason_of(t) == SKIP_NON_FINITE for t in trials)
-    oom = sum(skip_reason_of(t) == SKIP_OOM for t in trials)
+    reasons = Counter(skip_reason_of(t) for t in trials)
+    skipped, not_run, duplicates = reasons[SKIP_UNSUPPORTED], reasons[SKIP_OVER_BUDGET], reasons[SKIP_DUPLICATE]
+    diverged, oom = reasons[SKIP_NON_FINITE], reasons[SKIP_OOM]
     why = f" ({diverged} {SKIP_NON_FINITE}, {oom} {SKIP_OOM})" if diverged or oom else ""
     shown = mask_url(url)
     finished = finished_count(study)

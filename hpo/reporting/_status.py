@@ -24,7 +24,7 @@ from hpo.storage._heartbeats import heartbeat_ages
 from hpo.storage._inspect import objective_names
 from hpo.study._data import data_flags
 from hpo.study._liveness import worker_is_gone
-from hpo.study._outcomes import SKIP_DUPLICATE, SKIP_UNSUPPORTED, never_ran
+from hpo.study._outcomes import SKIP_DUPLICATE, SKIP_OVER_BUDGET, SKIP_UNSUPPORTED
 
 
 @dataclass
@@ -73,9 +73,8 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     names = objective_names(study)
     counts = {state.name: sum(t.state == state for t in search) for state in TrialState}
     status = StudyStatus(study.study_name, [(n, d.name.lower()) for n, d in zip(names, study.directions, strict=True)], counts)
-    status.skipped = sum(skip_reason_of(t) == SKIP_UNSUPPORTED for t in search)
-    status.duplicates = sum(skip_reason_of(t) == SKIP_DUPLICATE for t in search)
-    status.not_run = sum(never_ran(t) for t in search) - status.duplicates
+    reasons = Counter(skip_reason_of(t) for t in search)
+    status.skipped, status.not_run, status.duplicates = reasons[SKIP_UNSUPPORTED], reasons[SKIP_OVER_BUDGET], reasons[SKIP_DUPLICATE]
     status.best = _best(study, names)
     status.host_limited = sorted(t.number for t in trials if is_host_limited(t))
     status.cpu_contended = sorted(t.number for t in trials if is_cpu_contended(t))

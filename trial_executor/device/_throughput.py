@@ -175,7 +175,8 @@ class DeviceLag:
 
 
 def _ran_and_waited_ns() -> tuple[int, int] | None:
-    """This process's threads' nanoseconds on a CPU and waiting for one; ``None`` where the kernel does not say."""
+    """This process's threads' nanoseconds on a CPU and waiting for one; ``None`` off Linux (no ``/proc/self/task``).
+    A kernel without schedstat counts nothing: (0, 0), and :meth:`CpuWait.fraction` is then ``None``."""
     ran = waited = 0
     try:
         threads = list(_THREADS.iterdir())
