@@ -71,13 +71,14 @@ def _cache_key(
     tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], pairs: Sequence[str] | None, max_length: int, types: bool
 ) -> str:
     digest = hashlib.sha256(tokenizer_fingerprint(tokenizer).encode())
-    digest.update(f"max_length={max_length};pairs={pairs is not None};types={types}".encode())
-    for text in texts:
-        digest.update(text.encode())
-        digest.update(b"\0")
-    for pair in pairs or ():
-        digest.update(pair.encode())
-        digest.update(b"\0")
+    digest.update(f"max_length={max_length};pairs={pairs is not None};types={types};rows={len(texts)}".encode())
+    # Each text prefixed by its length in bytes: a text may hold any character, NUL included, so no
+    # separator alone tells ["a\0b", "c"] from ["a", "b\0c"] (they shared one entry, the second study
+    # trained on the first's token ids).
+    for text in [*texts, *(pairs or ())]:
+        encoded = text.encode()
+        digest.update(f"{len(encoded)}:".encode())
+        digest.update(encoded)
     return digest.hexdigest()[:32]
 
 

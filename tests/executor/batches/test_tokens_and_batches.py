@@ -124,3 +124,14 @@ def test_collate_right_pads_ids_token_types_and_mask_to_the_width_asked_for() ->
     assert batch["labels"].tolist() == [[2.5], [1.5], [0.5]] and batch["labels"].dtype == torch.float32
     assert all(batch[k].dtype == torch.long for k in ("input_ids", "token_type_ids", "attention_mask"))
     assert collate(split, [1], pad_id=9, width=None)["input_ids"].tolist() == [[6]]  # no width: the longest row's
+
+
+def test_texts_that_join_alike_are_two_cache_entries(tmp_path: Path) -> None:
+    """A text may hold a NUL: ["great\\0movie", "awful"] and ["great", "movie\\0awful"] joined by NULs read alike, and
+    the second file's study took the first's token ids from the cache (as a hit)."""
+    first, second = ["great\0movie", "awful"], ["great", "movie\0awful"]
+    tokenizer = train_wordpiece_tokenizer(first + second + ["great movie awful"] * 4)
+    tokenize(tokenizer, first, [0, 1], 32, cache_dir=str(tmp_path))
+    cached, hit = tokenize(tokenizer, second, [0, 1], 32, cache_dir=str(tmp_path))
+    fresh, _ = tokenize(tokenizer, second, [0, 1], 32)
+    assert not hit and cached.input_ids == fresh.input_ids
