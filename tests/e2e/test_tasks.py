@@ -92,10 +92,14 @@ def test_the_task_comes_from_the_labels_or_the_choice_and_labels_stay_as_given(t
     assert sets.task == "multi_label" and sets.label_names == ["Sci/Tech", "sport", "été"]
     assert all(set(row) <= {0.0, 1.0} and len(row) == 3 for row in sets.train_labels)
     piped = tmp_path / "m.csv"
-    piped.write_text('text,label\na,Sci/Tech|sport\nb,sport\nc, été | Sci/Tech\nd,sport\ne,"sport|Sci/Tech"\n')
+    piped.write_text('text,label\na,Sci/Tech|sport\nb,sport\nc,été|Sci/Tech\nd,sport\ne,"sport|Sci/Tech"\n')
     data = load_text_classification(piped, task="multi_label", valid_path=_copy(piped))
     assert data.label_names == ["Sci/Tech", "sport", "été"]
     assert data.train_labels[:3] == [[1.0, 1.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 1.0]]
+    # " été " was trimmed into "été": a label is taken as written, so one with whitespace around it is refused.
+    piped.write_text('text,label\na,Sci/Tech|sport\nb,sport\nc, été | Sci/Tech\nd,sport\n')
+    with pytest.raises(DataError, match=r'm\.csv line 4 has label " été " with whitespace around it'):
+        load_text_classification(piped, task="multi_label")
 
 
 @pytest.mark.parametrize(

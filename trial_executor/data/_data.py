@@ -24,6 +24,8 @@ from trial_executor.data._values import (
     MULTI_LABEL,
     REGRESSION,
     Label,
+    as_names,
+    as_number,
     check_one_kind,
     label_kind,
     label_names,
@@ -181,10 +183,13 @@ def _columns(
         # Texts go on exactly as given; only the test for an empty text ignores whitespace.
         text = text_value(row, text_column, where)
         pair = text_value(row, pair_column, where) if pair_column else None
+        if row.get(text_column) == text_column and row.get(label_column) == label_column:
+            raise DataError(f"{where} repeats the header ({text_column!r}, {label_column!r}); remove it (two files joined?)")
         if not text.strip() or (pair is not None and not pair.strip()):
             empty.append(number)  # its label unread: a spreadsheet's trailing row of empty cells is an empty text too
             continue
-        label = label_set(row.get(label_column), where) if multi_label else label_value(row.get(label_column), where)
+        read = label_set if multi_label else label_value
+        label = read(row.get(label_column), where, name=label_column in records.name_columns)
         rows.texts.append(text)
         rows.labels.append(label)
         rows.places.append(where)
@@ -197,6 +202,11 @@ def _columns(
             "remove them or pass --empty-text drop"
         )
     rows.dropped_empty = len(empty)
+    if not rows.texts:
+        raise DataError(
+            f"data file {path} has no row with a text" + (f" ({len(empty)} with empty text dropped)" if empty else "")
+            + f"; give it rows with text in column {text_column!r}"
+        )
     return rows
 
 
@@ -250,16 +260,18 @@ def load_text_classification(
         valid_path, valid_split = path, "validation"
     else:
         valid_split = None
+    valid = None
     if valid_path is not None:
         valid_path = _validation_file(path, Path(valid_path), valid_split)
-        valid = _columns(valid_path, read_records(valid_path, valid_split), *columns)
+        # A saved DatasetDict given for validation validates on its validation split (never its train split).
+        valid = _columns(valid_path, read_records(valid_path, valid_split or "validation"), *columns)
+    task = _settle_labels(task, [train] if valid is None else [train, valid])
+    if valid is not None:
         unseen_fix = "add them to the training data"
     else:
-        stratify = holdout == STRATIFIED and resolve_task(task, train.examples, train.labels) == CLASSIFICATION
-        train, valid = _hold_out(path, train, valid_fraction, random.Random(seed), stratify)
+        train, valid = _hold_out(path, train, valid_fraction, random.Random(seed), holdout == STRATIFIED and task == CLASSIFICATION)
         unseen_fix = (f"the --valid-fraction {valid_fraction} hold-out took every row of them from {path}; "
                       "add rows of them, or pass a validation file (--valid-data)")
-    task = resolve_task(task, {**valid.examples, **train.examples}, [*train.labels, *valid.labels])
     targets = {CLASSIFICATION: _label_ids, REGRESSION: _numbers, MULTI_LABEL: _multi_hot}[task]
     names, train_targets, valid_targets = targets(path, train, valid, label_column, unseen_fix)
     return TextClassificationData(
@@ -273,6 +285,26 @@ def load_text_classification(
         dropped_empty=train.dropped_empty + valid.dropped_empty,
         task=task,
     )
+
+
+def _settle_labels(task: str, splits: list[_Rows]) -> str:
+    """The task the labels of every split ask for, and (a classification) their labels made one type in place:
+    integers as their names where any label is a name (:func:`as_names`)."""
+    examples = {kind: example for rows in reversed(splits) for kind, example in rows.examples.items()}
+    task = resolve_task(task, examples, [label for rows in splits for label in rows.labels])
+    if task == REGRESSION:
+        return task
+    if task == MULTI_LABEL:  # the kinds of the sets' members
+        members = {
+            label_kind(label): (label, where)
+            for rows in reversed(splits) for labels, where in zip(rows.labels, rows.places, strict=True)
+            for label in labels  # type: ignore[union-attr]  # label sets, by resolve_task
+        }
+        check_one_kind(members)
+    labels = as_names([label for rows in splits for label in rows.labels])
+    for rows in splits:
+        rows.labels, labels = labels[: len(rows.labels)], labels[len(rows.labels):]
+    return task
 
 
 def _validation_file(path: Path, valid_path: Path, split: str | None) -> Path:
@@ -360,20 +392,14 @@ def _label_ids(path: Path, train: _Rows, valid: _Rows, column: str, unseen_fix: 
 
 def _numbers(path: Path, train: _Rows, valid: _Rows, column: str, unseen_fix: str) -> tuple[list[str], list[float], list[float]]:
     """Regression: one output named after the label column, each row's number as a float."""
-    values = [float(x) for x in train.labels]  # type: ignore[arg-type]  # numbers, by resolve_task
+    values = [as_number(x, where) for x, where in zip(train.labels, train.places, strict=True)]
     if len(set(values)) < 2:
         raise DataError(f"data file {path} has a single target value ({values[0]:g}) in training; regression needs targets that vary")
-    return [column], values, [float(x) for x in valid.labels]  # type: ignore[arg-type]
+    return [column], values, [as_number(x, where) for x, where in zip(valid.labels, valid.places, strict=True)]
 
 
 def _multi_hot(path: Path, train: _Rows, valid: _Rows, column: str, unseen_fix: str) -> tuple[list[str], list[list[float]], list[list[float]]]:
     """Multi-label: the label names, and each row as 1.0 for its labels and 0.0 for the others."""
-    examples: dict[str, tuple[Label, str]] = {}
-    for rows in (valid, train):
-        for labels, where in zip(rows.labels, rows.places, strict=True):
-            for label in labels:  # type: ignore[union-attr]  # label sets, by resolve_task
-                examples[label_kind(label)] = (label, where)
-    check_one_kind(examples)
     classes: set[int | str] = {label for labels in train.labels for label in labels}  # type: ignore[union-attr]
     _refuse_unseen({label for labels in valid.labels for label in labels}, classes, unseen_fix)  # type: ignore[union-attr]
     names = label_names(classes)

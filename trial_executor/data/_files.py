@@ -34,6 +34,9 @@ class Records:
     rows: list[dict[str, Any]]
     numbers: list[int]
     unit: str  # "line" for text files, "item" for a JSON array, "row" for a saved dataset
+    # Columns whose values are class names as the data names them (a saved dataset's ClassLabel):
+    # "7" there is the name "7", never the integer 7.
+    name_columns: frozenset[str] = frozenset()
 
 
 Reader = Callable[[Path, IO[str]], Records]
@@ -170,6 +173,22 @@ def _read_delimited(path: Path, reader: Any, kind: str, fix: str) -> Records:
         return _delimited_rows(path, reader, kind, fix)
 
 
+_SEPARATORS = {"CSV": ",", "TSV": "\t"}
+
+
+def _check_header(path: Path, header: list[str], kind: str) -> None:
+    """A header that cannot be a data file's: blank (a blank first line), or one field holding another separator."""
+    if not header:
+        raise DataError(f"data file {path} starts with a blank line where its header should be; remove the blank line(s) above the header")
+    if len(header) == 1:
+        other = next((sep for sep in ("\t", ",", ";", "|") if sep in header[0] and sep != _SEPARATORS[kind]), None)
+        if other is not None:
+            raise DataError(
+                f"data file {path} has a header of one {kind} field, {header[0]!r}, split by {other!r} instead; "
+                f"save the file with {_SEPARATORS[kind]!r} between fields, or name it for its separator (.tsv for tabs, .csv for commas)"
+            )
+
+
 def _delimited_rows(path: Path, reader: Any, kind: str, fix: str) -> Records:
     rows: list[dict[str, Any]] = []
     numbers: list[int] = []
@@ -177,6 +196,7 @@ def _delimited_rows(path: Path, reader: Any, kind: str, fix: str) -> Records:
         header = next(reader, None)
         if header is None:
             return Records([], [], "line")
+        _check_header(path, header, kind)
         twice = sorted({name for name in header if header.count(name) > 1})
         if twice:
             raise DataError(f"data file {path} has more than one column named {twice[0]!r}; give each column its own name")
@@ -312,17 +332,28 @@ def _read_dataset_dir(path: Path, split: str | None) -> Records:
             raise DataError(f"dataset {path} has no split {wanted!r} (found: {bounded_list(loaded)}); pass a single split")
         loaded = loaded[wanted]
     rows = loaded.to_list()
-    # ClassLabel columns store ids; their names are the labels users know.
+    # ClassLabel columns store ids; their names are the labels users know (of each row, or of each member of a row's set).
+    names = set()
     for column, feature in loaded.features.items():
+        inner = getattr(feature, "feature", None)  # List / Sequence of ClassLabel: a multi-label column
         if isinstance(feature, datasets.ClassLabel):
+            names.add(column)
             for number, row in enumerate(rows, start=1):
-                if not 0 <= row[column] < feature.num_classes:  # -1: no label (a test split)
-                    raise DataError(
-                        f"dataset {path} row {number} has class id {row[column]} in column {column!r}, which names no class "
-                        f"(-1 is a row without a label, as in a test split); pass a labelled split or drop those rows"
-                    )
-                row[column] = feature.int2str(row[column])
-    return Records(rows, list(range(1, len(rows) + 1)), "row")
+                row[column] = _class_name(path, feature, row[column], column, number)
+        elif isinstance(inner, datasets.ClassLabel):
+            names.add(column)
+            for number, row in enumerate(rows, start=1):
+                row[column] = [_class_name(path, inner, i, column, number) for i in row[column] or ()]
+    return Records(rows, list(range(1, len(rows) + 1)), "row", frozenset(names))
+
+
+def _class_name(path: Path, feature: Any, class_id: int, column: str, number: int) -> str:
+    if not 0 <= class_id < feature.num_classes:  # -1: no label (a test split)
+        raise DataError(
+            f"dataset {path} row {number} has class id {class_id} in column {column!r}, which names no class "
+            f"(-1 is a row without a label, as in a test split); pass a labelled split or drop those rows"
+        )
+    return str(feature.int2str(class_id))
 
 
 def has_validation_split(path: Path) -> bool:

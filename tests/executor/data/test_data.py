@@ -166,6 +166,30 @@ def test_saved_datasets_directory_with_class_labels_and_validation_split(tmp_pat
         load_text_classification(tmp_path / "test-split")
 
 
+def test_class_label_names_are_taken_as_named_also_in_label_sets_and_a_validation_dict_gives_its_validation_split(
+    tmp_path: Path,
+) -> None:
+    datasets = pytest.importorskip("datasets", reason="the [datasets] extra is part of [dev]")
+    names = datasets.ClassLabel(names=["007", "7", "A"])  # "007" and "7" were both read as the integer 7
+    features = datasets.Features({"text": datasets.Value("string"), "label": names})
+    train = datasets.Dataset.from_dict({"text": ["a", "b", "c", "d"], "label": [0, 1, 0, 1]}, features=features)
+    valid = datasets.Dataset.from_dict({"text": ["e"], "label": [1]}, features=features)
+    datasets.DatasetDict({"train": train, "validation": valid}).save_to_disk(str(tmp_path / "codes"))
+    data = load_text_classification(tmp_path / "codes")
+    assert data.label_names == ["007", "7"] and data.train_labels == [0, 1, 0, 1] and data.valid_labels == [1]
+    # --valid-data naming a saved DatasetDict validates on its validation split (it took the dict's train split).
+    other = datasets.Dataset.from_dict({"text": ["f", "g", "h", "i"], "label": [1, 0, 1, 0]}, features=features)
+    other.save_to_disk(str(tmp_path / "train-only"))
+    data = load_text_classification(tmp_path / "train-only", valid_path=tmp_path / "codes")
+    assert data.valid_texts == ["e"] and data.valid_labels == [1]
+    # A multi-label column of ClassLabel ids: their names (they became '0', '1', '2').
+    sets = datasets.Features({"text": datasets.Value("string"), "tags": datasets.Sequence(datasets.ClassLabel(names=["sport", "tech", "art"]))})
+    rows = {"text": ["a", "b", "c", "d", "e"], "tags": [[0], [1, 2], [0, 2], [1], []]}
+    datasets.Dataset.from_dict(rows, features=sets).save_to_disk(str(tmp_path / "sets"))
+    data = load_text_classification(tmp_path / "sets", label_column="tags", task="multi_label", valid_fraction=0.2, seed=0)
+    assert data.label_names == ["art", "sport", "tech"]
+
+
 def test_bad_data_on_the_command_line_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from hpo.cli._run import main
 
@@ -193,8 +217,15 @@ def _jsonl(*extra: str) -> bytes:
         ("data.json", b"[" * 100_000 + b"]" * 100_000, "cannot be read as JSON (nested too deeply); fix it"),
         ("data.jsonl", _jsonl('{"sentence": "half \\ud800 a pair", "label": 1}\n'), "line 7 column 'sentence' holds '\\ud800', half of a UTF-16 surrogate pair"),
         ("data.tsv", b"sentence\tlabel\nx\t1\ny\t0\nz\t" + b"1" * 5000 + b"\n", "line 4 has label \"1111"),
+        # Each was named as another problem: a header of 0 fields, a missing column, a second class named 'label'.
+        ("data.csv", b"\nsentence,label\nx,1\ny,0\n", "starts with a blank line where its header should be; remove the blank line"),
+        ("data.csv", b"sentence\tlabel\nx\t1\ny\t0\n", "has a header of one CSV field, 'sentence\\tlabel', split by '\\t' instead"),
+        ("data.tsv", b"sentence;label\nx;1\ny;0\n", "has a header of one TSV field, 'sentence;label', split by ';' instead"),
+        ("data.csv", b"sentence,label\nx,a\ny,b\nsentence,label\nz,a\n", "line 4 repeats the header ('sentence', 'label'); remove it"),
+        ("data.csv", b"sentence,label\n ,a\n,b\n", "has no row with a text (2 with empty text dropped); give it rows with text"),
     ],
-    ids=["key twice", "json integer too long", "nested too deeply", "lone surrogate", "label integer too long"],
+    ids=["key twice", "json integer too long", "nested too deeply", "lone surrogate", "label integer too long",
+         "blank first line", "tsv named csv", "semicolons", "header repeated", "no text"],
 )
 def test_json_and_labels_a_parser_cannot_take_as_they_are_are_one_line(tmp_path: Path, name: str, content: bytes, expected: str) -> None:
     (tmp_path / name).write_bytes(content)

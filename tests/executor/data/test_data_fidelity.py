@@ -46,14 +46,55 @@ def test_tsv_and_jsonl_keep_form_feeds_and_unicode_line_separators(tmp_path: Pat
     assert _texts(load_text_classification(jsonl, valid_fraction=0.2)) == set(texts)
 
 
-def test_one_class_per_label_value_whatever_its_spelling(tmp_path: Path) -> None:
-    rows = [{"text": f"t{i}", "label": label} for i, label in enumerate([1, "1", " 01", 0, "0", 2, "2"])]
+def test_one_class_per_label_value_whatever_file_it_comes_from(tmp_path: Path) -> None:
+    rows = [{"text": f"t{i}", "label": label} for i, label in enumerate([1, "1", 0, "0", 2, "2", 1])]
     data = load_text_classification(_jsonl(tmp_path / "d.jsonl", rows), valid_fraction=0.3)
     assert data.label_names == ["0", "1", "2"]
     csv_valid = tmp_path / "valid.csv"
     csv_valid.write_text("text,label\nx,1\ny,2\n")
     data = load_text_classification(tmp_path / "d.jsonl", valid_path=csv_valid)
     assert data.label_names == ["0", "1", "2"] and data.valid_labels == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("labels", "names"),
+    [
+        (["01", "1", "02", "2"], ["01", "02", "1", "2"]),  # "01" merged into class 1: four classes, as written
+        (["007", "A12"], ["007", "A12"]),  # codes: "007" was read as 7, then refused beside a name
+        (["007", "010", "100"], ["007", "010", "100"]),  # "100" alone reads as an integer: all are names
+        (["+1", "1", "-0", "0"], ["+1", "-0", "0", "1"]),
+    ],
+)
+def test_digit_labels_are_classes_as_written(tmp_path: Path, labels: list[str], names: list[str]) -> None:
+    path = tmp_path / "codes.csv"
+    path.write_text("text,label\n" + "".join(f"t{i},{label}\n" for i, label in enumerate(labels * 3)))
+    data = load_text_classification(path, valid_fraction=0.3)
+    assert data.label_names == names
+    given = {f"t{i}": label for i, label in enumerate(labels * 3)}
+    pairs = [*zip(data.train_texts, data.train_labels, strict=True), *zip(data.valid_texts, data.valid_labels, strict=True)]
+    assert all(data.label_names[y] == given[text] for text, y in pairs)
+
+
+def test_digit_labels_are_numbers_of_a_regression_and_a_huge_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "targets.csv"
+    path.write_text("text,label\n" + "".join(f"t{i},{x}\n" for i, x in enumerate(["0.5", "007", "+2", "-1.5", "3"] * 2)))
+    data = load_text_classification(path, valid_fraction=0.2, seed=1)
+    assert data.task == "regression"
+    assert sorted(data.train_labels + data.valid_labels) == sorted([0.5, 7.0, 2.0, -1.5, 3.0] * 2)
+    for big in ("9" * 400, "0" + "9" * 400):  # an integer, and a digit name, beyond a float's range
+        path.write_text(f"text,label\na,0.5\nb,{big}\nc,0.25\nd,1.5\n")
+        with pytest.raises(DataError, match=r"targets\.csv line 3 has label .*, which is not a finite number"):
+            load_text_classification(path, valid_fraction=0.25)
+
+
+@pytest.mark.parametrize("cell", ["pos ", " pos", "\u00a0pos", "neg|pos "])
+def test_a_label_with_whitespace_around_it_is_refused_not_trimmed(tmp_path: Path, cell: str) -> None:
+    """"pos " and "pos" were merged into one class; taken as written they would be two: the user says which."""
+    path = tmp_path / "spaced.jsonl"
+    task = "multi_label" if "|" in cell else "auto"
+    rows = [{"text": f"t{i}", "label": label} for i, label in enumerate(["pos", "neg", cell, "pos", "neg"])]
+    with pytest.raises(DataError, match=r"spaced\.jsonl line 3 has label .* with whitespace around it; labels are taken as written"):
+        load_text_classification(_jsonl(path, rows), valid_fraction=0.3, task=task)
 
 
 @pytest.mark.parametrize(

@@ -68,6 +68,19 @@ def test_validation_rows_that_repeat_training_rows_are_counted_and_said_never_re
     assert clean.valid_rows_seen_in_training == 0 and capsys.readouterr().err == ""
 
 
+def test_a_hold_out_smaller_than_its_fraction_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each class keeps a row for training: 0.9 of 30 classes of two rows held out 30 rows, not 54, without a word."""
+    from hpo.study._data import resolve_data
+
+    pairs = write_tsv(tmp_path / "pairs.tsv", [(f"review {i}", f"c{i % 30}") for i in range(60)])
+    data = resolve_data(str(pairs), text_column="sentence", valid_fraction=0.9)
+    assert len(data.valid_texts) == 30
+    assert capsys.readouterr().err == ("warning: --valid-fraction 0.9 held out 30 of 60 rows, not 54: a stratified hold-out "
+                                       "keeps a row of each class for training\n")
+    resolve_data(str(pairs), text_column="sentence", valid_fraction=0.4)  # 24 of 60: as asked, nothing said
+    assert capsys.readouterr().err == ""
+
+
 def test_the_run_says_its_data_warnings_and_its_workers_do_not_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
