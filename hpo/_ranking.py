@@ -14,6 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import FEASIBLE_ATTR, is_verdict_trial
+from hpo._errors import UserError
 
 
 def _candidates(study: optuna.Study) -> list[FrozenTrial]:
@@ -49,6 +50,8 @@ def best_trials(study: optuna.Study) -> list[FrozenTrial]:
     Empty while no search trial has completed, or none meets the constraints. See the module for
     which trials count.
     """
+    if not isinstance(study, optuna.Study):  # a name given for the study: an AttributeError from deep inside
+        raise UserError(f"best_trials takes a study, got a {type(study).__name__}; pass hpo.load(name, storage=...)")
     if len(study.directions) > 1:
         return sorted(_pareto_front(_candidates(study), study.directions), key=lambda t: t.number)
     return ranked_trials(study)[:1]

@@ -109,6 +109,8 @@ class RunOptions(BaseModel):
             # A wrong type from a Python caller: one line, as for every other bad input.
             first = err.errors()[0]
             where = ".".join(map(str, first["loc"]))
+            if first["type"] == "extra_forbidden":  # no such option: "pass a value of that type" named no fix
+                raise UserError(f"{where} is no option (got {first['input']!r}); check its spelling or drop it") from None
             raise UserError(f"{where}: {first['msg']} (got {first['input']!r}); pass a value of that type") from None
 
     @model_validator(mode="after")

@@ -87,6 +87,9 @@ def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path: Path) -> 
                             ({"precisions": "bf16"}, "precisions must be a list of precision names, got 'bf16'")):
         with pytest.raises(hpo.UserError, match=f"^{re.escape(said)}; pass e.g."):
             hpo.verdict("nb", storage=f"sqlite:///{db}", **arguments)  # type: ignore[arg-type]
+    # An unknown keyword: "Extra inputs are not permitted (got 1); pass a value of that type" named no fix.
+    with pytest.raises(hpo.UserError, match=r"^bogus is no option \(got 1\); check its spelling or drop it$"):
+        hpo.verdict("nb", storage=f"sqlite:///{db}", bogus=1)
     assert not db.exists()
 
 

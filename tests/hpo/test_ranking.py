@@ -66,6 +66,8 @@ def test_an_infeasible_trial_is_never_the_best_and_ties_go_to_the_earlier_trial(
     assert [t.number for t in ranked_trials(study)] == [0, 2] and [t.number for t in hpo.best_trials(study)] == [0]
     empty = _study(["minimize"], [_verdict([0.1], "fp32", 0)])
     assert hpo.best_trials(empty) == [] and best_so_far(empty, ["loss"]) == ""
+    with pytest.raises(hpo.UserError, match=r"^best_trials takes a study, got a str; pass hpo.load\(name, storage=...\)$"):
+        hpo.best_trials("s1")  # type: ignore[arg-type]  # it was an AttributeError from inside
 
 
 def test_the_pareto_front_is_the_searchs_even_where_a_verdict_trial_dominates_it() -> None:
