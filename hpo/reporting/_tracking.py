@@ -29,7 +29,8 @@ from optuna.trial import FrozenTrial, TrialState
 from hpo._attrs import HARDWARE_ATTR, MLFLOW_RUN_ID_ATTR, STEPS_ATTR, TENSORBOARD_RUN_ATTR, config_or_params
 from hpo._errors import UserError
 from hpo.reporting._export import flatten
-from hpo.storage._storage import mask_secrets, mask_url
+from hpo.storage._storage import check_password_is_encoded, mask_secrets, mask_url
+from hpo.storage._url_secrets import mask_urls_in
 from trial_executor import StepProgress
 
 INSTALL_HINT = "install it with pip install 'precision-hpo[tracking]'"
@@ -58,21 +59,27 @@ def _tags(trial: FrozenTrial) -> dict[str, str]:
     return tags
 
 
-# While the tracker is checked, before the first trial: MLflow's own HTTP defaults (7 retries,
-# exponential backoff, 120 s timeouts) keep a command silent for minutes on an unreachable
-# server. Values the user set win; trials later log with MLflow's defaults.
-_CHECK_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+# Every call to MLflow: its own HTTP defaults (7 retries, exponential backoff, 120 s timeouts) kept a
+# command silent for minutes on an unreachable server, and a server failing mid-study held a
+# 2-second trial (and a SIGTERM) for minutes per logged step. Values the user set win.
+_BOUNDED_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+# Always: MLflow writes each ended run's link to stdout, tearing the progress bars, a tracking URI's password in clear.
+_QUIET_ENV = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 
 
 @contextlib.contextmanager
 def _bounded_mlflow_requests() -> Iterator[None]:
-    added = {k: v for k, v in _CHECK_HTTP_ENV.items() if k not in os.environ}
+    added = {**{k: v for k, v in _BOUNDED_HTTP_ENV.items() if k not in os.environ}, **_QUIET_ENV}
+    before = {k: os.environ.get(k) for k in added}
     os.environ.update(added)
     try:
         yield
     finally:
-        for key in added:
-            os.environ.pop(key, None)
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 # What requests' long retry message means, in a few words.
@@ -133,6 +140,7 @@ class MlflowTracker:
             raise UserError(f"--track mlflow needs the optional package mlflow; {INSTALL_HINT}") from None
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # table creation notices would tear the bars
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "MLflow's default (sqlite:///mlflow.db)"
+        check_password_is_encoded(uri, "--track mlflow: tracking URI")
         with _bounded_mlflow_requests():
             try:
                 _open_database_once(tracking_uri or mlflow.get_tracking_uri())
@@ -141,6 +149,11 @@ class MlflowTracker:
             except Exception as err:
                 raise _refused(uri, err) from None
         self.runs: dict[int, str] = {}
+        self.uri = uri
+
+    def masked(self, text: str) -> str:
+        """``text`` (an error of this tracker's) with the tracking URI's password masked."""
+        return mask_secrets(text, self.uri)
 
     def _experiment(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)
@@ -155,6 +168,10 @@ class MlflowTracker:
             return found.experiment_id
 
     def start(self, trial: optuna.Trial) -> None:
+        with _bounded_mlflow_requests():
+            self._start(trial)
+
+    def _start(self, trial: optuna.Trial) -> None:
         run = self.client.create_run(
             self.experiment_id, run_name=f"trial-{trial.number}",
             tags={"optuna.study": trial.study.study_name, "optuna.trial": str(trial.number)},
@@ -167,7 +184,8 @@ class MlflowTracker:
 
         if run_id is not None and metrics:
             now = int(time.time() * 1000)
-            self.client.log_batch(run_id, metrics=[Metric(k, v, now, step) for k, v in metrics.items()])
+            with _bounded_mlflow_requests():
+                self.client.log_batch(run_id, metrics=[Metric(k, v, now, step) for k, v in metrics.items()])
 
     def evaluation(self, number: int, step: int, metrics: dict[str, float]) -> None:
         self._log(self.runs.get(number), {f"eval/{k}": v for k, v in _finite(metrics).items()}, step)
@@ -184,9 +202,10 @@ class MlflowTracker:
         config = config_or_params(trial)
         params = [Param(k, str(v)[:6000]) for k, v in flatten(config).items()]
         tags = [RunTag(k, v) for k, v in _tags(trial).items()]
-        self.client.log_batch(run_id, params=params, tags=tags)
-        self._log(run_id, {f"final/{k}": v for k, v in _final_metrics(trial).items()}, int(trial.user_attrs.get(STEPS_ATTR) or 0))
-        self.client.set_terminated(run_id, status=_MLFLOW_STATUS.get(trial.state, "FAILED"))
+        with _bounded_mlflow_requests():
+            self.client.log_batch(run_id, params=params, tags=tags)
+            self._log(run_id, {f"final/{k}": v for k, v in _final_metrics(trial).items()}, int(trial.user_attrs.get(STEPS_ATTR) or 0))
+            self.client.set_terminated(run_id, status=_MLFLOW_STATUS.get(trial.state, "FAILED"))
 
 
 class TensorBoardTracker:
@@ -208,6 +227,10 @@ class TensorBoardTracker:
         self.writers: dict[int, Any] = {}
         # The HParams table's metric columns: objective/<name> (value/<i> where no name is given).
         self.objective_names = list(objective_names)
+
+    def masked(self, text: str) -> str:
+        """``text`` (an error of this tracker's) as it is: a directory holds no secret."""
+        return text
 
     def start(self, trial: optuna.Trial) -> None:
         path = self.root / f"trial-{trial.number}"
@@ -248,29 +271,39 @@ _logger = logging.getLogger(__name__)
 
 
 class Tracking:
-    """The trackers of a run, called from the objective's hooks; a tracker's failure is a warning, never a failed trial."""
+    """The trackers of a run, called from the objective's hooks; a tracker's failure is a warning, never a failed trial.
+
+    A tracker that fails during a trial is not called again for that trial (a server gone bad would cost each logged
+    step its timeout); the next trial tries it afresh.
+    """
 
     def __init__(self, trackers: Sequence[Tracker]) -> None:
         self.trackers = list(trackers)
+        self._failed: set[tuple[int, int]] = set()  # (tracker index, trial number)
 
-    def _each(self, what: str, *args: Any) -> None:
-        for tracker in self.trackers:
+    def _each(self, what: str, number: int, *args: Any) -> None:
+        for index, tracker in enumerate(self.trackers):
+            if (index, number) in self._failed:
+                continue
             try:
                 getattr(tracker, what)(*args)
             except Exception as err:
-                _logger.warning("%s tracking failed (%s): %s", type(tracker).__name__, what, err)
+                self._failed.add((index, number))
+                _logger.warning("%s tracking failed (%s): %s; trial %d is tracked no further", type(tracker).__name__,
+                                what, mask_urls_in(tracker.masked(str(err))), number)
 
     def start(self, trial: optuna.Trial) -> None:
-        self._each("start", trial)
+        self._each("start", trial.number, trial)
 
     def evaluation(self, trial: optuna.Trial, step: int, metrics: dict[str, float]) -> None:
-        self._each("evaluation", trial.number, step, metrics)
+        self._each("evaluation", trial.number, trial.number, step, metrics)
 
     def step(self, number: int, update: StepProgress) -> None:
-        self._each("step", number, update)
+        self._each("step", number, number, update)
 
     def finish(self, trial: FrozenTrial) -> None:
-        self._each("finish", trial)
+        self._each("finish", trial.number, trial)
+        self._failed = {(index, number) for index, number in self._failed if number != trial.number}
 
 
 def parse_track(items: Iterable[str | Sequence[str]]) -> list[tuple[str, str | None]]:
@@ -280,7 +313,9 @@ def parse_track(items: Iterable[str | Sequence[str]]) -> list[tuple[str, str | N
         words = [item] if isinstance(item, str) else list(item)
         kind, rest = (words[0] if words else ""), words[1:]
         if kind not in TRACK_KINDS:
-            raise UserError(f"--track: unknown tracker {kind!r}; use --track mlflow or --track tensorboard DIR")
+            raise UserError(f"--track: unknown tracker {mask_urls_in(repr(kind))}; use --track mlflow or --track tensorboard DIR")
+        if any(not isinstance(word, str) or not word.strip() for word in rest):  # '' was ./mlflow.db, '   ' a directory of spaces
+            raise UserError(f"--track {kind} is given an empty argument; give it a value or leave it out")
         if kind == "tensorboard" and len(rest) != 1:
             raise UserError("--track tensorboard needs a directory: --track tensorboard DIR (in Python: track=[('tensorboard', DIR)])")
         if kind == "mlflow" and len(rest) > 1:

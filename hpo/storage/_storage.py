@@ -72,19 +72,20 @@ def resolve_storage_url(url: str | None) -> str:
     return url or os.environ.get(STORAGE_ENV) or f"sqlite:///{DEFAULT_SQLITE_FILE}"
 
 
-def _check_password_is_encoded(url: str) -> None:
-    """Refuse a password with a raw ``@``, ``/``, ``?`` or ``#``: a URL parser splits it there."""
+def check_password_is_encoded(url: str, what: str = "storage URL") -> None:
+    """Refuse a password with a raw ``@``, ``/``, ``?`` or ``#``: a URL parser splits it there (and an error quoting
+    what it took for the host shows the rest of the password). ``what`` names the URL in the message."""
     parts = split_credentials(url)
     if parts and parts[2] and any(char in parts[2] for char in "@/?#"):
         raise StorageError(
-            f"storage URL {mask_url(url)!r}: the password contains a character that URLs reserve (@ / ? #); "
+            f"{what} {mask_url(url)!r}: the password contains a character that URLs reserve (@ / ? #); "
             "percent-encode it, and any @ in a query value (@ as %40, / as %2F, ? as %3F, # as %23), e.g. with "
             "python -c \"import urllib.parse; print(urllib.parse.quote('PASSWORD', safe=''))\""
         )
 
 
 def _parse(url: str) -> URL:
-    _check_password_is_encoded(url)
+    check_password_is_encoded(url)
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):

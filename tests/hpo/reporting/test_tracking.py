@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
+import threading
 from pathlib import Path
 
 import optuna
@@ -74,6 +77,14 @@ def test_tensorboard_gets_one_event_directory_per_trial(tmp_path: Path) -> None:
     [
         (["--track", "tensorboard"], "--track tensorboard needs a directory"),
         (["--track", "wandb"], "unknown tracker 'wandb'"),
+        # A URL given where the tracker's name goes was quoted with its password.
+        (["--track", "http://u:S3cretPW@127.0.0.1:1"], "unknown tracker 'http://u:***@127.0.0.1:1'"),
+        # '' logged to ./mlflow.db, '   ' made a directory named by three spaces.
+        (["--track", "mlflow", ""], "--track mlflow is given an empty argument; give it a value or leave it out"),
+        (["--track", "tensorboard", "   "], "--track tensorboard is given an empty argument"),
+        # The store's error quoted what the URL parser took for the host: the rest of the password.
+        (["--track", "mlflow", "postgresql://postgres:p@ssS3cretPW@127.0.0.1/x"],
+         "--track mlflow: tracking URI 'postgresql://postgres:***@127.0.0.1/x': the password contains a character that URLs reserve"),
         # Two MLflow runs per trial, the trial recording one of them.
         (["--track", "mlflow", "--track", "mlflow"], "--track mlflow is given twice; a trial records one run of each tracker: keep one"),
         # MLflow tried such a store 15 times over 105 s, each a 4-line warning, before the line.
@@ -86,4 +97,45 @@ def test_bad_track_flags_are_one_line(tmp_path: Path, flags: list[str], expected
     assert main(["--storage", f"sqlite:///{db}", *flags]) == 2
     err = capsys.readouterr().err
     assert expected in err and len(err.strip().splitlines()) == 1, err
-    assert not db.exists()
+    assert "S3cretPW" not in err and not db.exists()
+
+
+class _FailingMlflowServer(http.server.BaseHTTPRequestHandler):
+    """An MLflow server that finds the experiment, then answers every other call 503 (a server gone bad mid-study)."""
+
+    def _answer(self) -> None:
+        if "experiments/get-by-name" in self.path:
+            body = json.dumps({"experiment": {"experiment_id": "1", "name": "s", "lifecycle_stage": "active"}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            self.send_error(503)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_tracking_server_failing_mid_study_costs_a_masked_warning_per_trial_not_minutes(tmp_path: Path, small_data: Path) -> None:
+    """Each logged step waited out MLflow's 7 retries with backoff (a 2-second trial held for minutes, a SIGTERM
+    ignored meanwhile); its warning and MLflow's "View run" line printed the URI's password."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FailingMlflowServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    space = tmp_path / "s.yaml"
+    space.write_text(yaml.safe_dump(SPACE))
+    uri = f"http://u:S3cretPW@127.0.0.1:{server.server_port}"
+    try:
+        args = cli_args(f"sqlite:///{tmp_path / 'm.db'}", space, small_data, "--study-name", "s", "--n-trials", "2", "--track", "mlflow", uri)
+        proc = run_cli(args, cwd=tmp_path, timeout=120)
+    finally:
+        server.shutdown()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "S3cretPW" not in proc.stdout + proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "tracking failed" in line]
+    assert len(warnings) == 2 and all("is tracked no further" in w and "u:***@127.0.0.1" in w for w in warnings), proc.stderr
+    trials = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'm.db'}").get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
