@@ -43,6 +43,7 @@ from optuna.artifacts import FileSystemArtifactStore, download_artifact
 from optuna.trial import TrialState
 
 from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, RESUMED_AT_STEP_ATTR, RESUMED_FROM_TRIAL_ATTR
+from hpo._errors import UserError
 from hpo.storage._best_model import final_model_dir
 from hpo.storage._scratch import scratch_dir
 
@@ -89,8 +90,11 @@ def artifact_store(path: str | None, sweep: CheckpointSweep | None = None) -> Fi
 
 
 def existing_artifact_store(path: str) -> FileSystemArtifactStore | None:
-    """The artifact store at ``path`` if the directory exists (reading commands never create one)."""
+    """The artifact store at ``path`` if the directory exists (reading commands never create one); a file there is
+    a mistyped path, refused (the dashboard served on with a warning, for /etc/passwd)."""
     directory = Path(path)
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"--artifact-store {directory} is a file, not a directory; pass the directory the study ran with")
     return FileSystemArtifactStore(str(directory)) if directory.is_dir() else None
 
 

@@ -65,6 +65,9 @@ CASES: dict[str, Case] = {
     "dashboard port in use": Case(
         lambda c, i: ["dashboard", "--storage", i["db"], "--port", i["busy_port"]],
         lambda i: f"cannot listen on 127.0.0.1:{i['busy_port']} (Address already in use); pick another --port or --host"),
+    "dashboard artifact store a file": Case(  # it served on, warning "no artifact store at" the file
+        lambda c, i: ["dashboard", "--storage", i["db"], "--artifact-store", i["broken"]],
+        lambda i: f"--artifact-store {i['broken']} is a file, not a directory; pass the directory the study ran with"),
     "proxy port in use": Case(  # checked before the database is opened: no new SQLite file in the case directory
         lambda c, i: ["proxy", "--storage", f"sqlite:///{c / 'new.db'}", "--port", i["busy_port"]],
         lambda i: f"cannot listen on 127.0.0.1:{i['busy_port']} (Address already in use); pick another --port or --host"),
