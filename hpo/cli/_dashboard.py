@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def body(args: argparse.Namespace, url: str) -> int:
         storage = open_existing_storage(url)
         artifacts = existing_artifact_store(args.artifact_store)
-        server = make_dashboard_server(storage, args.host, args.port, artifacts)
+        server = make_dashboard_server(storage, args.host, args.port, artifacts, PROG)
         if not is_loopback(args.host):
             print(f"warning: the dashboard has no authentication and listens on {args.host}:{args.port}: anyone who reaches it "
                   "can read and change the studies; use --host 127.0.0.1 with an SSH tunnel, or a private network", file=sys.stderr)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
+import re
 import socket
+import sys
+import threading
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import IO, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import optuna
@@ -45,12 +49,64 @@ def address(host: str, port: int) -> str:
     return f"http://[{shown}]:{port}/" if ":" in shown else f"http://{shown}:{port}/"
 
 
+class _FailedRequests(logging.Filter):
+    """A failed request, said on stderr once per distinct error in one line: optuna-dashboard logs the error and its
+    stack (its API views) or writes the whole traceback to ``wsgi.errors`` (its pages), and the page polls, so a
+    storage gone (a deleted SQLite file, a dropped database) wrote one traceback per request, the fix buried inside."""
+
+    def __init__(self, stream: IO[str], prog: str) -> None:
+        super().__init__()
+        self.stream, self.prog = stream, prog
+        self.said: set[str] = set()
+        self.lock = threading.Lock()
+
+    def _say(self, error: str) -> None:
+        with self.lock:
+            if error and error not in self.said:
+                self.said.add(error)
+                self.stream.write(f"{self.prog}: a request failed: {error}\n")
+                self.stream.flush()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """optuna-dashboard's ``Exception: <error>`` and its stack: the error, once (the record is not logged)."""
+        lines = record.getMessage().splitlines()
+        self._say(lines[0].removeprefix("Exception: ") if lines else "")
+        return False
+
+    def write(self, text: str) -> None:
+        """``wsgi.errors``: a traceback, whose last line is the error."""
+        lines = [line for line in text.splitlines() if line.strip()]
+        self._say(re.sub(r"^[\w.]+: ", "", lines[-1]) if lines else "")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+_DASHBOARD_LOGGER = logging.getLogger("optuna_dashboard._bottle_util")
+
+
+def _with_one_line_errors(app: Any, failed: _FailedRequests) -> Any:
+    for earlier in [f for f in _DASHBOARD_LOGGER.filters if isinstance(f, _FailedRequests)]:
+        _DASHBOARD_LOGGER.removeFilter(earlier)  # one server's at a time
+    _DASHBOARD_LOGGER.addFilter(failed)
+
+    def wrapped(environ: dict[str, Any], start_response: Any) -> Any:
+        environ["wsgi.errors"] = failed
+        return app(environ, start_response)
+
+    return wrapped
+
+
 def make_dashboard_server(
-    storage: optuna.storages.BaseStorage, host: str, port: int, artifacts: FileSystemArtifactStore | None
+    storage: optuna.storages.BaseStorage, host: str, port: int, artifacts: FileSystemArtifactStore | None,
+    prog: str = "dashboard",
 ) -> WSGIServer:
-    """A bound (not yet serving) HTTP server running optuna-dashboard's WSGI app; call ``serve_forever``."""
+    """A bound (not yet serving) HTTP server running optuna-dashboard's WSGI app; call ``serve_forever``.
+
+    A failed request is said on stderr once per distinct error, as one line starting with ``prog``."""
     # Served through a view of the storage whose nested user attrs read as one row per leaf.
     app = optuna_dashboard.wsgi(ReadableStorage(storage), artifact_store=artifacts)
+    app = _with_one_line_errors(app, _FailedRequests(sys.stderr, prog))
     server_class = _ThreadedServer6 if ":" in host else _ThreadedServer
     try:
         return make_server(host.strip("[]"), port, app, server_class=server_class, handler_class=_QuietHandler)

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -204,3 +205,26 @@ def test_dashboard_off_loopback_warns_in_one_line(tmp_path: Path) -> None:
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines[0].startswith(f"warning: the dashboard has no authentication and listens on 0.0.0.0:{port}")
     assert lines[1:] == ["python -m hpo dashboard: stopped"]  # named the way it was started
+
+
+def test_a_storage_gone_while_serving_is_one_line_per_error_not_a_traceback_per_request(tmp_path: Path) -> None:
+    """The page polls: each request wrote a whole traceback to stderr, the fix buried inside each."""
+    db = tmp_path / "studies.db"
+    optuna.create_study(study_name="s", storage=f"sqlite:///{db}")
+    port = free_port()
+    dashboard = Dashboard(["--storage", f"sqlite:///{db}", "--port", str(port), "--artifact-store", str(tmp_path)], cwd=tmp_path)
+    try:
+        assert dashboard.get(f"http://127.0.0.1:{port}/api/studies") == 200
+        db.unlink()
+        for _ in range(3):
+            with pytest.raises(urllib.error.HTTPError) as failed:
+                dashboard.get(f"http://127.0.0.1:{port}/api/studies")
+            assert failed.value.code == 500
+    finally:
+        err = dashboard.stop()
+    assert "Traceback" not in err
+    assert [line for line in err.splitlines() if line.strip()] == [
+        f"python -m hpo dashboard: a request failed: SQLite database {db} was "
+        "deleted while in use (not a lost connection, so not retried); restore the file, then rerun to resume",
+        "python -m hpo dashboard: stopped",
+    ]
