@@ -18,6 +18,7 @@ from pathlib import Path
 from trial_executor._config import TASKS
 from trial_executor.data._files import DataError, Records, file_kinds, has_validation_split, read_records
 from trial_executor.data._messages import bounded_list
+from trial_executor.data._stratified import stratified_rows
 from trial_executor.data._values import (
     AUTO,
     CLASSIFICATION,
@@ -328,7 +329,7 @@ def _hold_out(path: Path, rows: _Rows, fraction: float, rng: random.Random, stra
     if len(rows.texts) - n_valid < 2:
         raise DataError(f"data file {path} has {len(rows.texts)} usable rows, too few to hold out validation; add rows")
     if stratify:
-        held = _stratified(rows.labels, n_valid, rng)
+        held = stratified_rows(rows.labels, n_valid, rng)
         if not held:
             raise DataError(f"data file {path} has no class with two rows, so none can be held out for validation; "
                             "add rows, or pass a validation file (--valid-data)")
@@ -339,37 +340,6 @@ def _hold_out(path: Path, rows: _Rows, fraction: float, rng: random.Random, stra
     taken = set(held)
     kept = [i for i in range(len(rows.texts)) if i not in taken]
     return rows.take(kept, rows.dropped_empty), rows.take(held, 0)
-
-
-def _stratified(labels: list[Label], n_valid: int, rng: random.Random) -> list[int]:
-    """``n_valid`` row indices to hold out (in file order), each class's count its share of them. A class keeps a row for
-    training (one of one row is never held out): a class whose share exceeds that gives all it can and the others share
-    the rest in proportion; fractional shares are rounded up largest remainder first. Fewer only where every class
-    with rows to spare has given them all."""
-    by_class: dict[Label, list[int]] = {}
-    for i, label in enumerate(labels):
-        by_class.setdefault(label, []).append(i)
-    classes = sorted(by_class)  # type: ignore[type-var]  # one kind: the same draw on every machine
-    room = {c: len(by_class[c]) - 1 for c in classes}
-    n_valid = min(n_valid, sum(room.values()))
-    count: dict[Label, int] = {}
-    free = classes
-    while True:
-        left, rows = n_valid - sum(count.values()), sum(len(by_class[c]) for c in free)
-        quota = {c: len(by_class[c]) * left / rows for c in free}
-        capped = [c for c in free if quota[c] >= room[c]]
-        if not capped:
-            break
-        count.update((c, room[c]) for c in capped)
-        free = [c for c in free if c not in count]
-    count.update((c, math.floor(quota[c])) for c in free)
-    short = n_valid - sum(count.values())
-    for c in sorted(free, key=lambda c: quota[c] - count[c], reverse=True)[:short]:  # stable: ties in class order
-        count[c] += 1
-    held = []
-    for c in classes:
-        held += rng.sample(by_class[c], count[c])
-    return sorted(held)
 
 
 def _refuse_unseen(valid_labels: set[int | str], classes: set[int | str], fix: str) -> None:
