@@ -54,10 +54,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         verdict = Verdict.from_dict(stored) if stored else None  # the study's verdict (python -m hpo verdict), if any
         stale = other_best(study, verdict) if verdict else None  # the study's best is no longer the verdict's trial
         text = markdown(report, PLOT_NAME) + (f"\n{verdict_markdown(verdict, VERDICT_PNG)}" if verdict else "") + (f"\n{stale}\n" if stale else "")
-        write_whole(out / REPORT_NAME, text, "the report")
+        # The plots first: report.md, which shows them, is never left pointing at one that could not be written.
         plot_tradeoff(report, out / PLOT_NAME)
         if verdict:
             plot_verdict(verdict, out / VERDICT_PNG)
+        write_whole(out / REPORT_NAME, text, "the report")
         print("\n".join([
             *summary_lines(report), "", *precision_table(report), "", f"{report.front_label}:", *front_table(report), "",
             *([f"Precision verdict of trial {verdict.source_trial}:", *verdict_table(verdict), *([stale] if stale else []), ""] if verdict else []),

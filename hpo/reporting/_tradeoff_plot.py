@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import is_baseline, throughput_of
+from hpo._files import write_whole
 from hpo.reporting._report import StudyReport, metric_value, precision_of
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PRECISION_COLOURS = {"fp32": "tab:blue", "tf32": "tab:purple", "fp16": "tab:orange", "bf16": "tab:green"}
 
@@ -19,6 +25,13 @@ def _tradeoff_front(points: list[tuple[FrozenTrial, float, float]], maximize: bo
         t for t, x, y in points
         if not any(x2 >= x and sign * y2 >= sign * y and (x2 > x or sign * y2 > sign * y) for _, x2, y2 in points)
     ]
+
+
+def save_png(fig: Figure, path: Path, what: str) -> None:
+    """``fig`` as a PNG at ``path``, whole or not at all (:func:`hpo._files.write_whole`: an ``OSError`` is one line)."""
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    write_whole(path, png.getvalue(), what)
 
 
 def plot_tradeoff(report: StudyReport, path: Path) -> None:
@@ -53,10 +66,11 @@ def plot_tradeoff(report: StudyReport, path: Path) -> None:
     if not points:
         ax.text(0.5, 0.5, "no completed trials yet", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("training samples/s")
-    ax.set_ylabel(report.metric)
-    ax.set_title(f"{report.study_name}: {report.metric} vs throughput by precision")
+    # Names as given: a "$" in a study's name is no mathtext (an unpaired one raised a ValueError).
+    ax.set_ylabel(report.metric, parse_math=False)
+    ax.set_title(f"{report.study_name}: {report.metric} vs throughput by precision", parse_math=False)
     ax.grid(alpha=0.3)
     if points:
         ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
-    fig.savefig(path)
+    save_png(fig, path, "the plot")

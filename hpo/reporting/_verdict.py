@@ -42,7 +42,7 @@ from hpo.reporting._dashboard_view import save_note_quietly
 from hpo.reporting._export import flatten
 from hpo.reporting._report import _fmt, _objectives, _table, metric_value, outcome
 from hpo.reporting._student_t import paired_interval
-from hpo.reporting._tradeoff_plot import PRECISION_COLOURS
+from hpo.reporting._tradeoff_plot import PRECISION_COLOURS, save_png
 from hpo.space._measures import quality_objective
 from trial_executor import MINIMIZED_METRICS
 
@@ -305,10 +305,10 @@ def verdict_out(out: Path) -> Iterator[Path]:
 
 
 def write_verdict(verdict: Verdict, out: Path) -> str:
-    """Write ``verdict.md`` and ``verdict.png`` into ``out`` (made by :func:`verdict_out`); return what to print (the table and
-    where they went)."""
+    """Write ``verdict.png`` and ``verdict.md`` into ``out`` (made by :func:`verdict_out`); return what to print (the table and
+    where they went). A file that cannot be written is a :class:`UserError`."""
+    plot_verdict(verdict, out / VERDICT_PNG)  # first: a verdict.md is never left pointing at a plot that could not be written
     write_whole(out / VERDICT_MD, f"# Precision verdict: {verdict.study}\n\n" + verdict_markdown(verdict, VERDICT_PNG), "the verdict")
-    plot_verdict(verdict, out / VERDICT_PNG)
     return "\n".join(["", *verdict_table(verdict), "", f"Wrote {out / VERDICT_MD} and {out / VERDICT_PNG}"])
 
 
@@ -332,8 +332,9 @@ def plot_verdict(verdict: Verdict, path: Path) -> None:
     for ax, x, label in ((speed_ax, 1.0, "samples/s vs fp32 (x)"), (diff_ax, 0.0, f"{verdict.metric} - fp32 {verdict.unit} (95% CI)")):
         ax.axvline(x, color="grey", linestyle="--", linewidth=1)
         ax.set_yticks(range(len(rows)), [r.precision for r in rows])
-        ax.set_xlabel(label)
+        ax.set_xlabel(label, parse_math=False)
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{verdict.study}: precision verdict of trial {verdict.source_trial} ({len(verdict.seeds)} seeds)")
+    # The study's name as given: a "$" in it is no mathtext.
+    fig.suptitle(f"{verdict.study}: precision verdict of trial {verdict.source_trial} ({len(verdict.seeds)} seeds)", parse_math=False)
     fig.tight_layout()
-    fig.savefig(path)
+    save_png(fig, path, "the verdict's plot")

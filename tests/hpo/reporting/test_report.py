@@ -164,3 +164,58 @@ def test_json_export_is_json_and_an_attribute_never_overwrites_a_column() -> Non
     (row,) = json.loads(rows_json(export_rows(study)))
     assert row["state"] == "COMPLETE" and row["user_attrs.state"] == "mine"
     assert row["losses"] == [1.0, None] and row["nested.x"] == [None]
+
+
+def _study_with_verdict(url: str, name: str) -> optuna.Study:
+    """Two measured trials and a stored verdict of the first: the report draws both plots."""
+    from hpo._attrs import VERDICT_ATTR
+    from hpo.reporting._verdict import PrecisionVerdict, Verdict
+
+    study = optuna.create_study(storage=url, study_name=name, direction="maximize")
+    for value, speed in ((0.8, 100.0), (0.7, 150.0)):
+        study.add_trial(optuna.trial.create_trial(value=value, user_attrs={"throughput_samples_per_s": speed}))
+    rows = [PrecisionVerdict("fp32", {"0": 2, "1": 4}, samples_per_s=100.0, speed_ratio=1.0, speed_ratio_range=[1.0, 1.0], paired_seeds=2),
+            PrecisionVerdict("bf16", {"0": 3, "1": 5}, samples_per_s=150.0, speed_ratio=1.5, speed_ratio_range=[1.4, 1.6],
+                             difference=-0.5, interval=[-1.5, 0.5], paired_seeds=2)]
+    study.set_user_attr(VERDICT_ATTR, Verdict(name, 0, "accuracy", "points", [0, 1], rows, {}, []).to_dict())
+    return study
+
+
+@pytest.mark.parametrize("name", ["price_$1_to_$2", "cost $\\frac{$ run"])
+def test_a_dollar_in_the_study_name_is_drawn_as_written(tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """matplotlib parsed the titles as mathtext: an unpaired "$" raised a ValueError (a traceback after report.md was written)."""
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    _study_with_verdict(url, name)
+    out = tmp_path / "out"
+    assert main(["--storage", url, "--study-name", name, "--out", str(out)]) == 0, capsys.readouterr().err
+    assert f"# Precision report: {name}" in (out / "report.md").read_text()
+    for png in ("precision_tradeoff.png", "verdict.png"):
+        with Image.open(out / png) as image:
+            image.verify()
+
+
+@pytest.mark.parametrize("plot", ["precision_tradeoff.png", "verdict.png"])
+def test_a_plot_that_cannot_be_written_is_one_line_and_no_report(tmp_path: Path, plot: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """fig.savefig's OSError (here a directory in the plot's place) was a traceback, exit 1, with report.md already written."""
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    _study_with_verdict(url, "s")
+    out = tmp_path / "out"
+    (out / plot).mkdir(parents=True)
+    assert main(["--storage", url, "--study-name", "s", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"error: cannot write the {'plot' if plot.startswith('precision') else 'verdict' + chr(39) + 's plot'} " \
+        f"{out / plot}: Is a directory; pick a writable path with room for it" in err, err
+    written = {p.name for p in out.iterdir()}
+    assert "report.md" not in written and not any(".partial" in n for n in written) and not any((out / plot).iterdir())
+
+
+def test_a_verdict_whose_plot_cannot_be_written_leaves_no_verdict_md(tmp_path: Path) -> None:
+    from hpo._attrs import stored_verdict
+    from hpo._errors import UserError
+    from hpo.reporting._verdict import Verdict, write_verdict
+
+    study = _study_with_verdict(f"sqlite:///{tmp_path / 'd.db'}", "s")
+    (tmp_path / "out" / "verdict.png").mkdir(parents=True)
+    with pytest.raises(UserError, match=r"cannot write the verdict's plot .*verdict.png: Is a directory"):
+        write_verdict(Verdict.from_dict(stored_verdict(study)), tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["verdict.png"]
