@@ -50,3 +50,11 @@ def _is_special(path: Path) -> bool:
     except OSError:  # absent (or unreadable): the whole-file path creates it, or says why it cannot
         return False
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def path_component(name: str) -> str:
+    """``name`` (a study's) as one file name, readable as given: ``/``, ``\\`` and NUL become ``_``, and so do leading dots,
+    so that no name makes a nested directory, climbs out of the working directory (``x/../../tmp``) or hides its file."""
+    safe = name.translate({ord("/"): "_", ord("\\"): "_", 0: "_"})
+    kept = safe.lstrip(".")
+    return "_" * (len(safe) - len(kept)) + kept or "_"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hpo._attrs import stored_verdict
 from hpo._errors import UserError
-from hpo._files import write_whole
+from hpo._files import path_component, write_whole
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
 from hpo.reporting._report import build_report, front_table, markdown, precision_table, summary_lines
 from hpo.reporting._tradeoff_plot import plot_tradeoff
@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body(args: argparse.Namespace, url: str) -> int:
         study = load_existing_study(open_existing_storage(url), url, args.study_name)
-        out = Path(args.out or f"hpo-report-{study.study_name}")
+        out = Path(args.out or f"hpo-report-{path_component(study.study_name)}")
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as err:

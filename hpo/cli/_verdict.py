@@ -23,6 +23,7 @@ from pathlib import Path
 
 from hpo._api import RunHooks, open_existing, run_verdict
 from hpo._attrs import stored_data_source
+from hpo._files import path_component
 from hpo.cli._parsing import Parser, add_storage_argument, at_least, command_prog
 from hpo.cli._run import _add_data, run_training, start_training_command
 from hpo.reporting._run_lines import trial_line
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         options = _options(args, url)
-        with verdict_out(Path(args.out or f"hpo-verdict-{options.study_name}")) as out:
+        with verdict_out(Path(args.out or f"hpo-verdict-{path_component(options.study_name)}")) as out:
             return _verdict(args, options, out, stop)
 
     return run_training(PROG, url, body, stop, failures=(TooManyFailuresError,), resume="the verdict")

@@ -28,6 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import HARDWARE_ATTR, MLFLOW_RUN_ID_ATTR, STEPS_ATTR, TENSORBOARD_RUN_ATTR, config_or_params
 from hpo._errors import UserError
+from hpo._files import path_component
 from hpo.reporting._export import flatten
 from hpo.storage._storage import check_password_is_encoded, mask_secrets, mask_url
 from hpo.storage._url_secrets import mask_urls_in
@@ -217,7 +218,7 @@ class TensorBoardTracker:
         except ImportError:
             raise UserError(f"--track tensorboard needs the optional package tensorboard; {INSTALL_HINT}") from None
         self.writer_class = SummaryWriter
-        self.root = Path(directory) / study_name
+        self.root = Path(directory) / path_component(study_name)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as err:

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import optuna
 import pytest
+from conftest import SMALL_SPACE
 
+import hpo
 from hpo.__main__ import main as hpo_main
+from hpo.reporting._tracking import TensorBoardTracker
 
 
 def _study(tmp_path: Path, name: str = "s") -> str:
@@ -51,3 +54,26 @@ def test_export_into_a_fifo_reaches_its_reader(tmp_path: Path, capsys: pytest.Ca
     reader.join(timeout=30)
     assert not reader.is_alive() and json.loads(read[0])[0]["number"] == 0
     assert fifo.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["e.db", "trials.pipe"]
+
+
+def test_default_directories_keep_a_study_name_to_one_component(
+    small_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """hpo-report-<name> and hpo-verdict-<name> took the raw name: 'x/../../escaped' wrote outside the working directory,
+    'a/b' made nested directories (and TensorBoard's DIR/<study> climbed out of DIR)."""
+    storage = f"sqlite:///{tmp_path / 'd.db'}"
+    tiny = {**SMALL_SPACE, "params": {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}},
+            "fixed": {**SMALL_SPACE["fixed"], "max_steps": 2, "eval_every": 0}}
+    for name in ("x/../../escaped", ".a/b"):
+        hpo.optimize(tiny, small_data, storage=storage, study_name=name, n_trials=1, device="cpu", artifact_store=None,
+                     text_column="sentence")
+    work = tmp_path / "w1" / "w2"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    assert hpo_main(["report", "--storage", storage, "--study-name", "x/../../escaped"]) == 0, capsys.readouterr().err
+    assert hpo_main(["verdict", "--storage", storage, "--study-name", ".a/b", "--seeds", "2", "--device", "cpu", "--artifact-store", str(tmp_path / "store")]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in work.iterdir()) == ["hpo-report-x_.._.._escaped", "hpo-verdict-_a_b"]
+    assert (work / "hpo-report-x_.._.._escaped" / "report.md").is_file() and (work / "hpo-verdict-_a_b" / "verdict.md").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.db", "store", "w1"]
+    tracker = TensorBoardTracker("../../escaped", tmp_path / "runs")
+    assert tracker.root == tmp_path / "runs" / "___.._escaped" and sorted(p.name for p in tmp_path.iterdir()) == ["d.db", "runs", "store", "w1"]
