@@ -39,6 +39,7 @@ from hpo.study._resuming import existing_space
 from hpo.study._verdict import (
     DEFAULT_VERDICT_SEEDS,
     check_verdict_arguments,
+    check_verdict_runs_here,
     enqueue_verdict,
     for_the_budget,
     plan_verdict,
@@ -111,11 +112,13 @@ def open_run(space: SpaceLike | None, data: DataLike, options: RunOptions, *, an
     resolved = resolve_space(own or space, fix=options.fix, model=options.model, announce=None)
     worker = worker_index() is not None  # a worker of --workers N: its parent checked the same flags, and said its warnings
     loaded = resolve_data(data, task=resolved.task, warn=not worker, **options.data_options())
-    verdict_after_budget(resolved, options)  # an impossible verdict is refused before the study trains, not after
+    verdict = verdict_after_budget(resolved, options)  # an impossible verdict is refused before the study trains, not after
     check_storage_url(options.url, wait_for_server=worker)
     if not worker:
         check_models(resolved)
         check_precisions(resolved, options.device if options.ray is False else None)  # Ray's workers: their own devices
+        if verdict is not None and options.ray is False:
+            check_verdict_runs_here(verdict[1], options.device)
     trackers = make_trackers(options.track, options.study_name, resolved.objective_names)
     cluster = connect(None if options.ray is True else options.ray, options.url) if options.ray is not False else None
     if space is None and announce is not None:  # once the checks pass: a bad --model gets its one line, no claim about it first
@@ -346,7 +349,7 @@ def run_verdict(
     quiet_transformers()
     study = prepared.study
     device = resolve_device(options.device)
-    plan = plan_verdict(study, precision_support(device), seeds=seeds, precisions=precisions, trial_number=trial)
+    plan = plan_verdict(study, precision_support(device), seeds=seeds, precisions=precisions, trial_number=trial, device_type=device.type)
     # A rerun announces what is left: a (precision, seed) finishes once (only a failed attempt is retried).
     announce(verdict_cost_line(study, plan, emulated_precisions(device)))
     enqueue_verdict(study, study._storage, plan)

@@ -156,19 +156,42 @@ def check_verdict_arguments(seeds: Any, precisions: Any, trial: Any) -> None:
 
 def plan_verdict(
     study: optuna.Study, support: dict[str, str | None], *, seeds: int = DEFAULT_VERDICT_SEEDS,
-    precisions: Sequence[str] | None = None, trial_number: int | None = None,
+    precisions: Sequence[str] | None = None, trial_number: int | None = None, device_type: str = "this device",
 ) -> VerdictPlan:
-    """The verdict of ``study`` on a machine whose ``support`` (precision -> reason or ``None``) is given;
-    ``precisions``: see :func:`verdict_precisions`."""
+    """The verdict of ``study`` on a machine (a ``device_type`` one, named in errors) whose ``support`` (precision -> reason
+    or ``None``) is given; ``precisions``: see :func:`verdict_precisions`, of which fp32 and another must run here."""
     if not 2 <= seeds <= MAX_VERDICT_SEEDS:
         raise UserError(f"--seeds must be between 2 and {MAX_VERDICT_SEEDS} (an interval needs two paired seeds), got {seeds}")
     wanted = verdict_precisions(stored_space(study).get("params") or {}, precisions)
+    runs, unsupported = runnable_precisions(wanted, support, device_type)  # before a trial is chosen, enqueued or trained
     source = source_trial(study, trial_number)
     base = int(config_of(source).get("seed", 0))
+    return VerdictPlan(source, [base + i for i in range(seeds)], runs, unsupported)
+
+
+def runnable_precisions(wanted: Sequence[str], support: Mapping[str, str | None], device_type: str) -> tuple[list[str], dict[str, str]]:
+    """``wanted`` split into the precisions this machine runs and those it cannot (with why), by ``support``
+    (precision -> reason, ``None`` when it runs); a :class:`UserError` unless fp32 and another precision run here."""
     unsupported = {p: str(support.get(p, "unknown precision")) for p in wanted if support.get(p, "?") is not None}
     if "fp32" in unsupported:
         raise UserError(f"this machine cannot run fp32 ({unsupported['fp32']}): there is nothing to compare with")
-    return VerdictPlan(source, [base + i for i in range(seeds)], [p for p in wanted if p not in unsupported], unsupported)
+    runs = [p for p in wanted if p not in unsupported]
+    if len(runs) < 2:  # fp32 alone: its trials would train and the stored verdict be replaced by one that compares nothing
+        others = [p for p in PRECISIONS if p != "fp32" and support.get(p, "?") is None]
+        add = f"add one it runs ({', '.join(others)}) to the precisions compared, or " if others else ""
+        raise UserError(f"on this machine ({device_type}) only fp32 of {', '.join(wanted)} can run: nothing to compare it with "
+                        f"({'; '.join(f'{p}: {why}' for p, why in unsupported.items())}); {add}make the verdict where "
+                        f"{', '.join(unsupported)} can run")
+    return runs, unsupported
+
+
+def check_verdict_runs_here(precisions: Sequence[str], device: str) -> None:
+    """A run's verdict (:func:`verdict_after_budget`'s ``precisions``) can compare something on ``device``: refused before
+    the study trains, not after (see :func:`runnable_precisions`)."""
+    from trial_executor import precision_support, resolve_device
+
+    resolved = resolve_device(device)
+    runnable_precisions(precisions, precision_support(resolved), resolved.type)
 
 
 def enqueue_verdict(study: optuna.Study, storage: optuna.storages.BaseStorage, plan: VerdictPlan) -> int:

@@ -489,3 +489,33 @@ def test_a_metric_in_its_own_unit_keeps_three_significant_digits() -> None:
     points = verdict_line(PrecisionVerdict("bf16", {"0": 3, "1": 4}, speed_ratio=1.5, difference=-0.1, interval=[-0.6, 0.4], paired_seeds=2),
                           "accuracy", "points", higher_is_better=True)
     assert "accuracy -0.10 points (95% CI -0.60..+0.40)" in points
+
+
+def test_a_verdict_with_fp32_alone_runnable_here_is_refused_before_a_trial_trains(
+    small_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """fp32 plus tf32 passed the 'fp32 and another' check before tf32 was dropped on the CPU: fp32 trained alone and the
+    stored verdict was replaced by one that compared nothing ('tf32: not run'); `run --verdict` found out after the study."""
+    from hpo.cli._verdict import main as verdict_main
+
+    space = {**SMALL_SPACE, "params": {"fp_precision": {"type": "categorical", "choices": ["fp32", "tf32"]}},
+             "fixed": {**SMALL_SPACE["fixed"], "max_steps": 2, "eval_every": 0}}
+    storage = f"sqlite:///{tmp_path / 'c.db'}"
+    common = {"storage": storage, "device": "cpu", "artifact_store": None, "text_column": "sentence"}
+    expected = ("on this machine (cpu) only fp32 of fp32, tf32 can run: nothing to compare it with (tf32: TF32 is a mode of "
+                "NVIDIA tensor cores; this trial runs on the CPU); add one it runs (")
+    with pytest.raises(UserError) as refused:
+        hpo.optimize(space, small_data, study_name="c", n_trials=1, verdict=2, **common)
+    assert str(refused.value).startswith(expected) and str(refused.value).endswith("make the verdict where tf32 can run")
+    assert optuna.study.get_all_study_names(storage) == []  # nothing trained, no study written
+
+    study = hpo.optimize(space, small_data, study_name="c", n_trials=1, **common)
+    study.set_user_attr("precision_verdict", {"kept": True})  # the verdict made earlier, elsewhere
+    argv = ["--storage", storage, "--precisions", "fp32", "tf32", "--seeds", "2", "--device", "cpu", "--out", str(tmp_path / "v")]
+    assert verdict_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"python -m hpo.verdict: error: {expected}" in err
+    with pytest.raises(UserError, match=re.escape(expected)):
+        hpo.verdict("c", storage=storage, precisions=["fp32", "tf32"], seeds=2, device="cpu", artifact_store=None)
+    after = hpo.load("c", storage=storage)
+    assert len(after.trials) == 1 and stored_verdict(after) == {"kept": True} and not (tmp_path / "v").exists()
