@@ -44,6 +44,7 @@ from hpo.reporting._report import _fmt, _objectives, _table, metric_value, outco
 from hpo.reporting._student_t import paired_interval
 from hpo.reporting._tradeoff_plot import PRECISION_COLOURS, save_png
 from hpo.space._measures import quality_objective
+from hpo.study._outcomes import never_ran
 from trial_executor import MINIMIZED_METRICS
 
 CONFIDENCE = 0.95
@@ -139,11 +140,12 @@ def _row(precision: str, mine: dict[int, FrozenTrial], fp32: dict[int, FrozenTri
 
 
 def _latest_attempts(trials: list[FrozenTrial]) -> dict[str, dict[int, FrozenTrial]]:
-    """precision -> seed -> the trial that counts: the last attempt (a retry supersedes what it retried)."""
+    """precision -> seed -> the trial that counts: the last attempt (a retry supersedes what it retried). A placeholder
+    that never trained (a ``duplicate``, by construction the later copy of a queued trial; ``over_budget``) is no attempt."""
     found: dict[str, dict[int, FrozenTrial]] = {}
     for t in sorted(trials, key=lambda t: t.number):
         marker = verdict_trial_of(t) or {}
-        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL) and not never_ran(t):
             found.setdefault(marker["precision"], {})[int(marker["seed"])] = t
     return found
 

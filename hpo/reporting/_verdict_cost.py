@@ -25,6 +25,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import TRAIN_SECONDS_ATTR, verdict_trial_of
 from hpo.reporting._report import _matched_speedups, precision_of
+from hpo.study._outcomes import never_ran
 from hpo.study._verdict import VerdictPlan
 
 
@@ -90,7 +91,8 @@ def verdict_costs(study: optuna.Study, plan: VerdictPlan, emulated: Collection[s
     ``emulated``: the precisions this machine's CPU runs without native instructions (said of a guess).
     """
     trials = study.get_trials(deepcopy=False)
-    finished = [t for t in trials if plan.includes(t) and t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    # A placeholder that never trained (a duplicate copy) finished nothing: its seed may still be to go.
+    finished = [t for t in trials if plan.includes(t) and t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not never_ran(t)]
     speeds = _speeds_vs_fp32(trials)
     costs = []
     for precision in plan.precisions:

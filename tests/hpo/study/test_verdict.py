@@ -519,3 +519,32 @@ def test_a_verdict_with_fp32_alone_runnable_here_is_refused_before_a_trial_train
         hpo.verdict("c", storage=storage, precisions=["fp32", "tf32"], seeds=2, device="cpu", artifact_store=None)
     after = hpo.load("c", storage=storage)
     assert len(after.trials) == 1 and stored_verdict(after) == {"kept": True} and not (tmp_path / "v").exists()
+
+
+def test_a_placeholder_that_never_trained_is_no_attempt_of_its_verdict_seed(tmp_path: Path) -> None:
+    """The highest-numbered trial won each (precision, seed): a PRUNED duplicate (the later copy a proxy race queued, withdrawn
+    when claimed) replaced the completed verdict trial, and the verdict lost that seed ('not completed: 1 duplicate')."""
+    from hpo.reporting._verdict import build_verdict
+    from hpo.reporting._verdict_cost import verdict_costs
+    from hpo.study._verdict import VerdictPlan
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'p.db'}", direction="maximize")
+    study.set_user_attr("search_space", {"objective": {"metric": "accuracy", "direction": "maximize"}})
+    study.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.80))  # the source trial
+    for seed, (fp32, bf16) in enumerate(((0.80, 0.81), (0.82, 0.80))):
+        study.add_trial(_verdict_trial("fp32", seed, fp32, 100.0))
+        study.add_trial(_verdict_trial("bf16", seed, bf16, 150.0))
+    for reason in ("duplicate", "over_budget"):
+        placeholder = _verdict_trial("bf16", 1, 0.0, 0.0, state=TrialState.PRUNED)
+        placeholder.user_attrs["skip_reason"] = reason
+        study.add_trial(placeholder)
+    bf16 = {r.precision: r for r in build_verdict(study, 0, [0, 1], ["fp32", "bf16"], {}).rows}["bf16"]
+    assert bf16.paired_seeds == 2 and bf16.not_completed == {} and bf16.trials == {"0": 2, "1": 4}
+    assert bf16.difference == pytest.approx(-0.5)
+    # Nor does it finish a seed still to go: seed 2's only bf16 trial is such a placeholder.
+    study.add_trial(_verdict_trial("fp32", 2, 0.8, 100.0))
+    placeholder = _verdict_trial("bf16", 2, 0.0, 0.0, state=TrialState.PRUNED)
+    placeholder.user_attrs["skip_reason"] = "duplicate"
+    study.add_trial(placeholder)
+    plan = VerdictPlan(study.trials[0], [0, 1, 2], ["fp32", "bf16"], {})
+    assert {c.precision: c.to_go for c in verdict_costs(study, plan)} == {"fp32": 0, "bf16": 1}
