@@ -195,12 +195,13 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
     metric, direction = quality_objective(objectives)
     maximize = direction == "maximize"
     base_speed, baseline = _baseline([t for t in every if not is_verdict_trial(t)])  # a baseline still waiting is named
-    matched = _matched_speedups(trials)
-    found = {precision_of(t) for t in trials}
+    ran = [t for t in trials if not never_ran(t)]  # placeholders that never trained: "not run" in the summary, in no row
+    matched = _matched_speedups(ran)
+    found = {precision_of(t) for t in ran}
     order = [p for p in PRECISIONS if p in found] + sorted(found - set(PRECISIONS))
     rows = []
     for precision in order:
-        mine = [t for t in trials if precision_of(t) == precision]
+        mine = [t for t in ran if precision_of(t) == precision]
         complete = [t for t in mine if t.state == TrialState.COMPLETE]
         scores = [v for v in (metric_value(t, metric, objectives) for t in complete) if v is not None]
         measured = [t for t in mine if _measured(t)]
@@ -354,7 +355,8 @@ def markdown(report: StudyReport, plot_name: str) -> str:
         "only with fp32 trials on the same device with the same speed-relevant settings (batch size, model, "
         "max_length, ...; not learning rate or schedule): the median ratio, and how many trials had such a match. "
         "`not completed` counts skip reasons (`unsupported_precision`, `non_finite_loss`, `oom`), "
-        "`pruned` (stopped by the pruner) and `failed <error type>`.",
+        "`pruned` (stopped by the pruner) and `failed <error type>`; placeholders that never trained (`not run` above: "
+        "`over_budget`, `duplicate`) are in no row.",
         "",
         f"## {report.front_label}", "", *front_table(report), "",
         f"![{report.metric} vs samples/s]({plot_name})", "",

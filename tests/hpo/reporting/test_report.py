@@ -11,6 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 from conftest import ROOT
+from optuna.trial import TrialState
 from PIL import Image
 
 from hpo import create_storage, make_objective, open_study, parse_search_space, run_to_budget
@@ -219,3 +220,21 @@ def test_a_verdict_whose_plot_cannot_be_written_leaves_no_verdict_md(tmp_path: P
     with pytest.raises(UserError, match=r"cannot write the verdict's plot .*verdict.png: Is a directory"):
         write_verdict(Verdict.from_dict(stored_verdict(study)), tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["verdict.png"]
+
+
+def test_placeholders_that_never_trained_are_in_no_precision_row(tmp_path: Path) -> None:
+    """over_budget and duplicate placeholders were counted in their precision's trials and under 'not completed', while
+    the summary line called them 'not run' (README: they never trained and do not count)."""
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'p.db'}", direction="maximize")
+    choice = optuna.distributions.CategoricalDistribution(["fp32", "bf16"])
+    for precision, state, reason in (("fp32", TrialState.COMPLETE, None), ("bf16", TrialState.COMPLETE, None),
+                                     ("bf16", TrialState.PRUNED, "over_budget"), ("fp32", TrialState.PRUNED, "duplicate"),
+                                     ("bf16", TrialState.PRUNED, "oom")):
+        study.add_trial(optuna.trial.create_trial(
+            state=state, value=0.8 if state == TrialState.COMPLETE else None, params={"fp_precision": precision},
+            distributions={"fp_precision": choice}, user_attrs={"throughput_samples_per_s": 100.0, **({"skip_reason": reason} if reason else {})}))
+    report = build_report(study, "sqlite:///p.db")
+    rows = {r.precision: (r.trials, r.completed, r.outcomes) for r in report.rows}
+    assert rows == {"fp32": (1, 1, {}), "bf16": (2, 1, {"oom": 1})}
+    assert report.states == {"COMPLETE": 2, "NOT_RUN": 2, "PRUNED": 1}
+    assert "Trials: 2 complete, 2 not run, 1 pruned" in summary_lines(report)
