@@ -168,19 +168,32 @@ def metric_value(trial: FrozenTrial, name: str, objectives: list[tuple[str, str]
 
 
 def _baseline(trials: list[FrozenTrial]) -> tuple[float | None, str]:
-    marked = [t for t in trials if is_baseline(t)]
+    marked = sorted((t for t in trials if is_baseline(t)), key=lambda t: t.number)  # the baseline and its retries
     measured = [t for t in marked if _measured(t)]
     if measured:
-        base = measured[0]
+        base = measured[-1]
         speed = throughput_of(base)
         return speed, f"trial {base.number}, the enqueued fp32 baseline ({speed:.1f} samples/s)"
-    why = (f"the fp32 baseline trial {marked[0].number} {'ended' if marked[0].state in _DONE else 'has not finished: it is'} "
-           f"{outcome(marked[0])}") if marked else "the study has no fp32 baseline trial"
+    why = _unmeasured_baseline(marked) if marked else "the study has no fp32 baseline trial"
     fp32 = [throughput_of(t) for t in trials if precision_of(t) == "fp32" and _measured(t)]
     if fp32:
         speed = statistics.median(fp32)
         return speed, f"the median of {len(fp32)} measured fp32 trials ({speed:.1f} samples/s), since {why}"
     return None, f"none: no fp32 trial was measured ({why})"
+
+
+def _unmeasured_baseline(marked: list[FrozenTrial]) -> str:
+    """Why the baseline's latest attempt (its retry, if its first failed; never a placeholder that did not train) gives no speed."""
+    latest = ([t for t in marked if not never_ran(t)] or marked)[-1]
+    retry = f" (the retry of trial {marked[0].number})" if latest is not marked[0] else ""
+    if latest.state not in _DONE:
+        return f"the fp32 baseline trial {latest.number}{retry} has not finished: it is {outcome(latest)}"
+    how = "completed" if latest.state == TrialState.COMPLETE else f"ended {outcome(latest)}"
+    if latest.state != TrialState.FAIL and skip_reason_of(latest) is None:  # it trained: said why its speed is not used
+        how += (" while other processes held the CPUs (CPU-contended): its speed is partly theirs" if is_cpu_contended(latest)
+                else " sharing its GPU with other trials: its speed is partly theirs" if trials_per_gpu_of(latest) > 1
+                else " without a measured samples/s")
+    return f"the fp32 baseline trial {latest.number}{retry} {how}"
 
 
 def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:

@@ -238,3 +238,27 @@ def test_placeholders_that_never_trained_are_in_no_precision_row(tmp_path: Path)
     assert rows == {"fp32": (1, 1, {}), "bf16": (2, 1, {"oom": 1})}
     assert report.states == {"COMPLETE": 2, "NOT_RUN": 2, "PRUNED": 1}
     assert "Trials: 2 complete, 2 not run, 1 pruned" in summary_lines(report)
+
+
+def test_the_baseline_is_its_latest_attempt_and_a_contended_one_is_said_so(tmp_path: Path) -> None:
+    """The report said 'against none: ... (the fp32 baseline trial 0 ended failed worker_died)' while its retry, trial 1,
+    had completed: CPU-contended, so its speed was left out, which the line never said."""
+    from hpo._attrs import BASELINE_ATTR
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'b.db'}", direction="maximize")
+    choice = optuna.distributions.CategoricalDistribution(["fp32", "bf16"])
+
+    def add(state: TrialState, **attrs: object) -> None:
+        study.add_trial(optuna.trial.create_trial(
+            state=state, value=0.8 if state == TrialState.COMPLETE else None, params={"fp_precision": "fp32"},
+            distributions={"fp_precision": choice}, user_attrs={BASELINE_ATTR: True, **attrs}))
+
+    add(TrialState.FAIL, fail_reason="worker_died: exit code -9")
+    add(TrialState.COMPLETE, throughput_samples_per_s=50.0, cpu_contended=True)
+    assert build_report(study, "sqlite:///b.db").baseline == (
+        "none: no fp32 trial was measured (the fp32 baseline trial 1 (the retry of trial 0) completed while other processes "
+        "held the CPUs (CPU-contended): its speed is partly theirs)")
+    add(TrialState.PRUNED, skip_reason="duplicate")  # a copy withdrawn unrun is no attempt of it
+    assert "the fp32 baseline trial 1 (the retry of trial 0) completed while" in build_report(study, "sqlite:///b.db").baseline
+    add(TrialState.COMPLETE, throughput_samples_per_s=100.0)  # measured: the speed reference
+    assert build_report(study, "sqlite:///b.db").baseline == "trial 3, the enqueued fp32 baseline (100.0 samples/s)"
