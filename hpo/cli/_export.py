@@ -3,11 +3,12 @@
 Columns: ``number``, ``state``, start and completion times, ``duration_s``,
 ``values.<objective>``, ``params.<name>``, then every user attribute with nested dicts as
 dotted keys (``hardware.device_name``, ``metrics.accuracy``, ``config.batch_size``). In CSV,
-lists are JSON text and missing values are empty. ``--verdict``: the study's precision verdict
+lists are JSON text and missing values are empty. ``--format`` defaults to ``--out``'s extension
+(``.csv``, ``.json``) and must agree with it. ``--verdict``: the study's precision verdict
 instead, one row per precision (``python -m hpo verdict`` computes it).
 
 examples:
-  %(prog)s --study-name precision-demo --format csv --out trials.csv
+  %(prog)s --study-name precision-demo --out trials.csv             # CSV: the extension says it
   %(prog)s --study-name sst2 --format json --storage postgresql://user:pass@db:5432/hpo > trials.json
 """
 
@@ -26,12 +27,26 @@ from hpo.reporting._verdict import verdict_rows
 from hpo.storage._inspect import load_existing_study, open_existing_storage, sqlite_file_of
 
 PROG = command_prog("export")
+FORMATS = ("csv", "json")
+
+
+def export_format(given: str | None, out: str | None) -> str:
+    """The format to write: ``--format``, else ``--out``'s extension; one that contradicts the extension is refused."""
+    extension = Path(out).suffix.lower().lstrip(".") if out else ""
+    if given is None:
+        if extension in FORMATS:
+            return extension
+        where = f"--out {out} has no .csv or .json extension" if out else "standard output has no file extension"
+        raise UserError(f"--format is needed: {where}; pass --format csv or --format json")
+    if extension in FORMATS and extension != given:
+        raise UserError(f"--format {given} contradicts --out {out} (a .{extension} file); name the file .{given}, or drop --format")
+    return given
 
 
 def build_parser() -> Parser:
     parser = Parser(PROG, __doc__)
     parser.add_argument("--study-name", default=None, help="the study to export (default: the storage's only study)")
-    parser.add_argument("--format", choices=("csv", "json"), required=True, help="csv or json")
+    parser.add_argument("--format", choices=FORMATS, default=None, help="csv or json (default: --out's extension, .csv or .json)")
     parser.add_argument("--out", default=None, help="file to write (default: standard output)")
     parser.add_argument("--verdict", action="store_true", help="export the study's precision verdict, one row per precision")
     add_storage_argument(parser)
@@ -42,9 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Write the export; return the process exit code."""
 
     def body(args: argparse.Namespace, url: str) -> int:
+        form = export_format(args.format, args.out)  # before the study is read: CSV never lands in a .json file
         study = load_existing_study(open_existing_storage(url), url, args.study_name)
         rows = verdict_rows(study) if args.verdict else export_rows(study)
-        text = rows_csv(rows) if args.format == "csv" else rows_json(rows)
+        text = rows_csv(rows) if form == "csv" else rows_json(rows)
         if args.out is None:
             sys.stdout.write(text)
             return 0

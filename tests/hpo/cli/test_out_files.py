@@ -77,3 +77,22 @@ def test_default_directories_keep_a_study_name_to_one_component(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.db", "store", "w1"]
     tracker = TensorBoardTracker("../../escaped", tmp_path / "runs")
     assert tracker.root == tmp_path / "runs" / "___.._escaped" and sorted(p.name for p in tmp_path.iterdir()) == ["d.db", "runs", "store", "w1"]
+
+
+def test_export_format_follows_the_out_extension_and_a_contradiction_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--format csv --out x.json wrote CSV into x.json without a word, and --format was required even when --out said it."""
+    url = _study(tmp_path)
+    assert hpo_main(["export", "--storage", url, "--out", str(tmp_path / "t.json")]) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "t.json").read_text())[0]["number"] == 0
+    assert hpo_main(["export", "--storage", url, "--out", str(tmp_path / "t.CSV")]) == 0
+    assert (tmp_path / "t.CSV").read_text().startswith("number,state,")
+    capsys.readouterr()
+    assert hpo_main(["export", "--storage", url, "--format", "csv", "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"python -m hpo.export: error: --format csv contradicts --out {tmp_path / 'x.json'} (a .json file); "
+                   "name the file .csv, or drop --format\n")
+    for argv, where in (([], "standard output has no file extension"), (["--out", str(tmp_path / "x.txt")], f"--out {tmp_path / 'x.txt'} has no .csv or .json extension")):
+        assert hpo_main(["export", "--storage", url, *argv]) == 2
+        assert capsys.readouterr().err == f"python -m hpo.export: error: --format is needed: {where}; pass --format csv or --format json\n"
+    assert hpo_main(["export", "--storage", url, "--format", "json", "--out", str(tmp_path / "x.txt")]) == 0  # said, and no extension to contradict
+    assert not (tmp_path / "x.json").exists() and json.loads((tmp_path / "x.txt").read_text())[0]["number"] == 0
