@@ -74,6 +74,10 @@ CASES: dict[str, tuple[Any, str]] = {
         lambda c: ["--space", _space(c, params={"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}},
                                      verdict={"precisions": ["fp32", "fp16"]})],
         "--precisions fp16: not among the space's fp_precision choices ['fp32', 'bf16']; drop them with --precisions, or widen"),
+    # tf32 was dropped on the CPU after the 'fp32 and another' check: the study trained, then fp32 alone re-trained.
+    "verdict with fp32 alone runnable here": (
+        lambda c: ["--verdict", "2", "--space", _space(c, params={"fp_precision": {"type": "categorical", "choices": ["fp32", "tf32"]}})],
+        "on this machine (cpu) only fp32 of fp32, tf32 can run: nothing to compare it with (tf32: TF32 is a mode of NVIDIA"),
     "verdict of a space with several objectives": (
         lambda c: ["--verdict", "2", "--space", str(MULTI_OBJECTIVE_SPACE)],
         "a space with several objectives has a Pareto front instead; run the study without --verdict"),
