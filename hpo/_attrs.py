@@ -42,6 +42,7 @@ VERDICT_TRIAL_ATTR = "verdict_trial"
 # Trial attrs: how it ended (a retry clears the OUTCOME_ATTRS its predecessor left).
 FAIL_REASON_ATTR = "fail_reason"
 WORKER_DIED = "worker_died"  # a fail reason's start: the trial's worker is gone (a stale heartbeat, an exited process)
+INTERRUPTED = "interrupted"  # the fail reason of a planned stop: SIGINT/SIGTERM, the trial checkpointed and re-queued
 SKIP_REASON_ATTR = "skip_reason"
 SKIP_DETAIL_ATTR = "skip_detail"
 SKIP_STEP_ATTR = "skip_step"

@@ -69,7 +69,7 @@ class CheckpointSweep:
     keeps finished trials' checkpoints."""
 
     study: optuna.Study
-    retry_may_come: Callable[[FrozenTrial], bool]
+    retry_may_come: Callable[[FrozenTrial, list[FrozenTrial]], bool]  # (a chain's last trial, the study's trials)
     never_ran: Callable[[FrozenTrial], bool]
     keep: bool = False
 
@@ -218,16 +218,17 @@ def sweep_checkpoints(sweep: CheckpointSweep, store: FileSystemArtifactStore, di
         if writer is None or not writer.state.is_finished():  # another study's checkpoint, or in use
             continue
         chain = [writer, *(t for t in retries.get(writer.number, ()) if not sweep.never_ran(t))]
-        if not _resumable_or_kept(artifact_id, chain, sweep):
+        if not _resumable_or_kept(artifact_id, chain, sweep, list(trials.values())):
             _remove(store, {"artifact_id": artifact_id})
             removed.append(artifact_id)
     return removed
 
 
-def _resumable_or_kept(artifact_id: str, chain: list[FrozenTrial], sweep: CheckpointSweep) -> bool:
-    """Whether a trial of the retry chain ``chain`` may resume from ``artifact_id``, or its last trial keeps it."""
+def _resumable_or_kept(artifact_id: str, chain: list[FrozenTrial], sweep: CheckpointSweep, trials: list[FrozenTrial]) -> bool:
+    """Whether a trial of the retry chain ``chain`` (of the study's ``trials``) may resume from ``artifact_id``, or its
+    last trial keeps it."""
     last = max(chain, key=lambda t: t.number)
-    if any(not t.state.is_finished() for t in chain) or sweep.retry_may_come(last):
+    if any(not t.state.is_finished() for t in chain) or sweep.retry_may_come(last, trials):
         return True  # the chain goes on: which of its files the next trial needs is its own business
     pointer = last.user_attrs.get(CHECKPOINT_ATTR) or {}
     if pointer.get("artifact_id") != artifact_id or REMOVED_WHEN_TOLD in pointer:

@@ -41,7 +41,7 @@ from hpo._attrs import (
 from hpo._process import has_exited, numbered_here, process_key
 from hpo.storage._checkpoints import CheckpointSweep
 from hpo.storage._heartbeats import heartbeat_ages
-from hpo.storage._retry_policy import RetryByTrialPolicy
+from hpo.storage._retry_policy import RetryByTrialPolicy, retry_left
 from hpo.study._outcomes import INTERRUPTED, never_ran
 
 # How long a failed trial's re-queue may still be on its way where the storage keeps no heartbeats (and so no grace period).
@@ -167,15 +167,20 @@ def lost_retries(trials: list[FrozenTrial], storage: optuna.storages.BaseStorage
     wait = _requeue_wait_s(storage)
     return [
         t for t in trials
-        if t.state == TrialState.FAIL and t.number not in requeued and _retried_on_failure(t, max_retry)
+        if t.state == TrialState.FAIL and t.number not in requeued and _retried_on_failure(t, max_retry, trials)
         and not _failed_within(t, wait)
     ]
 
 
-def retry_may_come(trial: FrozenTrial, storage: optuna.storages.BaseStorage, max_retry: int | None) -> bool:
-    """Whether a re-queued copy of the failed ``trial`` may yet appear, if none has: its worker's own re-queue may be on
-    its way (it failed within the grace period), or the retry policy re-queues it (a lost re-queue, :func:`lost_retries`)."""
-    return trial.state == TrialState.FAIL and (_failed_within(trial, _requeue_wait_s(storage)) or _retried_on_failure(trial, max_retry))
+def retry_may_come(
+    trial: FrozenTrial, trials: list[FrozenTrial], storage: optuna.storages.BaseStorage, max_retry: int | None,
+) -> bool:
+    """Whether a re-queued copy of the failed ``trial`` (one of the study's ``trials``) may yet appear, if none has: its
+    worker's own re-queue may be on its way (it failed within the grace period), or the retry policy re-queues it (a
+    lost re-queue, :func:`lost_retries`)."""
+    return trial.state == TrialState.FAIL and (
+        _failed_within(trial, _requeue_wait_s(storage)) or _retried_on_failure(trial, max_retry, trials)
+    )
 
 
 def checkpoint_sweep(study: optuna.Study, max_retry: int | None, *, keep: bool) -> CheckpointSweep:
@@ -192,9 +197,9 @@ def _failed_within(trial: FrozenTrial, seconds: float) -> bool:
     return trial.datetime_complete is None or (datetime.now() - trial.datetime_complete).total_seconds() <= seconds
 
 
-def _retried_on_failure(trial: FrozenTrial, max_retry: int | None) -> bool:
+def _retried_on_failure(trial: FrozenTrial, max_retry: int | None, trials: list[FrozenTrial]) -> bool:
     """Whether the retry policy re-queues ``trial``: it failed stopped, with its worker dead, or, once this project's
-    objective started it, with no reason at all; with a retry left.
+    objective started it, with no reason at all; with a retry left (:func:`retry_left`, ``trials`` its predecessors).
 
     Every way this project fails a trial it started writes the reason first; such a trial failing without one lost
     that write (a second signal's ``interrupted`` mark in an outage, say): a retry resumes its checkpoint and, if the
@@ -203,9 +208,8 @@ def _retried_on_failure(trial: FrozenTrial, max_retry: int | None) -> bool:
     """
     reason = trial.user_attrs.get(FAIL_REASON_ATTR)
     lost_reason = reason is None and _own_worker(trial) is not None
-    limit = retry_policy_of(trial, max_retry)
-    retry_left = limit is None or len(trial.system_attrs.get("retry_history", ())) < limit
-    return (lost_reason or reason == INTERRUPTED or str(reason).startswith(f"{WORKER_DIED}:")) and retry_left
+    crashed_or_stopped = lost_reason or reason == INTERRUPTED or str(reason).startswith(f"{WORKER_DIED}:")
+    return crashed_or_stopped and retry_left(trial, retry_policy_of(trial, max_retry), trials)
 
 
 def fail_dead_local_trials(study: optuna.Study, max_retry: int | None) -> list[int]:

@@ -26,7 +26,7 @@ import re
 
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._attrs import fail_reason_of, skip_reason_of
+from hpo._attrs import INTERRUPTED, fail_reason_of, skip_reason_of
 
 SKIP_UNSUPPORTED = "unsupported_precision"
 SKIP_NON_FINITE = "non_finite_loss"
@@ -36,7 +36,6 @@ SKIP_DUPLICATE = "duplicate"  # queued twice by workers with no lock between the
 # The skip detail of an over_budget placeholder (those written before it was recorded say it too: reporting's default).
 OVER_BUDGET_DETAIL = "other workers' running trials held the rest of the budget"
 SKIP_REASONS: tuple[str, ...] = (SKIP_UNSUPPORTED, SKIP_NON_FINITE, SKIP_OOM)
-INTERRUPTED = "interrupted"
 
 
 def never_ran(trial: FrozenTrial) -> bool:

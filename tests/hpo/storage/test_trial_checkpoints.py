@@ -306,11 +306,11 @@ def test_a_failed_trials_checkpoint_is_judged_by_the_retry_policy_its_own_worker
     a --max-retry 3 run kept the checkpoint of a trial that no retry would resume, and a --max-retry 0 run removed the
     one a lost re-queue was yet to resume (the lost-retry sweep of a worker allowing it re-queues it)."""
     study, store = optuna.create_study(storage=_beating(f"sqlite:///{tmp_path / 's.db'}", grace_period=1)), DyingStore(tmp_path / "a")
-    for limit in (0, 2):  # each stopped after its checkpoint and failed `interrupted`; its re-queue lost
+    for limit in (0, 2):  # each found with its worker dead after its checkpoint; its re-queue lost
         trial = study.ask()
         trial.set_user_attr(WORKER_ATTR, worker_identity(trial.number, limit))
         TrialCheckpoints(trial, store).checkpointing().on_saved(checkpoint_file, 10)  # type: ignore[misc]
-        study._storage.set_trial_user_attr(trial._trial_id, FAIL_REASON_ATTR, "interrupted")
+        study._storage.set_trial_user_attr(trial._trial_id, FAIL_REASON_ATTR, "worker_died: its process exited")
         study.tell(trial, state=TrialState.FAIL)
     allows_none, allows_two = (t.user_attrs[CHECKPOINT_ATTR]["artifact_id"] for t in study.trials)
     time.sleep(1.1)  # past the grace period: a re-queue by its own worker would have come

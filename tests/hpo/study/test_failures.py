@@ -405,16 +405,16 @@ def test_a_trial_is_retried_as_its_own_worker_allowed_whichever_worker_finds_it_
     def retried() -> list[int]:  # the trials the waiting retries retry
         return [t.system_attrs["retry_history"][-1] for t in study.get_trials() if t.state == TrialState.WAITING]
 
-    def interrupted(max_retry: int) -> optuna.Trial:  # failed by its stop, its re-queue lost (the lost-retry sweep's case)
+    def died(max_retry: int) -> optuna.Trial:  # failed with its worker dead, its re-queue lost (the lost-retry sweep's case)
         trial = running(max_retry)
-        trial.set_user_attr("fail_reason", "interrupted")
+        trial.set_user_attr("fail_reason", "worker_died: its process exited")
         study.tell(trial, state=TrialState.FAIL)
         return trial
 
     # All claimed first: a retry re-queued is what the next ask takes.
     no_retry, unrecorded, two_retries, unlimited, unrecorded_0 = (
         running(0), running(None, recorded=False), running(2), running(None), running(None, recorded=False))
-    kept, allowed = interrupted(0), interrupted(1)
+    kept, allowed = died(0), died(1)
     swept_by(3, [no_retry, unrecorded])
     assert retried() == [unrecorded.number]  # its own worker's 0 stands; one that recorded none: the sweeper's 3
     swept_by(0, [two_retries, unlimited, unrecorded_0])
