@@ -43,17 +43,21 @@ def study_attrs(space: SearchSpace, data: TextClassificationData, source: dict[s
 def check_resumable(existing: optuna.Study, space: SearchSpace, wanted: dict[str, Any]) -> None:
     """Raise :class:`UserError` (or :class:`OtherDataError`) unless ``existing`` may go on with ``space`` and ``wanted``
     (:func:`study_attrs`)."""
+    # The attrs read once and judged as read: a worker opening the study beside another that writes them (through a
+    # proxy, with no lock) found the space absent, then present on a second read (a KeyError).
     name, stored = existing.study_name, existing.user_attrs
-    if not stored_space(existing):  # made elsewhere, or by a run stopped before it stored anything (then empty)
+    if not isinstance(stored.get(SEARCH_SPACE_ATTR), dict):  # made elsewhere, or by a run stopped before it stored anything
         directions = [d.name.lower() for d in existing.directions]
         if directions != space.directions:
             raise UserError(f"study {name!r} {_goal(directions)}, and this space {_goal(space.directions)}: "
                             f"{', '.join(space.objective_names)}; pick a new --study-name")
         trials = len(existing.get_trials(deepcopy=False))
-        if trials:
+        if not trials:
+            return
+        stored = existing.user_attrs  # read after its trials: a worker beside this one stores its space before queuing any
+        if not isinstance(stored.get(SEARCH_SPACE_ATTR), dict):
             raise UserError(f"study {name!r} holds {trials} trial{'s' * (trials != 1)} this service did not make (no search space is stored on it): "
                             "its trials are not this space's; pick a new --study-name")
-        return
     if not _same_space(stored[SEARCH_SPACE_ATTR], wanted[SEARCH_SPACE_ATTR]):
         raise UserError(
             f"study {name!r} was created with a different search space ({_first_difference(stored[SEARCH_SPACE_ATTR], wanted[SEARCH_SPACE_ATTR])}); "
