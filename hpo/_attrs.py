@@ -49,7 +49,9 @@ SKIP_STEP_ATTR = "skip_step"
 OOM_BATCH_SIZE_ATTR = "oom_batch_size"
 OOM_FALLBACK_ATTR = "oom_fallback"
 INTERRUPTED_AT_STEP_ATTR = "interrupted_at_step"
-OUTCOME_ATTRS = (FAIL_REASON_ATTR, SKIP_REASON_ATTR, SKIP_DETAIL_ATTR, SKIP_STEP_ATTR, OOM_BATCH_SIZE_ATTR, OOM_FALLBACK_ATTR)
+OUTCOME_ATTRS = (
+    FAIL_REASON_ATTR, SKIP_REASON_ATTR, SKIP_DETAIL_ATTR, SKIP_STEP_ATTR, OOM_BATCH_SIZE_ATTR, OOM_FALLBACK_ATTR, INTERRUPTED_AT_STEP_ATTR,
+)
 CONSTRAINTS_ATTR = "constraints"
 FEASIBLE_ATTR = "feasible"
 # The trial's own number once it holds one of the budget's slots (hpo.study._study): finished + held <= budget.

@@ -56,12 +56,13 @@ if TYPE_CHECKING:
         Checkpointing,
         ReportFn,
         TrialInterrupted,
+        UnusableCheckpointError,
         run_trial,
     )
 
 # The deferred (torch-bound) names, by module: the same names as the block above.
 _TORCH_BOUND = {
-    "trial_executor.train._checkpoint": ("CHECKPOINT_FILE", "Checkpointing", "TrialInterrupted"),
+    "trial_executor.train._checkpoint": ("CHECKPOINT_FILE", "Checkpointing", "TrialInterrupted", "UnusableCheckpointError"),
     "trial_executor.device._hardware": ("hardware_metadata", "memory_in_use_mb", "resolve_device"),
     "trial_executor.model._lora": ("LoraUnavailableError", "lora_available"),
     "trial_executor.train._loop": ("STOPPED_EARLY_STOPPING", "STOPPED_PRUNED", "ReportFn", "run_trial"),
@@ -103,6 +104,7 @@ __all__ = [
     "TrialOutOfMemoryError",
     "TrialResult",
     "UnsupportedPrecisionError",
+    "UnusableCheckpointError",
     "check_max_length",
     "check_model_name",
     "clear_caches",

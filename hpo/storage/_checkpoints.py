@@ -133,6 +133,7 @@ class TrialCheckpoints:
                 download_artifact(artifact_store=self.store, file_path=str(resume_from), artifact_id=self.inherited["artifact_id"])
             except Exception as err:  # a lost checkpoint means starting over, not failing; said, as it costs the work
                 resume_from = None
+                self._not_resumed()
                 _logger.warning(
                     "trial %d: the checkpoint it would resume from (trial %d, step %d) is not in this artifact store (%s); "
                     "it starts over from step 0 (to resume, run with the --artifact-store the interrupted trial used)",
@@ -143,8 +144,20 @@ class TrialCheckpoints:
                 self.trial.set_user_attr(RESUMED_AT_STEP_ATTR, self.inherited["step"])
         return Checkpointing(
             directory=self.scratch / "latest", resume_from=resume_from, on_saved=self._saved,
-            final_model=final_model_dir(self.trial),
+            final_model=final_model_dir(self.trial), on_unusable=self._unusable,
         )
+
+    def _not_resumed(self) -> None:
+        """A retry starts with its predecessor's user attrs: that one resumed says nothing of this one, which did not."""
+        for key in (RESUMED_FROM_TRIAL_ATTR, RESUMED_AT_STEP_ATTR):
+            if self.trial.user_attrs.get(key) is not None:
+                self.trial.set_user_attr(key, None)
+
+    def _unusable(self, err: Exception) -> None:
+        """The inherited checkpoint cannot be resumed (truncated; another config, e.g. a rerun's other --seed before the
+        seed was inherited): the trial starts over, said, as it costs the work. It failed for good before."""
+        self._not_resumed()
+        _logger.warning("trial %d: %s; it starts over from step 0", self.trial.number, err)
 
     def _saved(self, path: Path, step: int) -> None:
         artifact_id = f"checkpoint-{self.trial._trial_id}-{uuid.uuid4()}"

@@ -242,7 +242,8 @@ class Objective:
         # Optuna 5's Trial has no system_attrs; the stored trial has them (a retry's "failed_trial").
         system_attrs = trial.storage.get_trial(trial._trial_id).system_attrs
         original = system_attrs.get("failed_trial")
-        fell_back = trial.user_attrs.get(OOM_FALLBACK_ATTR) if original is not None else None
+        # A retry's seed is its predecessor's (its config attr's): a rerun given another --seed could not resume it.
+        fell_back, inherited = (trial.user_attrs.get(key) if original is not None else None for key in (OOM_FALLBACK_ATTR, CONFIG_ATTR))
         if original is not None:
             # A retry starts with a copy of its predecessor's user attrs: clear what that attempt found.
             for key in OUTCOME_ATTRS:
@@ -251,7 +252,8 @@ class Objective:
         trial.set_user_attr(WORKER_ATTR, worker_identity(trial.number, self.options.max_retry))
         check_enqueued(self.space, system_attrs.get("fixed_params") or {})
         params = self.space.suggest(trial)
-        seed = (self.options.seed + (trial.number if original is None else original)) % _SEED_MODULUS
+        seed = inherited.get("seed") if isinstance(inherited, dict) else None
+        seed = (self.options.seed + (trial.number if original is None else original)) % _SEED_MODULUS if seed is None else seed
         verdict = verdict_trial_of(trial)  # type: ignore[arg-type]
         if verdict is not None:  # paired across precisions: the verdict's seed, whatever the trial's number
             params, seed = {**params, "fp_precision": verdict["precision"]}, verdict["seed"]
@@ -374,21 +376,19 @@ def make_objective(
 ) -> Objective:
     """An Optuna objective that trains one config per trial and records what it measured.
 
-    ``options`` (:class:`hpo.study.RunOptions`): the run's seed, device, tokenized-data cache and
-    whether checkpoints are kept; ``base_seed`` and ``device`` alone (the form before
-    ``RunOptions``) stand for ``RunOptions(seed=base_seed, device=device, artifact_store=None)``.
-    Each trial's seed is the run's seed plus ``trial.number`` (a retry keeps its original's seed).
-    It returns one value per objective of ``space`` (a float for one objective, a tuple for
-    several). See :mod:`hpo.study._outcomes` for how trials end; ``hardware`` and ``worker`` are
-    recorded whatever happens. An enqueued value outside ``space`` or a config the executor
-    refuses fails the trial with a ``fail_reason``. With ``checkpoints`` (an artifact store),
-    trials checkpoint at each evaluation and a retried trial resumes from its predecessor's
-    latest checkpoint; a store that cannot be written costs the checkpoints, not the trial. A finished
-    trial's checkpoint is removed by :meth:`Objective.told`, to be called once Optuna has told the trial.
-    ``stop_requested`` is polled during training (SIGINT/SIGTERM); ``progress(trial_number,
-    update)`` receives the executor's progress updates, ``on_evaluation(trial, step, metrics)``
-    every evaluation's metrics. Making it (a worker's start) removes the scratch directories that
-    killed workers of this machine left (:func:`hpo.storage._scratch.remove_dead_workers_scratch`).
+    ``options`` (:class:`hpo.study.RunOptions`): the run's seed, device, tokenized-data cache and whether checkpoints
+    are kept; ``base_seed`` and ``device`` alone (the form before ``RunOptions``) stand for
+    ``RunOptions(seed=base_seed, device=device, artifact_store=None)``. Each trial's seed is the run's seed plus
+    ``trial.number`` (a retry keeps its predecessor's seed, whatever the rerun's). It returns one value per objective
+    of ``space`` (a float for one objective, a tuple for several). See :mod:`hpo.study._outcomes` for how trials end;
+    ``hardware`` and ``worker`` are recorded whatever happens. An enqueued value outside ``space`` or a config the
+    executor refuses fails the trial with a ``fail_reason``. With ``checkpoints`` (an artifact store), trials
+    checkpoint at each evaluation and a retried trial resumes from its predecessor's latest checkpoint (or, one it
+    cannot resume, starts over, said); a store that cannot be written costs the checkpoints, not the trial. A
+    finished trial's checkpoint is removed by :meth:`Objective.told`, to be called once Optuna has told the trial.
+    ``stop_requested`` is polled during training (SIGINT/SIGTERM); ``progress(trial_number, update)`` receives the
+    executor's progress updates, ``on_evaluation(trial, step, metrics)`` every evaluation's metrics. Making it (a
+    worker's start) removes the scratch directories that killed workers of this machine left.
     """
     remove_dead_workers_scratch()
     if options is None:

@@ -61,6 +61,13 @@ class Checkpointing:
     resume_from: Path | None = None
     on_saved: Callable[[Path, int], None] | None = None
     final_model: Path | None = None
+    # Called with the error when ``resume_from`` cannot be resumed (unreadable, or saved by another config or data):
+    # the run then starts at step 0. Without it, that :class:`UnusableCheckpointError` ends the run.
+    on_unusable: Callable[[UnusableCheckpointError], None] | None = None
+
+
+class UnusableCheckpointError(ValueError):
+    """A checkpoint that cannot be resumed: unreadable (truncated, not a checkpoint), or saved by another config or data."""
 
 
 def rng_states() -> dict[str, Any]:
@@ -109,15 +116,24 @@ def save_checkpoint(state: dict[str, Any], checkpointing: Checkpointing) -> Path
 
 
 def load_checkpoint(path: Path, config: dict[str, Any], data_fingerprint: str) -> dict[str, Any]:
-    """The state saved at ``path``; refuses one saved by a run with another config or data."""
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    """The state saved at ``path``; :class:`UnusableCheckpointError` for a file that is none, or one saved by a run with
+    another config (naming the first field that differs) or data."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # EOFError (empty), OSError or RuntimeError (truncated), UnpicklingError (garbage)
+        raise UnusableCheckpointError(f"checkpoint {path} cannot be read ({type(err).__name__}: {str(err)[:120]})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("config"), dict) or "data_fingerprint" not in state:
+        raise UnusableCheckpointError(f"checkpoint {path} is no checkpoint of a trial (no config or data fingerprint in it)")
     ignored = {"device", "cache_dir"}
     # Fields added since the checkpoint was written count at their defaults.
-    defaults = TrainConfig.defaults()
-    saved = {k: v for k, v in {**defaults, **state["config"]}.items() if k not in ignored}
+    saved = {k: v for k, v in {**TrainConfig.defaults(), **state["config"]}.items() if k not in ignored}
     wanted = {k: v for k, v in config.items() if k not in ignored}
-    if saved != wanted or state["data_fingerprint"] != data_fingerprint:
-        raise ValueError(f"checkpoint {path} was saved by a run with another config or data; it cannot be resumed")
+    differs = next((k for k in sorted(saved.keys() | wanted.keys()) if saved.get(k) != wanted.get(k)), None)
+    if differs is not None:
+        raise UnusableCheckpointError(f"checkpoint {path} was saved by a run with {differs}={saved.get(differs)!r}, "
+                                      f"not {wanted.get(differs)!r}; it cannot be resumed")
+    if state["data_fingerprint"] != data_fingerprint:
+        raise UnusableCheckpointError(f"checkpoint {path} was saved by a run on other data; it cannot be resumed")
     return state
 
 

@@ -42,7 +42,14 @@ from trial_executor.model import (
 )
 from trial_executor.precision import PrecisionPolicy, global_state_kept
 from trial_executor.train._build import TrialParts, build_trial
-from trial_executor.train._checkpoint import Checkpointing, TrialInterrupted, restore_trial, save_checkpoint, trial_state
+from trial_executor.train._checkpoint import (
+    Checkpointing,
+    TrialInterrupted,
+    UnusableCheckpointError,
+    restore_trial,
+    save_checkpoint,
+    trial_state,
+)
 from trial_executor.train._compiled import release_compiled
 from trial_executor.train._early_stopping import EarlyStopping
 from trial_executor.train._evaluation import eval_rows, evaluate
@@ -124,8 +131,13 @@ def _train(
     loop = _Loop(config, data, device, parts, report, checkpointing, stop_requested, progress)
     resumed_at = None
     if checkpointing is not None and checkpointing.resume_from is not None:
-        loop.run = restore_trial(parts, config, data, checkpointing.resume_from, loop.stopping)
-        resumed_at = loop.run.step
+        try:
+            loop.run = restore_trial(parts, config, data, checkpointing.resume_from, loop.stopping)
+            resumed_at = loop.run.step
+        except UnusableCheckpointError as err:  # raised before anything is loaded: the parts are as built, step 0
+            if checkpointing.on_unusable is None:
+                raise
+            checkpointing.on_unusable(err)
     loop.train()
     if checkpointing is not None and checkpointing.final_model is not None and loop.stopped != STOPPED_PRUNED:
         save_final_model(parts.model, parts.tokenizer, checkpointing.final_model, lora=config.finetune == "lora")

@@ -14,6 +14,7 @@ from trial_executor import (
     TextClassificationData,
     TrainConfig,
     TrialInterrupted,
+    UnusableCheckpointError,
     demo_dataset,
     run_trial,
 )
@@ -74,8 +75,36 @@ def test_a_checkpoint_from_another_config_is_refused(data: TextClassificationDat
         run_trial(config, data, checkpointing=Checkpointing(tmp_path), stop_requested=lambda: True)
     assert torch.load(caught.value.checkpoint, weights_only=False)["step"] == 1
     other = TrainConfig(**{**config.to_dict(), "learning_rate": 0.5})
-    with pytest.raises(ValueError, match="another config or data"):
+    # The field that differs is named (it said "another config or data": a rerun's other --seed was a riddle).
+    with pytest.raises(UnusableCheckpointError, match=r"saved by a run with learning_rate=0\.001, not 0\.5; it cannot be resumed"):
         run_trial(other, data, checkpointing=Checkpointing(tmp_path / "b", resume_from=caught.value.checkpoint))
+
+
+def test_a_checkpoint_that_cannot_be_resumed_starts_the_run_over_where_its_caller_takes_that(
+    data: TextClassificationData, tmp_path: Path,
+) -> None:
+    """Truncated, empty or another config's: the run failed (EOFError, OSError, UnpicklingError), the trial lost for
+    good; with ``on_unusable`` it starts at step 0, exactly as a fresh run."""
+    config = TrainConfig(epochs=1, batch_size=32, eval_every=3, max_steps=4, device="cpu")
+    fresh = run_trial(config, data)
+    with pytest.raises(TrialInterrupted) as caught:
+        run_trial(config, data, checkpointing=Checkpointing(tmp_path / "a"), stop_requested=lambda: True)
+    whole = caught.value.checkpoint.read_bytes()
+    cases = {"truncated": whole[:1000], "empty": b"", "garbage": b"not a checkpoint", "another seed": None}
+    for name, content in cases.items():
+        path = tmp_path / f"{name}.pt"
+        path.write_bytes(whole if content is None else content)
+        wanted = config.replace(seed=config.seed + 1) if content is None else config
+        with pytest.raises(UnusableCheckpointError):
+            run_trial(wanted, data, checkpointing=Checkpointing(tmp_path / "b", resume_from=path))
+        said: list[str] = []
+        checkpointing = Checkpointing(tmp_path / "c", resume_from=path, on_unusable=lambda e, said=said: said.append(str(e)))
+        result = run_trial(wanted, data, checkpointing=checkpointing)
+        assert result.resumed_at_step is None and result.steps == 4 and len(said) == 1, name
+        if content is not None:
+            assert result.history == fresh.history and "cannot be read" in said[0], name
+        else:
+            assert "seed=0, not 1" in said[0]
 
 
 def test_a_stop_request_at_the_step_that_prunes_or_stops_early_ends_the_run_as_that(tmp_path: Path) -> None:

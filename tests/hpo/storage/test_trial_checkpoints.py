@@ -24,6 +24,7 @@ from hpo._attrs import (
     CHECKPOINT_UPLOADING_ATTR,
     FAIL_REASON_ATTR,
     RESUMED_AT_STEP_ATTR,
+    RESUMED_FROM_TRIAL_ATTR,
     SKIP_REASON_ATTR,
     WORKER_ATTR,
 )
@@ -364,3 +365,21 @@ def test_a_retry_run_with_another_artifact_store_starts_over_and_says_so(
         f"trial {retry.number}: the checkpoint it would resume from (trial 0, step 20) is not in this artifact store "
         "(ArtifactNotFound); it starts over from step 0 (to resume, run with the --artifact-store the interrupted trial used)"
     ]
+
+
+def test_a_retry_whose_checkpoint_cannot_be_resumed_starts_over_and_says_so(
+    study: optuna.Study, checkpoint_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A truncated checkpoint (a full disk), or one of another config (a retry of an OOM fallback killed before the
+    half batch's first checkpoint): the retry failed for good, recording that it resumed at the checkpoint's step."""
+    store = DyingStore(tmp_path / "artifacts", die_on_write=3)
+    retry = _killed_then_retried(study, store, checkpoint_file, saves=3)
+    checkpointing = TrialCheckpoints(retry, store).checkpointing()
+    assert checkpointing.resume_from is not None and checkpointing.on_unusable is not None
+    assert study._storage.get_trial(retry._trial_id).user_attrs[RESUMED_AT_STEP_ATTR] == 20
+    with caplog.at_level("WARNING", logger="hpo.storage._checkpoints"):
+        checkpointing.on_unusable(ValueError("checkpoint x.pt cannot be read (EOFError: Ran out of input)"))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"trial {retry.number}: checkpoint x.pt cannot be read (EOFError: Ran out of input); it starts over from step 0"]
+    attrs = study._storage.get_trial(retry._trial_id).user_attrs
+    assert attrs[RESUMED_AT_STEP_ATTR] is None and attrs[RESUMED_FROM_TRIAL_ATTR] is None

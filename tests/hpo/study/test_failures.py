@@ -178,6 +178,22 @@ def test_a_retry_of_a_trial_that_fell_back_starts_at_half_the_batch(tmp_path: Pa
     assert retry.user_attrs["oom_fallback"] == fell_back.user_attrs["oom_fallback"]
 
 
+def test_a_retry_keeps_its_predecessors_seed_whatever_seed_the_rerun_has(tmp_path: Path) -> None:
+    """The seed was the rerun's --seed plus the original's number: rerun without the first run's --seed, the retry's
+    config was another, its checkpoint refused, the trial failed for good (resume audit)."""
+    study, _ = _study(tmp_path, {"fp_precision": {"type": "categorical", "choices": ["fp32"]}})
+    run_to_budget(study, make_objective(parse_search_space({"params": {"fp_precision": {"type": "categorical", "choices": ["fp32"]}},
+                                                            "fixed": FIXED}), DATA, base_seed=5, device="cpu"), 1)
+    first = study.get_trials()[0]
+    study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, params=first.params, distributions=first.distributions,
+                                              user_attrs=first.user_attrs, system_attrs={"failed_trial": 0, "retry_history": [0]}))
+    _, rerun_with_another_seed = _study(tmp_path, {"fp_precision": {"type": "categorical", "choices": ["fp32"]}})  # seed 0
+    run_to_budget(study, rerun_with_another_seed, 2)
+    retry = study.get_trials()[1]
+    assert first.user_attrs["config"]["seed"] == 5 and retry.user_attrs["config"]["seed"] == 5
+    assert retry.state == TrialState.COMPLETE and retry.value == first.value
+
+
 def test_unexpected_error_fails_the_trial_with_a_one_line_reason(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     study, objective = _study(tmp_path, {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}})
     with caplog.at_level(logging.ERROR, logger="hpo"), _classifier_hook(ValueError, times=1):
