@@ -33,6 +33,7 @@ from trial_executor.data import (
     DataError,
     TextClassificationData,
     demo_dataset,
+    hold_out_size,
     load_text_classification,
     make_synthetic_reviews,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "clear_caches",
     "demo_dataset",
     "hardware_metadata",
+    "hold_out_size",
     "load_text_classification",
     "lora_available",
     "make_synthetic_reviews",

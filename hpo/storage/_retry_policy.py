@@ -25,6 +25,8 @@ def retry_left(trial: FrozenTrial, limit: int | None, trials: Iterable[FrozenTri
     if limit is None or _stopped(trial):
         return True
     history = set(trial.system_attrs.get("retry_history", ()))
+    if not history:  # a first attempt (most): no predecessor to look up among the study's trials
+        return limit >= 1
     predecessors = {t.number: t for t in trials if t.number in history}
     return 1 + sum(not _stopped(predecessors.get(number)) for number in history) <= limit
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hpo._errors import UserError
-from trial_executor import HOLDOUTS, TextClassificationData, demo_dataset, load_text_classification
+from trial_executor import HOLDOUTS, TextClassificationData, demo_dataset, hold_out_size, load_text_classification
 
 DataLike = str | Path | TextClassificationData | None
 T = TypeVar("T")
@@ -67,8 +67,8 @@ def resolve_data(
     if loaded.dropped_empty and warn:
         print(f"warning: dropped {loaded.dropped_empty} rows with empty text (pass --empty-text fail to refuse them)", file=sys.stderr)
     held, rows = len(loaded.valid_texts), len(loaded.train_texts) + len(loaded.valid_texts)
-    if warn and valid_data is None and held < round(rows * valid_fraction):
-        print(f"warning: --valid-fraction {valid_fraction} held out {held} of {rows} rows, not {round(rows * valid_fraction)}: "
+    if warn and valid_data is None and held < (asked := hold_out_size(rows, valid_fraction)):
+        print(f"warning: --valid-fraction {valid_fraction} held out {held} of {rows} rows, not {asked}: "
               "a stratified hold-out keeps a row of each class for training", file=sys.stderr)
     if warn and (seen := loaded.valid_rows_seen_in_training):  # counted only where it is said: not in each worker
         where = "the --valid-data file" if valid_data is not None else f"the --valid-fraction hold-out ({data} repeats them)"

@@ -36,7 +36,7 @@ from trial_executor.data._values import (
     text_value,
 )
 
-__all__ = ["HOLDOUTS", "DataError", "TextClassificationData", "load_text_classification"]
+__all__ = ["HOLDOUTS", "DataError", "TextClassificationData", "hold_out_size", "load_text_classification"]
 
 # How a file without a validation split is held out (load_text_classification's ``holdout``): the first is the default.
 STRATIFIED, RANDOM = "stratified", "random"
@@ -319,13 +319,18 @@ def _validation_file(path: Path, valid_path: Path, split: str | None) -> Path:
     return valid_path
 
 
+def hold_out_size(rows: int, fraction: float) -> int:
+    """How many of ``rows`` a ``fraction`` hold-out asks for (a stratified one may hold out fewer: each class keeps a row)."""
+    return max(1, round(rows * fraction))
+
+
 def _hold_out(path: Path, rows: _Rows, fraction: float, rng: random.Random, stratify: bool) -> tuple[_Rows, _Rows]:
     """``rows`` split into training and a hold-out of ``fraction`` of them, by class where ``stratify``. Training keeps
     file order, as does the stratified hold-out; the random one keeps its drawn order, as it always has (a study made
     with it must see the very same data again)."""
     if not 0 < fraction < 1:
         raise DataError(f"--valid-fraction must be between 0 and 1, got {fraction}")
-    n_valid = max(1, round(len(rows.texts) * fraction))
+    n_valid = hold_out_size(len(rows.texts), fraction)
     if len(rows.texts) - n_valid < 2:
         raise DataError(f"data file {path} has {len(rows.texts)} usable rows, too few to hold out validation; add rows")
     if stratify:
