@@ -14,6 +14,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from hpo.space._fixes import as_choice, canonical_precision, parse_fixes
 from hpo.space._measures import NamedObjective, Objective, Strict
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
+from hpo.space._pruning import RetryChainPruner
 from trial_executor import METRICS, PRECISIONS, TASK_METRICS, TASKS
 
 DEFAULT_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
@@ -271,8 +272,9 @@ class SearchSpace(Strict):
         spec = self.pruner
         pruner = PRUNER_BUILDERS[type(spec)](spec)
         if spec.patience is not None:
-            return optuna.pruners.PatientPruner(pruner, patience=spec.patience)
-        return pruner or optuna.pruners.NopPruner()
+            pruner = optuna.pruners.PatientPruner(pruner, patience=spec.patience)
+        # Each retry chain judged as one trial: a retry copies its predecessor's rung values.
+        return RetryChainPruner(pruner) if pruner is not None else optuna.pruners.NopPruner()
 
     def build_sampler(self, seed: int) -> optuna.samplers.BaseSampler:
         """The space's sampler, seeded with ``seed`` (TPE also handles several objectives and constraints).

@@ -40,11 +40,11 @@ def test_a_toy_pruner_type_prunes_a_two_trial_study(tmp_path: Path, monkeypatch:
         # Accuracy never reaches 2: the toy pruner stops every trial at its first evaluation.
         "pruner": {"type": "toy", "prune_below": 2.0},
     })
-    assert isinstance(space.build_pruner(), optuna.pruners.ThresholdPruner)
+    assert isinstance(space.build_pruner().pruner, optuna.pruners.ThresholdPruner)
     assert space.stored_form()["pruner"] == {"type": "toy", "prune_below": 2.0}
     data = demo_dataset(n_train=32, n_valid=16, seed=0)
     study = open_study(create_storage(f"sqlite:///{tmp_path / 'toy.db'}"), "toy", space, data, seed=0)
-    assert isinstance(study.pruner, optuna.pruners.ThresholdPruner)
+    assert isinstance(study.pruner.pruner, optuna.pruners.ThresholdPruner)
     run_to_budget(study, make_objective(space, data, base_seed=0, device="cpu"), 2)
     trials = study.get_trials()
     assert [t.state for t in trials] == [optuna.trial.TrialState.PRUNED] * 2

@@ -12,6 +12,7 @@ from conftest import SMALL_SPACE
 
 from hpo import SearchSpaceError, parse_search_space
 from hpo.cli._run import main
+from hpo.space._pruning import RetryChainPruner
 
 
 def _space(**changes: object) -> object:
@@ -94,7 +95,8 @@ def test_fixes_pin_the_sampler_quietly() -> None:
 
 def test_patience_wraps_the_pruner_and_stays_out_of_old_stored_spaces() -> None:
     patient = _space(pruner={"type": "median", "patience": 2})
-    assert isinstance(patient.build_pruner(), optuna.pruners.PatientPruner)
+    built = patient.build_pruner()
+    assert isinstance(built, RetryChainPruner) and isinstance(built.pruner, optuna.pruners.PatientPruner)
     assert patient.stored_form()["pruner"]["patience"] == 2
     assert "patience" not in _space(pruner={"type": "median"}).stored_form()["pruner"]
 
