@@ -205,7 +205,7 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
     done = [t for t in every if t.state in _DONE]
     trials = [t for t in done if not is_verdict_trial(t)]
     objectives, constraints = _objectives(study)
-    metric, direction = quality_objective(objectives)
+    metric, direction = quality_objective(objectives, [t.user_attrs for t in trials])
     maximize = direction == "maximize"
     base_speed, baseline = _baseline([t for t in every if not is_verdict_trial(t)])  # a baseline still waiting is named
     ran = [t for t in trials if not never_ran(t)]  # placeholders that never trained: "not run" in the summary, in no row

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from hpo._attrs import METRICS_ATTR
-from trial_executor import METRICS, MINIMIZED_METRICS
+from trial_executor import METRICS, MINIMIZED_METRICS, TASK_METRICS
 
 # What a trial measures besides the evaluation metrics; each can be an objective or a constraint.
 MEASUREMENTS: tuple[str, ...] = ("throughput_samples_per_s", "throughput_tokens_per_s", "peak_memory_mb")
@@ -23,12 +23,18 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
-def quality_objective(objectives: list[tuple[str, str]]) -> tuple[str, str]:
+def quality_objective(objectives: list[tuple[str, str]], recorded: Iterable[Mapping[str, Any]] = ()) -> tuple[str, str]:
     """The objective a study's quality is judged on, and its direction, from its ``(name, direction)`` objectives: the
     first evaluation metric, else the first that is not a speed or memory measurement (the unnamed values of a study
-    made elsewhere), else accuracy, which every classification trial records."""
+    made elsewhere), else the first metric of the task the trials measured (their ``recorded`` user attrs: ``rmse`` on
+    regression data, ``micro_f1`` on multi-label data; accuracy, which every classification trial records, when none
+    did), in its natural direction."""
     quality = [(n, d) for n, d in objectives if n in METRICS] + [(n, d) for n, d in objectives if n not in OBJECTIVE_NAMES]
-    return quality[0] if quality else ("accuracy", "maximize")
+    if quality:
+        return quality[0]
+    measured = {name for attrs in recorded for name in attrs.get(METRICS_ATTR) or {}}
+    first = next((names[0] for names in TASK_METRICS.values() if names[0] in measured), "accuracy")
+    return first, natural_direction(first)
 
 
 def natural_direction(name: str) -> Direction:
