@@ -15,6 +15,13 @@ MEASUREMENTS: tuple[str, ...] = ("throughput_samples_per_s", "throughput_tokens_
 OBJECTIVE_NAMES: tuple[str, ...] = (*METRICS, *MEASUREMENTS)
 CONSTRAINT_KEYS: tuple[str, ...] = tuple(f"{bound}_{name}" for name in OBJECTIVE_NAMES for bound in ("max", "min"))
 _MINIMIZED = {*MINIMIZED_METRICS, "peak_memory_mb"}
+# The values each measure can take (None: unbounded): a constraint outside them is never met.
+# Shares (accuracy, F1) are fractions, never percentages; every measure not listed is at least 0.
+MEASURE_RANGES: dict[str, tuple[float, float | None]] = {
+    **{name: (0.0, None) for name in OBJECTIVE_NAMES},
+    **{name: (0.0, 1.0) for name in ("accuracy", "macro_f1", "micro_f1", "subset_accuracy")},
+    **{name: (-1.0, 1.0) for name in ("pearson", "spearman")},
+}
 
 Direction = Literal["maximize", "minimize"]
 
@@ -88,3 +95,20 @@ def constraint_violation(key: str, limit: float, value: float) -> float:
 def constraint_measure(key: str) -> str:
     """``max_peak_memory_mb`` -> ``peak_memory_mb``."""
     return key.split("_", 1)[1]
+
+
+def unmeetable_constraint(constraints: Mapping[str, float]) -> str | None:
+    """Why no trial can meet ``constraints`` (a limit outside its measure's range, or a minimum above its maximum), if so."""
+    for key, limit in constraints.items():
+        name = constraint_measure(key)
+        low, high = MEASURE_RANGES.get(name, (None, None))
+        if key.startswith("min_") and high is not None and limit > high:
+            share = f" (a fraction: {limit / 100:g} for {limit:g}%)" if high == 1.0 and float(limit).is_integer() and 1 < limit <= 100 else ""
+            return f"constraints.{key}: {limit:g} can never be met: {name} is at most {high:g}{share}; lower it"
+        if key.startswith("max_") and low is not None and limit < low:
+            return f"constraints.{key}: {limit:g} can never be met: {name} is never below {low:g}; raise it"
+        ceiling = constraints.get(f"max_{name}")
+        if key.startswith("min_") and ceiling is not None and limit > ceiling:
+            return (f"constraints: min_{name} ({limit:g}) is above max_{name} ({ceiling:g}): no trial can meet both; "
+                    f"lower min_{name} or raise max_{name}")
+    return None
