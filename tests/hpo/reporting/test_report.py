@@ -286,3 +286,21 @@ def test_a_regression_study_with_speed_objectives_only_is_judged_on_its_own_metr
                                                              {"name": "peak_memory_mb", "direction": "minimize"}]})
     classified.add_trial(optuna.trial.create_trial(values=[100.0, 50.0], user_attrs={"metrics": {"accuracy": 0.8, "macro_f1": 0.7}}))
     assert build_report(classified, "sqlite:///x.db").metric == "accuracy"
+
+
+def test_a_study_made_elsewhere_is_reported_under_the_names_every_command_gives_its_values() -> None:
+    """A search_space attr naming one objective on a two-objective study: the report was a ValueError traceback
+    (status, best and export read it), and a study without one had 'value 0' where the others say value_0."""
+    from hpo.reporting._export import export_rows
+    from hpo.reporting._status import study_status
+
+    for stored in ({"objective": {"metric": "accuracy", "direction": "maximize"}, "params": {}}, None):
+        study = optuna.create_study(directions=["maximize", "minimize"])
+        if stored is not None:
+            study.set_user_attr("search_space", stored)
+        study.add_trial(optuna.trial.create_trial(values=[0.5, 10.0]))
+        report = build_report(study, "sqlite:///x.db")
+        assert report.objectives == [("value_0", "maximize"), ("value_1", "minimize")]
+        assert study_status(study._storage, study).objectives == report.objectives
+        assert "values.value_0" in export_rows(study)[0]
+        assert "Objectives: value_0 (maximize), value_1 (minimize)" in summary_lines(report)
