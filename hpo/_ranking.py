@@ -44,6 +44,12 @@ def _pareto_front(trials: list[FrozenTrial], directions: list[optuna.study.Study
     return [t for t, beaten in zip(trials, dominated, strict=True) if not beaten]
 
 
+def why_no_best(study: optuna.Study) -> str:
+    """Why :func:`best_trials` is empty: ``none has completed yet``, or ``none meets the space's constraints``."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return "none meets the space's constraints" if any(not is_verdict_trial(t) for t in complete) else "none has completed yet"
+
+
 def best_trials(study: optuna.Study) -> list[FrozenTrial]:
     """The study's best trial as a one-item list, or its Pareto front (by trial number) with several objectives.
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import optuna
 import yaml
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from hpo._attrs import config_of, config_or_params, stored_space
 from hpo._errors import UserError
-from hpo._ranking import best_trials
+from hpo._ranking import best_trials, why_no_best
 from hpo.space._space import RESERVED_KEYS
 from hpo.storage._inspect import objective_names
 
@@ -96,9 +96,7 @@ def best_document_trials(study: optuna.Study) -> list[FrozenTrial]:
     """The best trial, or the Pareto front; a :class:`UserError` when there is none."""
     best = best_trials(study)
     if not best:
-        complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-        why = "none meets the space's constraints" if complete else "none has completed yet"
-        raise UserError(f"study {study.study_name!r} has no best trial: {why}; run more trials with `python -m hpo run`")
+        raise UserError(f"study {study.study_name!r} has no best trial: {why_no_best(study)}; run more trials with `python -m hpo run`")
     return best
 
 

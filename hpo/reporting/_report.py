@@ -40,6 +40,7 @@ from hpo._attrs import (
 from hpo._ranking import best_trials
 from hpo.space._fixes import canonical_precision
 from hpo.space._measures import measured_value, quality_objective
+from hpo.storage._inspect import objective_names
 from hpo.study._outcomes import never_ran
 from trial_executor import CPU_CONTENDED_ABOVE, PRECISIONS
 
@@ -149,15 +150,9 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 
 def _objectives(study: optuna.Study) -> tuple[list[tuple[str, str]], dict[str, float]]:
-    space = stored_space(study)
+    # The names every command gives the values (value_0... for a study this service did not create).
     directions = ["maximize" if d == StudyDirection.MAXIMIZE else "minimize" for d in study.directions]
-    if space.get("objectives"):
-        names = [o["name"] for o in space["objectives"]]
-    elif space.get("objective"):
-        names = [space["objective"]["metric"]]
-    else:  # a study this service did not create: its values have no names
-        names = [f"value {i}" for i in range(len(directions))]
-    return list(zip(names, directions, strict=True)), dict(space.get("constraints") or {})
+    return list(zip(objective_names(study), directions, strict=True)), dict(stored_space(study).get("constraints") or {})
 
 
 def metric_value(trial: FrozenTrial, name: str, objectives: list[tuple[str, str]]) -> float | None:
@@ -205,7 +200,7 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
     done = [t for t in every if t.state in _DONE]
     trials = [t for t in done if not is_verdict_trial(t)]
     objectives, constraints = _objectives(study)
-    metric, direction = quality_objective(objectives)
+    metric, direction = quality_objective(objectives, [t.user_attrs for t in trials])
     maximize = direction == "maximize"
     base_speed, baseline = _baseline([t for t in every if not is_verdict_trial(t)])  # a baseline still waiting is named
     ran = [t for t in trials if not never_ran(t)]  # placeholders that never trained: "not run" in the summary, in no row

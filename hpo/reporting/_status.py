@@ -19,7 +19,7 @@ from hpo._attrs import (
     skip_reason_of,
     stored_data_source,
 )
-from hpo._ranking import best_trials
+from hpo._ranking import best_trials, why_no_best
 from hpo.storage._heartbeats import heartbeat_ages
 from hpo.storage._inspect import objective_names
 from hpo.study._data import data_flags
@@ -45,6 +45,7 @@ class StudyStatus:
     not_run: int = 0  # over_budget placeholders: pruned, never trained
     duplicates: int = 0  # second copies of a queued trial, withdrawn when claimed: pruned, never trained
     best: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    no_best: str = ""  # why there is no best trial, while there is none
     running: list[RunningTrial] = field(default_factory=list)
     host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
     cpu_contended: list[int] = field(default_factory=list)  # trials whose threads waited for cores other processes held
@@ -76,6 +77,7 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     reasons = Counter(skip_reason_of(t) for t in search)
     status.skipped, status.not_run, status.duplicates = reasons[SKIP_UNSUPPORTED], reasons[SKIP_OVER_BUDGET], reasons[SKIP_DUPLICATE]
     status.best = _best(study, names)
+    status.no_best = "" if status.best else why_no_best(study)
     status.host_limited = sorted(t.number for t in trials if is_host_limited(t))
     status.cpu_contended = sorted(t.number for t in trials if is_cpu_contended(t))
     status.majority_class = sorted(t.number for t in trials if is_majority_class(t))
@@ -120,7 +122,7 @@ def status_lines(status: StudyStatus) -> list[str]:
     # A name with a newline or a terminal escape is shown quoted, as the run shows it: raw, it broke the listing.
     lines = [f"{status.name if status.name.isprintable() else repr(status.name)}  ({goal})", f"  trials: {sum(status.counts.values())}: {', '.join(shown)}"]
     if not status.best:
-        lines.append("  best: none yet (no completed trial meets the objectives and constraints)")
+        lines.append(f"  best: none yet ({status.no_best or 'none has completed yet'})")
     elif len(status.objectives) == 1:
         number, values = status.best[0]
         lines.append(f"  best: trial {number}  {_values(values)}")

@@ -154,9 +154,10 @@ def build_verdict(study: optuna.Study, source_trial: int, seeds: list[int], prec
                   unsupported: dict[str, str]) -> Verdict:
     """The verdict of ``source_trial`` from the study's finished verdict trials."""
     objectives, _ = _objectives(study)
-    metric, direction = quality_objective(objectives)  # the report's: a throughput objective is no quality to compare
-    scale, unit = (100.0, "points") if direction == "maximize" and metric not in MINIMIZED_METRICS else (1.0, "")
     trials = [t for t in study.get_trials(deepcopy=False) if (verdict_trial_of(t) or {}).get("of_trial") == source_trial]
+    # The report's: a throughput objective is no quality to compare (then the task's own metric, rmse on regression data).
+    metric, direction = quality_objective(objectives, [t.user_attrs for t in trials])
+    scale, unit = (100.0, "points") if direction == "maximize" and metric not in MINIMIZED_METRICS else (1.0, "")
     by_precision = _latest_attempts([t for t in trials if int(verdict_trial_of(t)["seed"]) in seeds])
     fp32 = by_precision.get("fp32", {})
     rows = []

@@ -77,8 +77,8 @@ def resolve_space(
         if announce is not None:
             announce(choice.line())
         space = choice.path
-    if isinstance(space, SearchSpace):
-        resolved = space
+    if isinstance(space, SearchSpace):  # built in Python: its types were checked, not its rules (objectives, constraints...)
+        resolved = checked(space, "search space")
     elif isinstance(space, Mapping):
         resolved = parse_search_space(dict(space))
     elif isinstance(space, (str, Path)):

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from hpo._errors import suggest_key
 from hpo._process import usable_cpus
 from hpo.space._fixes import as_choice, canonical_precision, same_choice_of
-from hpo.space._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective
+from hpo.space._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective, unmeetable_constraint
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
 from hpo.space._space import (
     DEFAULT_SPACE,
@@ -150,7 +150,7 @@ def _check_objectives(space: SearchSpace) -> str | None:
     for key in space.constraints:
         if key not in CONSTRAINT_KEYS:
             return f"constraints.{key}: unknown constraint{suggest_key(key, list(CONSTRAINT_KEYS))}"
-    return None
+    return unmeetable_constraint(space.constraints)
 
 
 def _check_limits(space: SearchSpace) -> str | None:

@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import BEST_MODEL_ATTR, config_of
 from hpo._errors import UserError
-from hpo._ranking import best_trials
+from hpo._ranking import best_trials, why_no_best
 from hpo.storage._scratch import scratch_dir
 
 if TYPE_CHECKING:
@@ -99,18 +99,25 @@ def keep_if_best(study: optuna.Study, trial: FrozenTrial, store: FileSystemArtif
         shutil.rmtree(saved.parent, ignore_errors=True)
 
 
+def _why_none_kept(study: optuna.Study, best: list[FrozenTrial]) -> str:
+    if len(study.directions) > 1:  # `best --format space` refuses a front
+        return ("a study with several objectives keeps none (its best trials are a Pareto front); to retrain one, paste its "
+                "fixed: block from `python -m hpo best` into a search space")
+    if not best:
+        return f"it has no best trial ({why_no_best(study)}); run more trials with `python -m hpo run`"
+    return ("trials keep the best one when run by `python -m hpo run` with an artifact store and a single objective; "
+            "rerun the study, or retrain with `best --format space`")
+
+
 def export_best_model(study: optuna.Study, store_path: str, directory: Path) -> dict[str, Any]:
     """Write the kept best model and tokenizer into ``directory`` (new or empty) from the artifact store at ``store_path``.
 
     Returns the ``best_model`` attr.
     """
     kept = study.user_attrs.get(BEST_MODEL_ATTR)
-    if not kept:
-        raise UserError(
-            f"study {study.study_name!r} kept no model: trials keep the best one when run by `python -m hpo run` "
-            "with an artifact store and a single objective; rerun the study, or retrain with `best --format space`"
-        )
     best = best_trials(study)
+    if not kept:
+        raise UserError(f"study {study.study_name!r} kept no model: {_why_none_kept(study, best)}")
     if best and best[0].number != kept["trial"] and best[0].value != kept.get("value"):
         raise UserError(
             f"the model study {study.study_name!r} kept is trial {kept['trial']}'s ({kept.get('value')}), but its best trial is now "

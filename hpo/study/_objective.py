@@ -80,9 +80,9 @@ def executor_config(
 ) -> TrainConfig:
     """The one place that turns sampled parameters into an executor config; :class:`InvalidTrialError` if invalid."""
     values = {**space.fixed, **params, "seed": seed, "device": device, "cache_dir": cache_dir}
-    # Early stopping watches the space's objective metric unless the space names another.
+    # Early stopping watches the space's first evaluation-metric objective (else the task's first metric) unless told.
     if values.get("early_stopping_patience") is not None and values.get("early_stopping_metric") is None:
-        values["early_stopping_metric"] = space.objective_names[0] if space.objective_names[0] in METRICS else None
+        values["early_stopping_metric"] = next((name for name in space.objective_names if name in METRICS), None)
     try:
         return TrainConfig(**values)
     except (TypeError, ValueError) as err:

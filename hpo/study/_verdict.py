@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import VERDICT_TRIAL_ATTR, config_of, is_verdict_trial, stored_space, verdict_trial_of
 from hpo._errors import UserError
-from hpo._ranking import best_trials
+from hpo._ranking import best_trials, why_no_best
 from hpo.space._fixes import canonical_precision, same_value
 from hpo.study._budget import finished_count
 from hpo.study._liveness import fail_dead_local_trials
@@ -140,7 +140,8 @@ def source_trial(study: optuna.Study, trial_number: int | None = None) -> Frozen
                         "(`python -m hpo best` lists it)")
     best = best_trials(study)
     if not best:
-        raise UserError(f"study {study.study_name!r} has no complete trial to re-train; run more trials with `python -m hpo run`")
+        raise UserError(f"study {study.study_name!r} has no best trial to re-train: {why_no_best(study)}; run more trials with "
+                        "`python -m hpo run`, or pass --trial N")
     return best[0]
 
 

@@ -9,7 +9,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from hpo._errors import UserError, bounded_list
-from hpo._ranking import best_trials, ranked_trials
+from hpo._ranking import best_trials, ranked_trials, why_no_best
 from hpo.space._fixes import as_choice
 from hpo.space._space import SearchSpace
 from hpo.storage._inspect import open_existing_storage
@@ -65,7 +65,7 @@ def warm_start_configurations(space: SearchSpace, source: optuna.Study, n: int) 
     """``(origin, params)`` of ``source``'s ``n`` best trials that fit ``space``, for :func:`open_study`'s ``known_good``."""
     best = _best(source, n)
     if not best:
-        _notice(f"{source.study_name!r} has no complete trial; nothing enqueued")
+        _notice(f"{source.study_name!r} has no best trial ({why_no_best(source)}); nothing enqueued")
     picked = [(t, fitting_params(t, space, source.study_name)) for t in best]
     # A --fix pins its param in these trials too, as in the baseline.
     return [(f"study:{source.study_name}:{t.number}", {**params, **space.fixes}) for t, params in picked if params is not None]

@@ -93,6 +93,21 @@ def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path: Path) -> 
     assert not db.exists()
 
 
+def test_a_search_space_built_in_python_is_checked_as_a_mapping_is(tmp_path: Path) -> None:
+    """SearchSpace(...) is checked for its types only: an unknown constraint made a study whose trials failed with a
+    KeyError traceback each, a pruner on several objectives an Optuna error in the first trial."""
+    db = tmp_path / "built.db"
+    two = [{"name": "accuracy"}, {"name": "throughput_samples_per_s"}]
+    for changes, said in (({"objective": None, "objectives": two, "constraints": {"min_acc": 0.5}},
+                           "search space: constraints.min_acc: unknown constraint (did you mean 'min_accuracy'?)"),
+                          ({"objective": None, "objectives": two, "pruner": {"type": "median"}},
+                           "search space: pruner: 'median' cannot prune a study with several objectives; use pruner: {type: none}")):
+        space = hpo.SearchSpace.model_validate({**TINY, **changes})
+        with pytest.raises(hpo.SearchSpaceError, match=f"^{re.escape(said)}$"):
+            hpo.optimize(space, storage=f"sqlite:///{db}", device="cpu")
+    assert not db.exists()
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [

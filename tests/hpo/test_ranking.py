@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -91,3 +92,29 @@ def test_pruned_and_failed_trials_are_never_the_best() -> None:
         _trial([0.6]),
     ])
     assert [t.number for t in hpo.best_trials(study)] == [1]
+
+
+def test_every_command_says_why_there_is_no_best_the_same_way(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Complete trials that all break the constraints: the verdict said 'no complete trial', the warm start 'no complete
+    trial', `best --save-model` sent a several-objective study to `best --format space`, which refuses a front."""
+    from hpo.reporting._status import status_lines
+    from hpo.space import parse_search_space
+    from hpo.storage._best_model import export_best_model
+    from hpo.study._warm_start import warm_start_configurations
+
+    study = _study(["maximize"], [_trial([0.7], feasible=False), _trial([0.6], feasible=False)])
+    with pytest.raises(hpo.UserError, match=r"has no best trial: none meets the space's constraints; run more trials"):
+        best_document(study)
+    with pytest.raises(hpo.UserError, match=r"has no best trial to re-train: none meets the space's constraints; .* or pass --trial N$"):
+        source_trial(study)
+    assert "  best: none yet (none meets the space's constraints)" in status_lines(study_status(study._storage, study))
+    with pytest.raises(hpo.UserError, match=r"kept no model: it has no best trial \(none meets the space's constraints\)"):
+        export_best_model(study, str(tmp_path / "store"), tmp_path / "out")
+    space = parse_search_space({"params": {"fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}}})
+    assert warm_start_configurations(space, study, 3) == []
+    assert capsys.readouterr().err == f"warm start: {study.study_name!r} has no best trial (none meets the space's constraints); nothing enqueued\n"
+    empty = _study(["maximize"], [])
+    assert "  best: none yet (none has completed yet)" in status_lines(study_status(empty._storage, empty))
+    front = _study(["maximize", "minimize"], [_trial([0.8, 100.0])])
+    with pytest.raises(hpo.UserError, match=r"kept no model: a study with several objectives keeps none .* paste its fixed: block"):
+        export_best_model(front, str(tmp_path / "store"), tmp_path / "out")

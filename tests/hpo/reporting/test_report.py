@@ -262,3 +262,45 @@ def test_the_baseline_is_its_latest_attempt_and_a_contended_one_is_said_so(tmp_p
     assert "the fp32 baseline trial 1 (the retry of trial 0) completed while" in build_report(study, "sqlite:///b.db").baseline
     add(TrialState.COMPLETE, throughput_samples_per_s=100.0)  # measured: the speed reference
     assert build_report(study, "sqlite:///b.db").baseline == "trial 3, the enqueued fp32 baseline (100.0 samples/s)"
+
+
+def test_a_regression_study_with_speed_objectives_only_is_judged_on_its_own_metric() -> None:
+    """A regression study optimising throughput recorded no accuracy, yet the report judged its precisions on accuracy:
+    every 'best accuracy' cell empty. Its quality is the task's first metric, rmse, lower being better."""
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("search_space", {"objective": {"metric": "throughput_tokens_per_s", "direction": "maximize"}})
+    choice = optuna.distributions.CategoricalDistribution(["fp32", "bf16"])
+    for precision, rmse in (("fp32", 2.0), ("bf16", 1.5), ("bf16", 3.0)):
+        study.add_trial(optuna.trial.create_trial(
+            value=1000.0, params={"fp_precision": precision}, distributions={"fp_precision": choice},
+            user_attrs={"metrics": {"rmse": rmse, "pearson": 0.9, "spearman": 0.9, "loss": rmse**2}},
+        ))
+    report = build_report(study, "sqlite:///x.db")
+    assert (report.metric, report.maximize_metric) == ("rmse", False)
+    rows = {row.precision: row for row in report.rows}
+    assert (rows["fp32"].best, rows["bf16"].best, rows["bf16"].median) == (2.0, 1.5, 2.25)
+    assert precision_table(report)[0].startswith("| precision | trials | completed | best rmse | median rmse |")
+    # A classification study with speed objectives only keeps accuracy.
+    classified = optuna.create_study(directions=["maximize", "minimize"])
+    classified.set_user_attr("search_space", {"objectives": [{"name": "throughput_samples_per_s", "direction": "maximize"},
+                                                             {"name": "peak_memory_mb", "direction": "minimize"}]})
+    classified.add_trial(optuna.trial.create_trial(values=[100.0, 50.0], user_attrs={"metrics": {"accuracy": 0.8, "macro_f1": 0.7}}))
+    assert build_report(classified, "sqlite:///x.db").metric == "accuracy"
+
+
+def test_a_study_made_elsewhere_is_reported_under_the_names_every_command_gives_its_values() -> None:
+    """A search_space attr naming one objective on a two-objective study: the report was a ValueError traceback
+    (status, best and export read it), and a study without one had 'value 0' where the others say value_0."""
+    from hpo.reporting._export import export_rows
+    from hpo.reporting._status import study_status
+
+    for stored in ({"objective": {"metric": "accuracy", "direction": "maximize"}, "params": {}}, None):
+        study = optuna.create_study(directions=["maximize", "minimize"])
+        if stored is not None:
+            study.set_user_attr("search_space", stored)
+        study.add_trial(optuna.trial.create_trial(values=[0.5, 10.0]))
+        report = build_report(study, "sqlite:///x.db")
+        assert report.objectives == [("value_0", "maximize"), ("value_1", "minimize")]
+        assert study_status(study._storage, study).objectives == report.objectives
+        assert "values.value_0" in export_rows(study)[0]
+        assert "Objectives: value_0 (maximize), value_1 (minimize)" in summary_lines(report)

@@ -200,6 +200,13 @@ def test_baseline_only_when_fp32_is_searched() -> None:
         ({"constraints": {"max_peak_memory": 4000}}, "constraints.max_peak_memory: unknown constraint (did you mean 'max_peak_memory_mb'?)"),
         ({"constraints": {"min_throughput_samples_per_s": float("nan")}},
          "constraints.min_throughput_samples_per_s: must be a finite number, got nan"),
+        # Constraints no trial can meet: every trial infeasible, the study without a best, found out after its budget.
+        ({"constraints": {"min_accuracy": 60}},
+         "constraints.min_accuracy: 60 can never be met: accuracy is at most 1 (a fraction: 0.6 for 60%); lower it"),
+        ({"constraints": {"max_peak_memory_mb": -1}}, "constraints.max_peak_memory_mb: -1 can never be met: peak_memory_mb is never below 0; raise it"),
+        ({"constraints": {"max_spearman": -1.5}}, "constraints.max_spearman: -1.5 can never be met: spearman is never below -1; raise it"),
+        ({"constraints": {"max_macro_f1": 0.5, "min_macro_f1": 0.9}},
+         "constraints: min_macro_f1 (0.9) is above max_macro_f1 (0.5): no trial can meet both; lower min_macro_f1 or raise max_macro_f1"),
         ({"oom_fallback": "sometimes"}, "oom_fallback: must be a valid boolean, got 'sometimes'"),
         # Strict types everywhere, not only in params: lax mode took these as 1, 16000.0, True and 3.
         ({"pruner": {"type": "median", "n_startup_trials": True}}, "pruner.n_startup_trials: must be a valid integer, got True"),

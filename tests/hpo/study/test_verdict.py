@@ -478,6 +478,23 @@ def test_a_several_objective_verdict_compares_the_quality_metric_and_says_when_i
         "`python -m hpo verdict --study-name " + study.study_name + " --trial N` makes the verdict of one of them.")
 
 
+def test_a_regression_verdict_with_a_throughput_objective_compares_rmse() -> None:
+    """It compared accuracy, which regression trials never record: 'no accuracy recorded to compare' on every row."""
+    from hpo.reporting._verdict import build_verdict
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("search_space", {"objective": {"metric": "throughput_samples_per_s", "direction": "maximize"}})
+    study.add_trial(optuna.trial.create_trial(value=100.0))  # the source trial
+    for seed in range(2):
+        for precision, rmse in (("fp32", 2.0), ("bf16", 2.5 + seed)):
+            attrs = {**_verdict_trial(precision, seed, 0.0, 100.0).user_attrs, "metrics": {"rmse": rmse, "pearson": 0.5, "loss": rmse**2}}
+            study.add_trial(optuna.trial.create_trial(value=100.0, user_attrs=attrs))
+    verdict = build_verdict(study, 0, [0, 1], ["fp32", "bf16"], {})
+    bf16 = next(r for r in verdict.rows if r.precision == "bf16")
+    assert (verdict.metric, verdict.unit) == ("rmse", "") and bf16.difference == pytest.approx(1.0)
+    assert "rmse +1 (95% CI" in bf16.line and "no accuracy" not in bf16.line
+
+
 def test_a_metric_in_its_own_unit_keeps_three_significant_digits() -> None:
     """rmse on targets of 1e-3 printed 'rmse -0.00 (95% CI -0.00..+0.00)' at two decimals."""
     from hpo.reporting._verdict import PrecisionVerdict, verdict_line
