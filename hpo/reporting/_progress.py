@@ -36,7 +36,7 @@ def best_so_far(study: optuna.Study, names: Sequence[str]) -> str:
     """``best accuracy=0.8125 (trial 3)``, or the Pareto front's size; ``""`` before any trial completes."""
     front = best_trials(study)
     if len(names) > 1:
-        return f"Pareto front: {len(front)} trials" if front else ""
+        return f"Pareto front: {len(front)} trial{'s' * (len(front) != 1)}" if front else ""
     return f"best {names[0]}={_number(front[0].values[0])} (trial {front[0].number})" if front else ""
 
 

@@ -127,7 +127,7 @@ def status_lines(status: StudyStatus) -> list[str]:
         number, values = status.best[0]
         lines.append(f"  best: trial {number}  {_values(values)}")
     else:
-        lines.append(f"  Pareto front: {len(status.best)} trials")
+        lines.append(f"  Pareto front: {len(status.best)} trial{'s' * (len(status.best) != 1)}")
         lines += [f"    trial {number}  {_values(values)}" for number, values in status.best]
     if status.data is not None:  # what a run on another machine passes to resume or extend it
         lines.append(f"  data: {status.data}")

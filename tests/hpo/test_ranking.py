@@ -81,6 +81,8 @@ def test_the_pareto_front_is_the_searchs_even_where_a_verdict_trial_dominates_it
     assert [t.number for t in hpo.best_trials(study)] == [0, 1, 4]
     assert [e["trial"] for e in best_document(study)["pareto_front"]] == [0, 1, 4]
     assert best_so_far(study, ["accuracy", "peak_memory_mb"]) == "Pareto front: 3 trials"
+    one = _study(["maximize", "minimize"], [_trial([0.80, 100.0]), _trial([0.70, 120.0])])
+    assert best_so_far(one, ["accuracy", "peak_memory_mb"]) == "Pareto front: 1 trial"
     with pytest.raises(ValueError, match="single-objective"):
         ranked_trials(study)
 

@@ -97,7 +97,8 @@ def test_status_counts_best_data_flags_and_masked_url(storage_url: str, small_da
     # The flags that read its data again, from another machine too (absolute path; a new study's stratified hold-out).
     assert lines[at + 3] == f"  data: --data {small_data.resolve()} --text-column sentence --label-column label"
     pareto = optuna.load_study(study_name="pareto", storage=storage_url)
-    assert f"  Pareto front: {len(pareto.best_trials)} trials" in proc.stdout
+    front = len(pareto.best_trials)
+    assert f"  Pareto front: {front} trial{'s' * (front != 1)}" in proc.stdout
     assert "pareto  (maximize accuracy, maximize throughput_samples_per_s)" in lines
 
 
