@@ -12,7 +12,7 @@ import optuna
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from hpo.space._fixes import as_choice, canonical_precision, parse_fixes
-from hpo.space._measures import NamedObjective, Objective, Strict
+from hpo.space._measures import NamedObjective, Objective, Strict, natural_direction
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
 from hpo.space._pruning import RetryChainPruner
 from trial_executor import METRICS, PRECISIONS, TASK_METRICS, TASKS
@@ -84,6 +84,13 @@ PRUNER_BUILDERS: dict[type[Strict], Callable[[Any], optuna.pruners.BasePruner | 
         spec.min_resource, spec.reduction_factor, spec.min_early_stopping_rate
     ),
 }
+
+
+def _same_way_round(constraint: str, metric: str) -> str:
+    """The constraint on ``metric`` that bounds it as ``constraint`` bounds its own measure (a floor on quality: a floor)."""
+    bound, name = constraint[:4], constraint[4:]
+    flipped = {"min_": "max_", "max_": "min_"}[bound] if natural_direction(name) != natural_direction(metric) else bound
+    return f"{flipped}{metric}"
 
 
 def tagged_types(union: Any) -> dict[str, type[Strict]]:
@@ -210,8 +217,9 @@ class SearchSpace(Strict):
         objective_example = f"objective: {{metric: {measured[0]}}}"
         named = [(where, name, objective_example) for name in self.objective_names]
         named += [("early_stopping_metric", name, objective_example) for name in stopping]
-        # A constraint's key is max_<name> or min_<name>.
-        named += [(f"constraints.{key}", key[4:], f"{key[:4]}{measured[0]}") for key in self.constraints]
+        # A constraint's key is max_<name> or min_<name>; the example bounds the task's metric the same way round
+        # (min_accuracy on regression data: max_rmse, as rmse is minimised).
+        named += [(f"constraints.{key}", key[4:], _same_way_round(key, measured[0])) for key in self.constraints]
         for key, name, example in named:
             if name in METRICS and name not in measured:
                 raise SearchSpaceError(f"{key}: {name!r} is not measured on {task} data; use one of {', '.join(measured)} (e.g. {example})")

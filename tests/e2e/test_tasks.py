@@ -206,9 +206,13 @@ def test_an_objective_the_task_does_not_measure_is_refused_before_anything_is_wr
             _multi_label_jsonl(tmp_path / "m.jsonl"), storage=f"sqlite:///{storage}", device="cpu",
         )
     # A constraint on such a metric was taken: each trial trained, then failed on KeyError: 'accuracy'.
-    with pytest.raises(hpo.UserError, match=r"constraints.min_accuracy: 'accuracy' is not measured on regression data; use one of rmse, .* \(e.g. min_rmse\)"):
+    with pytest.raises(hpo.UserError, match=r"constraints.min_accuracy: 'accuracy' is not measured on regression data; use one of rmse, .* \(e.g. max_rmse\)"):
         hpo.optimize({**space, "objective": {"metric": "rmse"}, "constraints": {"min_accuracy": 0.5}},
                      _regression_csv(tmp_path / "r.csv"), label_column="score", storage=f"sqlite:///{storage}", device="cpu")
+    # The example bounds the task's metric the same way round: a floor on quality stays a floor.
+    with pytest.raises(hpo.UserError, match=r"constraints.min_accuracy: .* on multi_label data; .* \(e.g. min_micro_f1\)"):
+        hpo.optimize({**space, "task": "multi_label", "objective": {"metric": "micro_f1"}, "constraints": {"min_accuracy": 0.5}},
+                     _multi_label_jsonl(tmp_path / "m.jsonl"), storage=f"sqlite:///{storage}", device="cpu")
     assert not storage.exists()
 
 
