@@ -30,6 +30,7 @@ from hpo._attrs import (
     is_host_limited,
     is_majority_class,
     is_verdict_trial,
+    paid_first_use,
     ran_emulated,
     skip_reason_of,
     startup_seconds_of,
@@ -122,6 +123,11 @@ def _measured(trial: FrozenTrial) -> bool:
     return trial.state in (TrialState.COMPLETE, TrialState.PRUNED) and SKIP_REASON_ATTR not in trial.user_attrs \
         and measured_value(trial.user_attrs, THROUGHPUT_ATTR) is not None and trials_per_gpu_of(trial) == 1 \
         and not is_cpu_contended(trial)
+
+
+def _own_memory(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials whose peak memory is their configuration's (:func:`hpo._attrs.paid_first_use`); all where none is."""
+    return [t for t in trials if not paid_first_use(t)] or trials
 
 
 def _speed_key(trial: FrozenTrial) -> str:
@@ -221,7 +227,7 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
             median_samples_per_s=speed,
             speedup=speed / base_speed if speed is not None and base_speed else None,
             matched_speedup=statistics.median(ratios) if ratios else None, matched_trials=len(ratios),
-            median_peak_memory_mb=_median([t.user_attrs.get(PEAK_MEMORY_ATTR) for t in measured]),
+            median_peak_memory_mb=_median([t.user_attrs.get(PEAK_MEMORY_ATTR) for t in _own_memory(measured)]),
             outcomes=dict(Counter(outcome(t) for t in mine if t.state != TrialState.COMPLETE)),
         ))
     front_label = "Pareto front (no other feasible trial is at least as good in every objective)" if len(objectives) > 1 else "Best trial"

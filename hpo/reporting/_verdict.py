@@ -30,6 +30,7 @@ from hpo._attrs import (
     is_cpu_contended,
     is_host_limited,
     is_majority_class,
+    paid_first_use,
     ran_emulated,
     stored_verdict,
     throughput_of,
@@ -117,7 +118,9 @@ def _row(precision: str, mine: dict[int, FrozenTrial], fp32: dict[int, FrozenTri
     both = {s: done[s] for s in paired}  # every column over these seeds, so that a row's columns agree
     speeds = {s: throughput_of(t) for s, t in both.items() if throughput_of(t)}
     ratios = [speeds[s] / throughput_of(fp32[s]) for s in speeds if throughput_of(fp32[s])]
-    memory = {s: t.user_attrs.get(PEAK_MEMORY_ATTR) for s, t in both.items() if t.user_attrs.get(PEAK_MEMORY_ATTR)}
+    # Memory over the seeds where neither trial paid its process's first use (a verdict's first seed, in a fresh process).
+    own = {s: t for s, t in both.items() if not (paid_first_use(t) or paid_first_use(fp32[s]))} or both
+    memory = {s: t.user_attrs.get(PEAK_MEMORY_ATTR) for s, t in own.items() if t.user_attrs.get(PEAK_MEMORY_ATTR)}
     memory_ratios = [memory[s] / fp32[s].user_attrs[PEAK_MEMORY_ATTR] for s in memory if fp32[s].user_attrs.get(PEAK_MEMORY_ATTR)]
     values = {s: (metric_value(t, metric, objectives), metric_value(fp32[s], metric, objectives)) for s, t in both.items()}
     differences = [(value - reference) * scale for value, reference in values.values() if value is not None and reference is not None]
