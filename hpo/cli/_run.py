@@ -31,7 +31,7 @@ from hpo._errors import UserError
 from hpo.cli._parsing import Parser, at_least, between, command_prog, run_guarded
 from hpo.cli._run_ray import add_ray_arguments, check_ray_flags, run_with_ray
 from hpo.reporting._progress import StudyProgress, best_so_far
-from hpo.reporting._run_lines import run_summary, stopped_line, trial_line
+from hpo.reporting._run_lines import run_summary, stop_checkpoint_lost, stopped_line, trial_line
 from hpo.reporting._verdict import Verdict, verdict_table
 from hpo.storage._backoff import waiting_ends_on
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
@@ -277,17 +277,20 @@ def _run_here(run: Run, quiet: bool, stop: StopSignal) -> int:
     progress = StudyProgress(options.n_trials, finished_count(study), bars=bars, quiet=quiet)
 
     interrupted: list[int] = []
+    lost: dict[int, int] = {}
 
     def finished(trial: FrozenTrial, finished: int) -> None:
         progress.trial_finished(trial_line(trial, names), finished, best_so_far(study, names))
         if was_interrupted(trial):
             interrupted.append(trial.number)
+            if (step := stop_checkpoint_lost(trial)) is not None:
+                lost[trial.number] = step
 
     with progress.showing():
         hooks = RunHooks(on_trial_finished=finished, progress=progress.trial_step, stop_requested=stop.requested)
         run_study(prepared, options, hooks=hooks, trackers=run.trackers)
     if stop.requested():
-        print(stopped_line(PROG, interrupted), file=sys.stderr, flush=True)
+        print(stopped_line(PROG, interrupted, lost), file=sys.stderr, flush=True)
         return stop.exit_code
     if worker is None:
         print(run_summary(study, url, options.n_trials, names), flush=True)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import (
+    CHECKPOINT_ATTR,
     CONSTRAINTS_ATTR,
     FEASIBLE_ATTR,
+    INTERRUPTED_AT_STEP_ATTR,
     PEAK_MEMORY_ATTR,
     SKIP_DETAIL_ATTR,
     THROUGHPUT_ATTR,
@@ -127,12 +129,32 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
     return "\n".join(lines)
 
 
-def stopped_line(prog: str, interrupted: Sequence[int]) -> str:
-    """A run's last line after SIGINT/SIGTERM: the ``interrupted`` trials it checkpointed and re-queued, or that none was."""
+def stop_checkpoint_lost(trial: FrozenTrial) -> int | None:
+    """For a trial stopped by a signal whose checkpoint at the stop was not saved (a full or read-only artifact store,
+    none at all): the step its retry resumes from (0: from scratch); ``None`` when it was saved."""
+    stopped_at = trial.user_attrs.get(INTERRUPTED_AT_STEP_ATTR)
+    saved = trial.user_attrs.get(CHECKPOINT_ATTR) or {}
+    if stopped_at is None or saved.get("step") == stopped_at:
+        return None
+    return int(saved.get("step") or 0)
+
+
+def stopped_line(prog: str, interrupted: Sequence[int], lost: Mapping[int, int] | None = None) -> str:
+    """A run's last line after SIGINT/SIGTERM: the ``interrupted`` trials it checkpointed and re-queued, or that none was.
+
+    ``lost``: trial number -> the step its retry resumes from, for those whose checkpoint at the stop was not saved
+    (:func:`stop_checkpoint_lost`): the line must not say they were checkpointed."""
+    lost = lost or {}
+    saved = sorted(n for n in interrupted if n not in lost)
+    unsaved = [f"trial {n} was re-queued without a checkpoint at the stop (it resumes from step {lost[n]})"
+               for n in sorted(n for n in interrupted if n in lost)]
     if not interrupted:
         what = "stopped by a signal between trials, none interrupted"
-    elif len(interrupted) == 1:
-        what = f"stopped by a signal; trial {interrupted[0]} was checkpointed and re-queued"
+    elif len(saved) == 1:
+        what = f"stopped by a signal; trial {saved[0]} was checkpointed and re-queued"
+    elif saved:
+        what = f"stopped by a signal; trials {', '.join(map(str, saved))} were checkpointed and re-queued"
     else:
-        what = f"stopped by a signal; trials {', '.join(map(str, sorted(interrupted)))} were checkpointed and re-queued"
+        what = "stopped by a signal"
+    what = "; ".join([what, *unsaved])
     return f"{prog}: {what}: rerun the same command to resume the study"

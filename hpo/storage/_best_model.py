@@ -64,6 +64,13 @@ def final_model_dir(trial: optuna.Trial) -> Path | None:
     return directory
 
 
+def drop_final_model(trial: optuna.Trial) -> None:
+    """Remove ``trial``'s final model copy now: it will never be told here (its storage failed, or it was stopped)."""
+    saved = _FINAL_MODELS.pop(trial._trial_id, None)
+    if saved is not None:
+        shutil.rmtree(saved.parent, ignore_errors=True)
+
+
 def _is_best(study: optuna.Study, trial: FrozenTrial) -> bool:
     if trial.state != TrialState.COMPLETE or len(study.directions) > 1:
         return False

@@ -44,7 +44,7 @@ from optuna.trial import TrialState
 
 from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, RESUMED_AT_STEP_ATTR, RESUMED_FROM_TRIAL_ATTR
 from hpo._errors import UserError
-from hpo.storage._best_model import final_model_dir
+from hpo.storage._best_model import drop_final_model, final_model_dir
 from hpo.storage._scratch import scratch_dir
 
 if TYPE_CHECKING:
@@ -186,6 +186,8 @@ class TrialCheckpoints:
     def close(self, *, finished: bool) -> None:
         """Drop local files; once the trial finished, mark its stored checkpoint for removal when told (``kept`` if ``keep``)."""
         shutil.rmtree(self.scratch, ignore_errors=True)
+        if not finished:  # no tell will come to hand its model to keep_if_best, which removes it otherwise
+            drop_final_model(self.trial)
         if finished and self.latest is not None:
             self.trial.set_user_attr(CHECKPOINT_ATTR, {**self.latest, (KEPT if self.keep else REMOVED_WHEN_TOLD): self.trial.number})
         if finished and self.trial.user_attrs.get(CHECKPOINT_UPLOADING_ATTR) is not None:

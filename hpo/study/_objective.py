@@ -121,8 +121,7 @@ def _non_finite(result: TrialResult, names: Sequence[str]) -> str | None:
 
 
 def _set_constraints(trial: optuna.Trial, space: SearchSpace, result: TrialResult) -> None:
-    # Trial.set_constraint is Optuna 5's API: TPE and NSGA-II read it for every trial, no
-    # constraints_func needed; the user attr keeps limit and measurement side by side.
+    # Optuna 5's Trial.set_constraint: TPE and NSGA-II read it, no constraints_func needed; the attr keeps limit and measure.
     recorded = {}
     for key, limit in space.constraints.items():
         value = _result_value(result, constraint_measure(key))
@@ -197,7 +196,7 @@ class Objective:
             config, original = self._configure(trial)
             precision = config.fp_precision
             saved = self._checkpoints(trial, config, original)
-            result = self._train(trial, config, saved.checkpointing() if saved else None)
+            result = self._train(trial, config, saved.checkpointing() if saved else None, original)
             defer_second_signal()  # trained: its outcome is stored and told whole (run_to_budget ends the deferral)
             return self._finish(trial, config, result)
         except BaseException as err:
@@ -278,7 +277,7 @@ class Objective:
             return None
 
     def _report(self, trial: optuna.Trial, config: TrainConfig, taken: Collection[int] = ()) -> Callable[[int, dict[str, float]], bool]:
-        """The executor's ``report``; ``taken``: steps an earlier attempt reported (Optuna keeps the first value of a step)."""
+        """The executor's ``report``; ``taken``: steps an earlier attempt (or a retry's predecessor) reported: not sent again."""
         metric = self.space.objective_names[0]
         reported_step = _reported_step(config, samples=self.space.reports_samples)
         # A verdict trial trains to the end: the pruner neither stops it nor learns from it.
@@ -295,11 +294,12 @@ class Objective:
 
         return callback
 
-    def _train(self, trial: optuna.Trial, config: TrainConfig, checkpointing: Checkpointing | None) -> TrialResult:
+    def _train(self, trial: optuna.Trial, config: TrainConfig, checkpointing: Checkpointing | None, original: int | None) -> TrialResult:
         shown = functools.partial(self.progress, trial.number) if self.progress is not None else None
         run = functools.partial(run_trial, data=self.data, stop_requested=self.stop_requested, progress=shown)
+        carried = set(trial.storage.get_trial(trial._trial_id).intermediate_values) if original is not None else set()
         try:
-            return run(config, report=self._report(trial, config), checkpointing=checkpointing)
+            return run(config, report=self._report(trial, config, carried), checkpointing=checkpointing)
         except TrialOutOfMemoryError:
             if not self.space.oom_fallback or config.batch_size < 2 or trial.user_attrs.get(OOM_FALLBACK_ATTR):
                 raise  # (a retry that starts at half the batch already: falls back once, not twice)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import optuna
 from optuna.trial import TrialState
 
-from hpo.reporting._run_lines import stopped_line, trial_line
+from hpo.reporting._run_lines import stop_checkpoint_lost, stopped_line, trial_line
 from hpo.study._outcomes import INTERRUPTED, was_interrupted
 
 PROG = "python -m hpo.run"
@@ -114,3 +116,50 @@ def test_status_quotes_a_study_name_that_would_break_its_line() -> None:
     for name in ("plain name", "line1\nline2\x1b[31mRED"):
         study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
         assert status_lines(study_status(storage, study))[0] == f"{name if name == 'plain name' else repr(name)}  (maximize value)"
+
+
+def test_a_trial_stopped_while_its_store_is_read_only_is_not_said_to_be_checkpointed(tmp_path: Path) -> None:
+    """Seen in an audit: the store full (or read-only), the checkpoint taken at the stop was not saved, one warning said
+    so, and the run's last line then said the trial 'was checkpointed'. Its retry resumes from the last saved one."""
+    from optuna.artifacts import FileSystemArtifactStore
+
+    from hpo import create_storage, make_objective, open_study, parse_search_space
+    from hpo.reporting._run_lines import stop_checkpoint_lost
+    from hpo.study import RunOptions
+    from tests._read_only import ReadOnlyDirectory
+    from trial_executor import demo_dataset
+
+    space = parse_search_space({"params": {"fp_precision": {"type": "categorical", "choices": ["fp32"]}}, "fixed": {
+        "model": "tiny-bert", "batch_size": 16, "eval_batch_size": 8, "max_steps": 12, "eval_every": 2, "max_length": 32}})
+    data = demo_dataset(n_train=256, n_valid=16, seed=4)
+    study = open_study(create_storage(f"sqlite:///{tmp_path / 's.db'}"), "s", space, data, seed=0)
+    with ReadOnlyDirectory(tmp_path / "artifacts") as store:
+        evaluated: list[int] = []
+
+        def frozen_after_the_first_checkpoint(trial: optuna.Trial, step: int, metrics: dict[str, float]) -> None:
+            evaluated.append(step)
+            if step >= 4:
+                store.freeze()
+
+        objective = make_objective(space, data, RunOptions(seed=0, device="cpu", artifact_store=str(store.path)),
+                                   checkpoints=FileSystemArtifactStore(str(store.path)), on_evaluation=frozen_after_the_first_checkpoint,
+                                   stop_requested=lambda: bool(evaluated) and evaluated[-1] >= 6)
+        study.optimize(objective, n_trials=1, catch=(Exception,))
+    trial = study.trials[0]
+    last_saved = trial.user_attrs["checkpoint"]["step"]
+    assert was_interrupted(trial) and 2 <= last_saved < trial.user_attrs["interrupted_at_step"]
+    assert stop_checkpoint_lost(trial) == last_saved
+    line = stopped_line(PROG, [trial.number], {trial.number: last_saved})
+    assert "was checkpointed" not in line
+    assert f"trial 0 was re-queued without a checkpoint at the stop (it resumes from step {last_saved})" in line
+
+
+def test_a_trial_whose_stop_checkpoint_was_saved_is_said_to_be_checkpointed() -> None:
+    saved = optuna.trial.create_trial(state=TrialState.FAIL, user_attrs={
+        "fail_reason": INTERRUPTED, "interrupted_at_step": 7, "checkpoint": {"artifact_id": "c", "step": 7, "trial": 0}})
+    assert stop_checkpoint_lost(saved) is None
+    no_store = optuna.trial.create_trial(state=TrialState.FAIL, user_attrs={"fail_reason": INTERRUPTED, "interrupted_at_step": 7})
+    assert stop_checkpoint_lost(no_store) == 0
+    assert stopped_line(PROG, [4, 3], {4: 0}) == (
+        f"{PROG}: stopped by a signal; trial 3 was checkpointed and re-queued; trial 4 was re-queued without a checkpoint "
+        "at the stop (it resumes from step 0): rerun the same command to resume the study")

@@ -101,16 +101,21 @@ def test_a_worker_whose_sqlite_file_is_deleted_mid_study_stops_with_one_line(tmp
     assert len(lines) == 1 and "was deleted" in lines[0], err
 
 
+@pytest.mark.parametrize("keeping_best", [False, True], ids=["no-best-model", "keeping-best-model"])
 def test_a_trial_whose_storage_fails_mid_trial_keeps_its_checkpoint_and_leaves_no_scratch_files(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keeping_best: bool,
 ) -> None:
     """The objective's last attr writes failed too, before the checkpoints were closed: each such trial left its
-    hpo-trial-N-* scratch directory in /tmp. Its stored checkpoint, which its retry resumes from, must stay."""
+    hpo-trial-N-* scratch directory in /tmp. Its stored checkpoint, which its retry resumes from, must stay.
+    As ``python -m hpo run`` keeps the best model, the trial's final-model directory (hpo-trial-N-model-*) stayed
+    too: only the tell, which never came, removed it."""
+    import contextlib
     import tempfile
 
     from optuna.artifacts import FileSystemArtifactStore
 
     from hpo import make_objective, open_study, parse_search_space
+    from hpo.storage._best_model import keeping_best_model
     from hpo.storage._retrying_storage import storage_failure_in
     from hpo.study import RunOptions
     from trial_executor import demo_dataset
@@ -131,7 +136,8 @@ def test_a_trial_whose_storage_fails_mid_trial_keeps_its_checkpoint_and_leaves_n
 
     objective = make_objective(space, data, RunOptions(seed=0, device="cpu", artifact_store=str(artifacts)),
                                checkpoints=FileSystemArtifactStore(str(artifacts)), on_evaluation=database_deleted_after_the_first_checkpoint)
-    with pytest.raises(Exception) as raised:  # Optuna masks the storage's error (see storage_failure_in)
+    keeping = keeping_best_model(study) if keeping_best else contextlib.nullcontext()
+    with keeping, pytest.raises(Exception) as raised:  # Optuna masks the storage's error (see storage_failure_in)
         study.optimize(objective, n_trials=1)
     assert storage_failure_in(raised.value) is not None
     assert list(scratch_root.glob("hpo-trial-*")) == []

@@ -70,3 +70,39 @@ def test_eval_every_samples_reports_equal_steps_when_the_batch_does_not_divide_i
     study = open_study(create_storage(f"sqlite:///{tmp_path / 'u.db'}"), "u", space, data, seed=0)
     run_to_budget(study, make_objective(space, data, base_seed=0, device="cpu"), 2)
     assert [sorted(t.intermediate_values) for t in study.get_trials()] == [[32, 64], [32, 64, 85]]
+
+
+def test_a_retry_that_starts_over_reports_its_predecessors_steps_again_without_a_warning_each(tmp_path: Path) -> None:
+    """Seen in an audit: a trial stopped by SIGTERM, its retry run with its checkpoint out of reach (another artifact
+    store) started over, as said in one warning, then printed Optuna's two-line "already reported" UserWarning for each
+    step its predecessor had reported. Those steps keep their first value; nothing is printed for them."""
+    import warnings
+
+    from optuna.artifacts import FileSystemArtifactStore
+
+    from hpo.study import RunOptions
+    from hpo.study._outcomes import was_interrupted
+
+    space = parse_search_space({"params": {"fp_precision": {"type": "categorical", "choices": ["fp32"]}}, "fixed": {
+        "model": "tiny-bert", "batch_size": 16, "eval_batch_size": 8, "max_steps": 10, "eval_every": 2, "max_length": 16}})
+    data = demo_dataset(n_train=256, n_valid=16, seed=4)
+    study = open_study(create_storage(f"sqlite:///{tmp_path / 's.db'}"), "s", space, data, seed=0)
+    evaluated: list[int] = []
+
+    def objective(store: Path, stop_at: int | None) -> object:
+        store.mkdir()
+        return make_objective(space, data, RunOptions(seed=0, device="cpu", artifact_store=str(store)),
+                              checkpoints=FileSystemArtifactStore(str(store)), on_evaluation=lambda t, step, m: evaluated.append(step),
+                              stop_requested=lambda: stop_at is not None and bool(evaluated) and evaluated[-1] >= stop_at)
+
+    study.optimize(objective(tmp_path / "first", stop_at=6), n_trials=1, catch=(Exception,))
+    stopped = study.trials[0]
+    assert was_interrupted(stopped) and sorted(stopped.intermediate_values) == [2, 4, 6]
+    optuna.storages.RetryHeartbeatStaleTrialCallback(inherit_intermediate_values=True)(study, stopped)  # as the run re-queues it
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        study.optimize(objective(tmp_path / "elsewhere", stop_at=None), n_trials=1)
+    assert [str(w.message) for w in caught if "already reported" in str(w.message)] == []
+    retry = study.trials[1]
+    assert retry.state == optuna.trial.TrialState.COMPLETE and retry.user_attrs.get("resumed_at_step") is None
+    assert sorted(retry.intermediate_values) == [2, 4, 6, 8, 10] and retry.intermediate_values[4] == stopped.intermediate_values[4]
