@@ -274,12 +274,14 @@ def _run_here(run: Run, quiet: bool, stop: StopSignal) -> int:
         print(_start_line(run), flush=True)
     # Workers of --workers N share one terminal: bars from several processes would tear each other.
     bars = StudyProgress.wants_bars(sys.stdout, quiet) and worker is None
-    progress = StudyProgress(options.n_trials, finished_count(study), bars=bars, quiet=quiet)
+    seen = [finished_count(study)]  # the study's finished trials, as last counted: the budget may be met when a signal comes
+    progress = StudyProgress(options.n_trials, seen[0], bars=bars, quiet=quiet)
 
     interrupted: list[int] = []
     lost: dict[int, int] = {}
 
     def finished(trial: FrozenTrial, finished: int) -> None:
+        seen[0] = finished
         progress.trial_finished(trial_line(trial, names), finished, best_so_far(study, names))
         if was_interrupted(trial):
             interrupted.append(trial.number)
@@ -290,7 +292,9 @@ def _run_here(run: Run, quiet: bool, stop: StopSignal) -> int:
         hooks = RunHooks(on_trial_finished=finished, progress=progress.trial_step, stop_requested=stop.requested)
         run_study(prepared, options, hooks=hooks, trackers=run.trackers)
     if stop.requested():
-        print(stopped_line(PROG, interrupted, lost), file=sys.stderr, flush=True)
+        # The budget met and no verdict to make after it: a rerun would find nothing to do.
+        met = options.n_trials if seen[0] >= options.n_trials and not verdict_after_budget(prepared.space, options) else None
+        print(stopped_line(PROG, interrupted, lost, met), file=sys.stderr, flush=True)
         return stop.exit_code
     if worker is None:
         print(run_summary(study, url, options.n_trials, names), flush=True)

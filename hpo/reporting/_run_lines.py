@@ -139,11 +139,14 @@ def stop_checkpoint_lost(trial: FrozenTrial) -> int | None:
     return int(saved.get("step") or 0)
 
 
-def stopped_line(prog: str, interrupted: Sequence[int], lost: Mapping[int, int] | None = None) -> str:
+def stopped_line(prog: str, interrupted: Sequence[int], lost: Mapping[int, int] | None = None, met_budget: int | None = None) -> str:
     """A run's last line after SIGINT/SIGTERM: the ``interrupted`` trials it checkpointed and re-queued, or that none was.
 
     ``lost``: trial number -> the step its retry resumes from, for those whose checkpoint at the stop was not saved
-    (:func:`stop_checkpoint_lost`): the line must not say they were checkpointed."""
+    (:func:`stop_checkpoint_lost`): the line must not say they were checkpointed. ``met_budget``: the study's budget,
+    when the run saw it reached: with no trial interrupted there is nothing to rerun."""
+    if met_budget is not None and not interrupted:
+        return f"{prog}: stopped by a signal after the study reached its budget of {met_budget} finished trial{'s' * (met_budget != 1)}: nothing to resume"
     lost = lost or {}
     saved = sorted(n for n in interrupted if n not in lost)
     unsaved = [f"trial {n} was re-queued without a checkpoint at the stop (it resumes from step {lost[n]})"

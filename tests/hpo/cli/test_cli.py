@@ -333,6 +333,31 @@ def test_a_signal_while_the_run_is_prepared_starts_nothing_and_says_so(tmp_path:
     assert {t.state for t in run.prepared.study.get_trials()} <= {TrialState.WAITING}  # the enqueued baseline, not run
 
 
+def test_a_signal_after_the_budget_was_met_asks_for_no_rerun(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A SIGTERM just after the last trial completed said "between trials, none interrupted: rerun the same command to
+    resume the study", with nothing left to resume."""
+    import signal
+
+    from hpo._api import RunOptions, open_run
+    from hpo.cli._run import _run_here
+    from hpo.study._workers import StopSignal
+
+    options = RunOptions(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="met", n_trials=1, device="cpu", artifact_store=None)
+    run = open_run(SMALL_SPACE, demo_dataset(n_train=40, n_valid=10), options, announce=None)
+
+    class SignalOnceDone(StopSignal):  # the signal lands once the study's one trial is told
+        def requested(self) -> bool:
+            if self.signum is None and any(t.state.is_finished() for t in run.prepared.study.get_trials(deepcopy=False)):
+                self.signum = signal.SIGTERM
+            return super().requested()
+
+    assert _run_here(run, quiet=True, stop=SignalOnceDone()) == 143
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "python -m hpo.run: stopped by a signal after the study reached its budget of 1 finished trial: nothing to resume"
+    )
+    assert [t.state for t in run.prepared.study.get_trials()] == [TrialState.COMPLETE]
+
+
 def test_a_signal_during_a_storage_outage_ends_the_command_at_once_with_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
