@@ -61,6 +61,7 @@ def run_variant(variant: str, precision: str, args: argparse.Namespace) -> dict[
     """Time ``variant``'s step in ``precision``: first steps apart, then ``args.steps`` steps, the host's share, the loss."""
     from hpo.cli._speed_test import _executor_step, model_config
     from trial_executor import PrecisionPolicy
+    from trial_executor.batches import window_rows
 
     device = torch.device(args.device)
     policy = PrecisionPolicy.resolve(precision, device)
@@ -102,7 +103,7 @@ def run_variant(variant: str, precision: str, args: argparse.Namespace) -> dict[
     return {
         "variant": variant, "precision": precision, "whole_step": resolved.compile_step, "first_s": first,
         "ms_per_step": seconds / args.steps * 1000, "host_ms": statistics.median(issued) * 1000,
-        "loss": float(step.loss_sum.item()), "steps": WARMUP_STEPS + 2 + args.warmup + 3 + args.steps,
+        "loss": float(step.loss_sum.item()) / window_rows(window), "steps": WARMUP_STEPS + 2 + args.warmup + 3 + args.steps,
         "peak_mb": _peak_mb(device),
     }
 

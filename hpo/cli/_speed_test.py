@@ -21,7 +21,16 @@ import torch
 from transformers import AutoModelForSequenceClassification, BertConfig, PretrainedConfig
 
 from trial_executor import PRECISIONS, PRESETS, PrecisionPolicy, TrainConfig, UnsupportedPrecisionError
-from trial_executor.batches import TOKEN_MULTIPLE, Batch, Collation, StaticCollation, TokenizedSplit, packed_width, round_up
+from trial_executor.batches import (
+    TOKEN_MULTIPLE,
+    Batch,
+    Collation,
+    StaticCollation,
+    TokenizedSplit,
+    packed_width,
+    round_up,
+    window_rows,
+)
 from trial_executor.device import CpuWait, DeviceLag, Knobs, peak_memory_mb, release_memory, reset_peak_memory
 from trial_executor.precision import global_state_kept
 from trial_executor.train import TrainStep, build_step, release_compiled
@@ -165,7 +174,8 @@ def _time_steps(
     contended = f"CPU-contended (waited {cpu_wait.fraction():.0%} for a core: other processes held them)" if cpu_wait.contended() else ""
     step.loss_sum.zero_()
     step(window)  # untimed: the loss after the timed steps
-    return _Timing(seconds, step.read().loss_sum, host, lag.busy_fraction(), _refusals(resolved), contended)
+    loss = step.read().loss_sum / window_rows(window)  # the step sums its rows' losses
+    return _Timing(seconds, loss, host, lag.busy_fraction(), _refusals(resolved), contended)
 
 
 def speed_test(

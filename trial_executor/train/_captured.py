@@ -136,7 +136,7 @@ class CapturedStep(WholeStep):
         self.optimizer.zero_grad(set_to_none=False)  # in place: the gradients stay where every graph reads them
         loss = self._loss(**inputs)
         loss.backward()
-        self.loss_sum += loss.detach()
+        self.loss_sum += loss.detach() * inputs["row_weight"].sum()  # summed per row, as TrainStep's (rows: a graph input)
         with torch.no_grad():
             self._update()
 

@@ -126,7 +126,7 @@ class CompiledStep(WholeStep):
         with record_function(STEP_RANGE):
             loss = self.compiled_loss(**to_device(batch.inputs, self.device))
             loss.backward()
-            self.loss_sum += loss.detach()
+            self.loss_sum += loss.detach() * batch.rows  # summed per row, as TrainStep's
             with torch.no_grad():
                 self.compiled_update()
             self.scheduler.step()  # fills the learning-rate tensors in place

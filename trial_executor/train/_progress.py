@@ -23,8 +23,8 @@ class RunProgress:
     samples: int = 0
     tokens: int = 0
     padded_tokens: int = 0
-    loss_sum: float = 0.0
-    loss_count: int = 0
+    loss_sum: float = 0.0  # the loss summed over the rows trained on since the last evaluation
+    loss_count: int = 0  # those rows (micro-batches in checkpoints written before: the mean stays a mean)
     # The float32 loss sum of an interrupted evaluation window: a resumed run adds to it in
     # float32, as the uninterrupted run would, so its train_loss comes out bit for bit the same.
     window_loss: float = 0.0
@@ -41,13 +41,16 @@ class RunProgress:
     def count(self, window: Sequence[Sequence[Batch]]) -> None:
         """One optimizer step over ``window`` taken: its micro-batches, rows and tokens."""
         for chunks in window:
-            self.loss_count += 1
             for chunk in chunks:
+                self.loss_count += chunk.rows
                 self.samples += chunk.rows
                 self.tokens += chunk.real_tokens
                 self.padded_tokens += chunk.padded_tokens
         self.step += 1
 
     def train_loss(self) -> float:
-        """The mean loss of the micro-batches since the last evaluation (``loss_sum`` read from the device)."""
+        """The mean loss per row trained on since the last evaluation (``loss_sum`` read from the device).
+
+        Per row, not per micro-batch: an epoch's short last batch counts by its rows, so the same
+        training in batches of 32 or in 4 accumulated micro-batches of 8 records the same loss."""
         return self.loss_sum / max(1, self.loss_count)

@@ -55,7 +55,8 @@ class TrainStep:
 
     The loss of a window is the mean over all its rows: a chunk's mean loss counts by its share of
     the window's rows (an epoch's last window may hold a shorter micro-batch). ``loss_sum`` adds
-    up each micro-batch's mean loss (read and reset by the caller at evaluations). The precision policy
+    up the loss of every row trained on (each chunk's mean times its rows; read and reset by the
+    caller at evaluations, which divides by the rows: a per-row mean whatever the batching). The precision policy
     owns autocast, the backward (fp16: scaled) and the optimizer step (fp16: unscaled, maybe skipped).
     """
 
@@ -73,7 +74,6 @@ class TrainStep:
         with record_function(STEP_RANGE):
             total = window_rows(window)
             for chunks in window:
-                rows = sum(chunk.rows for chunk in chunks)
                 for chunk in chunks:
                     inputs = to_device(chunk.inputs, self.device)
                     with self.policy.autocast():
@@ -81,7 +81,7 @@ class TrainStep:
                     # By rows, not micro-batches: an epoch's last, shorter window is then the
                     # mean over its rows too, as one batch of them would be.
                     self.policy.backward(loss * (chunk.rows / total))
-                    self.loss_sum += loss.detach() * (chunk.rows / rows)
+                    self.loss_sum += loss.detach() * chunk.rows
             self.policy.optimizer_step(self.optimizer, self._clip)
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)

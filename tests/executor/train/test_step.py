@@ -17,6 +17,7 @@ from trial_executor.batches._tokenization import tokenize
 from trial_executor.model._loading import load_model
 from trial_executor.precision import PrecisionPolicy
 from trial_executor.train._optimizer import LearningRateSchedule, lr_lambda, make_optimizer, warmup_steps
+from trial_executor.train._progress import RunProgress
 from trial_executor.train._step import TrainStep, clip_grad_norm
 
 CPU = torch.device("cpu")
@@ -43,6 +44,39 @@ def test_a_short_last_window_weighs_its_rows_as_one_batch_of_them_would() -> Non
     one_batch, short_window = updated([[0, 1, 2, 3, 4, 5]]), updated([[0, 1, 2, 3], [4, 5]])
     for expected, got in zip(one_batch, short_window, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        [[[0, 1, 2, 3], [4, 5]]],  # one window of two micro-batches, the second short
+        [[[0, 1, 2, 3]], [[4, 5]]],  # two windows (an epoch's short last batch)
+        [[[0, 1, 2, 3, 4, 5]]],  # one batch of them all
+    ],
+)
+def test_the_recorded_training_loss_is_the_mean_over_the_rows_however_they_were_batched(layout: list[list[list[int]]]) -> None:
+    # The same rows at the same weights must record the same train_loss whether they came as one
+    # batch, accumulated micro-batches or a short last batch: each row counts once, as in the update.
+    data = demo_dataset(n_train=64, n_valid=8)
+    torch.manual_seed(0)
+    model, tokenizer = load_model("tiny-bert", data.label_names, data.train_texts)
+    model.eval()  # no dropout: each row's loss is fixed
+    with torch.no_grad():
+        model.classifier.weight.mul_(100.0)  # rows' losses far apart (a fresh head gives every row about ln 2)
+    split, _ = tokenize(tokenizer, data.train_texts, data.train_labels, 64)
+    collation = Collation(pad_id=tokenizer.pad_token_id)
+    with torch.no_grad():
+        expected = torch.nn.functional.cross_entropy(model(**collation(split, range(6)).inputs).logits, torch.tensor(split.labels[:6]))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay put
+    schedule = LearningRateSchedule(optimizer, 0.0, lambda step: 1.0, total_steps=len(layout))
+    step = TrainStep(model, model, optimizer, schedule, PrecisionPolicy.resolve("fp32", CPU), max_grad_norm=None, device=CPU)
+    run = RunProgress()
+    for window in layout:
+        batches = [[collation(split, rows)] for rows in window]
+        step(batches)
+        run.count(batches)
+    run.loss_sum = step.read().loss_sum
+    assert run.train_loss() == pytest.approx(expected.item(), rel=1e-5)
 
 
 @pytest.mark.parametrize(("ratio", "total", "expected"), [(0.1, 5, 1), (0.5, 5, 3), (0.5, 7, 4), (0.1, 37, 4), (0.1, 33, 3), (0.0, 9, 0)])
