@@ -81,9 +81,12 @@ def open_study(
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
     # Known-good configurations run before the baseline: they are there to find a good model early,
-    # and the baseline, the speed reference, serves as well later. A --fix pins its param in them too.
+    # and the baseline, the speed reference, serves as well later. The space's entries are enqueued as
+    # written, whichever run opens the study: a --fix pins (through the sampler) what an entry leaves to
+    # be sampled, and an entry that sets another value waits for a run without that fix (for_the_budget),
+    # never rewritten into a configuration it is not while its origin is spent.
     if search:
-        listed = [(f"space:{i}", {**params, **space.fixes}) for i, params in enumerate(space.enqueued_params())]
+        listed = [(f"space:{i}", params) for i, params in enumerate(space.enqueued_params())]
         enqueue_once(study, storage, [*listed, *known_good])
         _enqueue_baseline(study, space, storage)
     return study

@@ -99,11 +99,21 @@ def test_enqueue_list_runs_first_once_per_study(tmp_path: Path) -> None:
     assert not _waiting(study) and len(study.get_trials()) == 2
 
 
-def test_a_fix_pins_its_param_in_enqueued_trials_too(tmp_path: Path) -> None:
-    space = parse_search_space({**SPACE, "enqueue": [{"learning_rate": 1e-3, "batch_size": 8}]})
-    pinned = space.with_fixes(space.parse_fixes(["batch_size=16"]))
-    study = open_study(create_storage(f"sqlite:///{tmp_path / 'f.db'}"), "f", pinned, DATA, 0)
-    assert [t.system_attrs["fixed_params"] for t in _waiting(study)] == [{"learning_rate": 1e-3, "batch_size": 16}]
+def test_a_fix_never_rewrites_an_enqueued_configuration_it_contradicts(tmp_path: Path) -> None:
+    """A study first opened with --fix batch_size=16 enqueued the entry {learning_rate: 1e-3, batch_size: 8} as batch 16,
+    recorded as space:0: the known-good configuration as written never ran, while a study first opened without the fix kept
+    it waiting for a run without it. Now the entry waits whichever run opened the study; one that leaves the param to the
+    sampler runs in the pinned run, with the pinned value."""
+    space = {**SPACE, "enqueue": [{"learning_rate": 1e-3, "batch_size": 8}, {"learning_rate": 2e-3}]}
+    common = {"storage": f"sqlite:///{tmp_path / 'f.db'}", "study_name": "f", "device": "cpu", "artifact_store": None}
+    data = demo_dataset(n_train=40, n_valid=10)
+    study = hpo.optimize(space, data, n_trials=1, fix=["batch_size=16"], **common)
+    (ran,) = study.get_trials(states=(TrialState.COMPLETE,))
+    assert ran.user_attrs["enqueued_from"] == "space:1" and ran.params == {"learning_rate": 2e-3, "batch_size": 16}
+    assert [t.system_attrs["fixed_params"] for t in _waiting(study)] == [{"learning_rate": 1e-3, "batch_size": 8}]
+    study = hpo.optimize(space, data, n_trials=2, **common)  # a run without the fix trains the entry as written
+    ran = {t.user_attrs["enqueued_from"]: t.params for t in study.get_trials(states=(TrialState.COMPLETE,))}
+    assert ran == {"space:0": {"learning_rate": 1e-3, "batch_size": 8}, "space:1": {"learning_rate": 2e-3, "batch_size": 16}}
 
 
 def test_an_enqueued_fp32_under_another_name_runs_as_the_spaces_fp32(tmp_path: Path) -> None:
