@@ -24,6 +24,7 @@ from hpo._attrs import (
     SKIP_REASON_ATTR,
     fail_reason_of,
     is_baseline,
+    is_verdict_trial,
     skip_reason_of,
 )
 from hpo.space._space import SearchSpace
@@ -33,7 +34,15 @@ from hpo.storage._retry_policy import RetryByTrialPolicy
 from hpo.study._budget import budget_used, take_slot
 from hpo.study._liveness import fail_and_requeue, fail_dead_local_trials, lost_retries, releasable
 from hpo.study._lock import study_lock
-from hpo.study._outcomes import INTERRUPTED, OVER_BUDGET_DETAIL, SKIP_DUPLICATE, SKIP_OVER_BUDGET, never_ran, was_interrupted
+from hpo.study._outcomes import (
+    INTERRUPTED,
+    OVER_BUDGET_DETAIL,
+    SKIP_DUPLICATE,
+    SKIP_OVER_BUDGET,
+    SKIP_UNSUPPORTED,
+    never_ran,
+    was_interrupted,
+)
 from hpo.study._resuming import check_resumable, study_attrs
 from hpo.study._workers import defer_second_signal, end_deferral, second_signal_in
 from trial_executor import TextClassificationData
@@ -43,6 +52,8 @@ MAX_CONSECUTIVE_FAILURES = 3
 ROOM_POLL_S = 1.0
 # System attr of an over-budget hand-back's copy: the trial it copies, which it is no duplicate of.
 HANDED_BACK_FROM = "handed_back_from"
+# System attr of a known-good configuration queued again: the trial whose drawn precision this machine could not run.
+REDRAW_OF = "redraw_of"
 _logger = logging.getLogger(__name__)
 
 
@@ -180,6 +191,34 @@ def _requeue_once(study: optuna.Study, trial: FrozenTrial, max_retry: int | None
             RetryByTrialPolicy(max_retry)(study, trial)
 
 
+def _queue_again(study: optuna.Study, trial: FrozenTrial, max_retry: int | None) -> None:
+    """Queue what ``trial`` left undone: its retry, if interrupted; else its known-good configuration (drew_unsupported)."""
+    if was_interrupted(trial):
+        _requeue_once(study, trial, max_retry)
+    else:
+        _requeue_redraw(study, trial)
+
+
+def drew_unsupported(trial: FrozenTrial) -> bool:
+    """Whether ``trial``, a known-good configuration (the space's ``enqueue:`` entry, a warm start's) that leaves the
+    precision to the sampler, was skipped for the precision drawn: not the configuration's fault, so it is queued again."""
+    fixed = trial.system_attrs.get("fixed_params")
+    return (skip_reason_of(trial) == SKIP_UNSUPPORTED and ENQUEUED_FROM_ATTR in trial.user_attrs
+            and fixed is not None and "fp_precision" not in fixed and not is_verdict_trial(trial))
+
+
+def _requeue_redraw(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Queue ``trial``'s configuration again, under the same origin, for the sampler to draw its precision anew: once per
+    skipped trial, under the study's lock. Each draw that cannot run here is another such skip, none counted."""
+    with study_lock(study._storage, study.study_name):
+        if any(t.system_attrs.get(REDRAW_OF) == trial.number for t in study.get_trials(deepcopy=False)):
+            return
+        study.add_trial(optuna.trial.create_trial(
+            state=TrialState.WAITING, user_attrs={ENQUEUED_FROM_ATTR: trial.user_attrs[ENQUEUED_FROM_ATTR]},
+            system_attrs={"fixed_params": trial.system_attrs["fixed_params"], REDRAW_OF: trial.number},
+        ))
+
+
 def _requeue_interrupted(study: optuna.Study, trial_id: int, max_retry: int | None) -> None:
     """Re-queue trial ``trial_id``, stopped by a second signal: FAIL ``interrupted`` or with no reason (the mark's write lost),
     or RUNNING (the signal landed in Optuna's tell). A storage failing here leaves a marked one to the lost-retry sweep."""
@@ -223,13 +262,14 @@ def _queue_key(trial: FrozenTrial) -> tuple[str, object] | None:
 def _duplicate_of(study: optuna.Study, trial: optuna.Trial) -> int | None:
     """The earlier trial queued for what ``trial`` was (:func:`_queue_key`), where workers with no lock between them (a
     ``grpc://`` proxy's) both queued it; ``None`` for the first. Placeholders that never ran do not count, nor the trial
-    this one is the hand-back copy of (still RUNNING while it is marked ``over_budget``)."""
+    this one is the hand-back copy of (still RUNNING while it is marked ``over_budget``), nor a draw of a precision this
+    machine could not run (:func:`drew_unsupported`), queued again."""
     frozen = study._storage.get_trial(trial._trial_id)
     if (key := _queue_key(frozen)) is None:
         return None
     copied_from = frozen.system_attrs.get(HANDED_BACK_FROM)
-    earlier = (t.number for t in study.get_trials(deepcopy=False)
-               if t.number < frozen.number and t.number != copied_from and not never_ran(t) and _queue_key(t) == key)
+    earlier = (t.number for t in study.get_trials(deepcopy=False) if t.number < frozen.number and t.number != copied_from
+               and not never_ran(t) and not drew_unsupported(t) and _queue_key(t) == key)
     return min(earlier, default=None)
 
 
@@ -314,8 +354,8 @@ def run_to_budget(
         if on_trial_finished is not None:
             on_trial_finished(trial, finished)
         interrupted = was_interrupted(trial)
-        if interrupted:
-            retry_lost_connection("re-queuing an interrupted trial", lambda: _requeue_once(study, trial, max_retry))
+        if interrupted or drew_unsupported(trial):
+            retry_lost_connection("re-queuing a trial", lambda: _queue_again(study, trial, max_retry))
         # Bad enqueued values say nothing about the environment: they do not count as failures in a row.
         invalid = fail_reason_of(trial).startswith(f"{InvalidTrialError.__name__}:")
         failures = failures + 1 if trial.state == TrialState.FAIL and not (interrupted or invalid) else 0
