@@ -220,6 +220,11 @@ def ran_emulated(trial: FrozenTrial, precision: str) -> bool:
     return precision in hardware_of(trial).get("emulated_precisions", ())
 
 
+def is_feasible(trial: FrozenTrial) -> bool:
+    """The trial meets the space's ``constraints`` (or the space has none): only such a trial is ever the best."""
+    return trial.user_attrs.get(FEASIBLE_ATTR) is not False
+
+
 def is_host_limited(trial: FrozenTrial) -> bool:
     return bool(trial.user_attrs.get(HOST_LIMITED_ATTR))
 

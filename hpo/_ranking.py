@@ -13,14 +13,14 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._attrs import FEASIBLE_ATTR, is_verdict_trial
+from hpo._attrs import is_feasible, is_verdict_trial
 from hpo._errors import UserError
 
 
 def _candidates(study: optuna.Study) -> list[FrozenTrial]:
     return [
         t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.user_attrs.get(FEASIBLE_ATTR) is not False and not is_verdict_trial(t)
+        if is_feasible(t) and not is_verdict_trial(t)
     ]
 
 

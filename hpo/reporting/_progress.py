@@ -23,13 +23,10 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hpo._ranking import best_trials
+from hpo.reporting._numbers import number_text
 from trial_executor import StepProgress
 
 STEP_LINE_EVERY_S = 30.0
-
-
-def _number(value: float) -> str:
-    return f"{value:.4g}" if math.isfinite(value) else str(value)
 
 
 def best_so_far(study: optuna.Study, names: Sequence[str]) -> str:
@@ -37,11 +34,11 @@ def best_so_far(study: optuna.Study, names: Sequence[str]) -> str:
     front = best_trials(study)
     if len(names) > 1:
         return f"Pareto front: {len(front)} trial{'s' * (len(front) != 1)}" if front else ""
-    return f"best {names[0]}={_number(front[0].values[0])} (trial {front[0].number})" if front else ""
+    return f"best {names[0]}={number_text(front[0].values[0])} (trial {front[0].number})" if front else ""
 
 
 def _step_text(update: StepProgress) -> str:
-    return f"loss {_number(update.train_loss)}, {update.samples_per_s:.0f} samples/s"
+    return f"loss {number_text(update.train_loss)}, {update.samples_per_s:.0f} samples/s"
 
 
 class StudyProgress:

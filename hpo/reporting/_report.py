@@ -27,6 +27,7 @@ from hpo._attrs import (
     hardware_of,
     is_baseline,
     is_cpu_contended,
+    is_feasible,
     is_host_limited,
     is_majority_class,
     is_verdict_trial,
@@ -39,6 +40,7 @@ from hpo._attrs import (
     trials_per_gpu_of,
 )
 from hpo._ranking import best_trials
+from hpo.reporting._numbers import number_text
 from hpo.space._fixes import canonical_precision
 from hpo.space._measures import measured_value, quality_objective
 from hpo.storage._inspect import objective_names
@@ -60,8 +62,8 @@ class PrecisionRow:
     precision: str
     trials: int
     completed: int
-    best: float | None
-    median: float | None
+    best: float | None  # among the trials that meet the space's constraints
+    median: float | None  # among every completed trial
     median_samples_per_s: float | None
     speedup: float | None
     matched_speedup: float | None
@@ -218,12 +220,13 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
         mine = [t for t in ran if precision_of(t) == precision]
         complete = [t for t in mine if t.state == TrialState.COMPLETE]
         scores = [v for v in (metric_value(t, metric, objectives) for t in complete) if v is not None]
+        feasible = [v for v in (metric_value(t, metric, objectives) for t in complete if is_feasible(t)) if v is not None]
         measured = [t for t in mine if _measured(t)]
         speed = _median([throughput_of(t) for t in measured])
         ratios = [matched[t.number] for t in measured if t.number in matched]
         rows.append(PrecisionRow(
             precision=precision, trials=len(mine), completed=len(complete),
-            best=(max if maximize else min)(scores) if scores else None, median=statistics.median(scores) if scores else None,
+            best=(max if maximize else min)(feasible) if feasible else None, median=statistics.median(scores) if scores else None,
             median_samples_per_s=speed,
             speedup=speed / base_speed if speed is not None and base_speed else None,
             matched_speedup=statistics.median(ratios) if ratios else None, matched_trials=len(ratios),
@@ -260,11 +263,11 @@ def _startup(trials: list[FrozenTrial]) -> tuple[int, float, float] | None:
     return (len(timed), sum(s for s, _ in timed), sum(t for _, t in timed)) if timed else None
 
 
-def _fmt(value: Any, digits: int = 4) -> str:
+def _fmt(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.{digits}g}"
+        return number_text(value)
     return str(value).replace("|", "\\|")
 
 
@@ -275,7 +278,9 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def precision_table(report: StudyReport) -> list[str]:
     """The per-precision table, as Markdown lines."""
     header = [
-        "precision", "trials", "completed", f"best {report.metric}", f"median {report.metric}", "median samples/s",
+        # The best of a precision is one it could be the study's best with: meeting the constraints, as the best must.
+        "precision", "trials", "completed", f"best {'feasible ' * bool(report.constraints)}{report.metric}", f"median {report.metric}",
+        "median samples/s",
         "speedup vs fp32", "matched speedup (trials)", "median peak MB", "not completed",
     ]
     rows = [
@@ -309,11 +314,16 @@ def front_table(report: StudyReport) -> list[str]:
     return _table(header, rows)
 
 
+def _constraints(constraints: dict[str, float]) -> str:
+    """As the space writes them: ``min_accuracy: 0.8, max_peak_memory_mb: 2000``."""
+    return ", ".join(f"{key}: {number_text(float(limit))}" for key, limit in constraints.items())
+
+
 def summary_lines(report: StudyReport) -> list[str]:
     objectives = ", ".join(f"{n} ({d})" for n, d in report.objectives)
     lines = [
         f"Study {report.study_name!r} in {report.storage}",
-        f"Objectives: {objectives}" + (f"; constraints: {report.constraints}" if report.constraints else ""),
+        f"Objectives: {objectives}" + (f"; constraints: {_constraints(report.constraints)}" if report.constraints else ""),
         "Trials: " + (", ".join(f"{n} {s.lower().replace('_', ' ')}" for s, n in sorted(report.states.items())) or "none yet")
         + (f"; {report.verdict_trials} verdict trials (the precision verdict's, left out here)" if report.verdict_trials else ""),
         f"Speedups are against {report.baseline}.",

@@ -11,19 +11,20 @@ from optuna.trial import FrozenTrial, TrialState
 from hpo._attrs import (
     CHECKPOINT_ATTR,
     CONSTRAINTS_ATTR,
-    FEASIBLE_ATTR,
     INTERRUPTED_AT_STEP_ATTR,
     PEAK_MEMORY_ATTR,
     SKIP_DETAIL_ATTR,
     THROUGHPUT_ATTR,
     fail_reason_of,
     is_cpu_contended,
+    is_feasible,
     is_majority_class,
     is_verdict_trial,
     skip_reason_of,
     startup_seconds_of,
 )
 from hpo._ranking import best_trials
+from hpo.reporting._numbers import number_text
 from hpo.space._measures import measured_value
 from hpo.storage._storage import GRPC_SCHEME, STORAGE_ENV, mask_url
 from hpo.study._budget import finished_count
@@ -39,7 +40,7 @@ from hpo.study._outcomes import (
 
 
 def _format_value(value: object) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    return number_text(value) if isinstance(value, float) else str(value)
 
 
 def _objective_values(trial: FrozenTrial, names: Sequence[str]) -> str:
@@ -78,7 +79,7 @@ def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
     if is_majority_class(trial):
         # Too high a rate collapses a model onto one class; too few steps at a low one never leave it.
         parts.append("(majority class: learned nothing; the learning rate may be too high, or the training too short for it)")
-    if attrs.get(FEASIBLE_ATTR) is False:
+    if not is_feasible(trial):
         parts.append(f"(violates {', '.join(k for k, c in attrs[CONSTRAINTS_ATTR].items() if not c['satisfied'])})")
     return "  ".join(parts)
 

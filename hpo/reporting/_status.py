@@ -20,6 +20,7 @@ from hpo._attrs import (
     stored_data_source,
 )
 from hpo._ranking import best_trials, why_no_best
+from hpo.reporting._numbers import number_text
 from hpo.storage._heartbeats import heartbeat_ages
 from hpo.storage._inspect import objective_names
 from hpo.study._data import data_flags
@@ -107,7 +108,7 @@ def _ago(delta: datetime.timedelta | None) -> str:
 
 
 def _values(values: dict[str, float]) -> str:
-    return " ".join(f"{name}={value:.4g}" for name, value in values.items())
+    return " ".join(f"{name}={number_text(value)}" for name, value in values.items())
 
 
 def status_lines(status: StudyStatus) -> list[str]:

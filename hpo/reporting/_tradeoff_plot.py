@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._attrs import FEASIBLE_ATTR, is_baseline, throughput_of
+from hpo._attrs import is_baseline, is_feasible, throughput_of
 from hpo._files import write_whole
 from hpo.reporting._report import StudyReport, metric_value, precision_of
 
@@ -22,7 +22,7 @@ def _tradeoff_front(points: list[tuple[FrozenTrial, float, float]], maximize: bo
     """Trials no other trial beats on both throughput and the metric (for single-objective studies), among those that meet
     the space's constraints: a trial that breaks them is no trade-off on offer, as it is never the best."""
     sign = 1 if maximize else -1
-    points = [(t, x, y) for t, x, y in points if t.user_attrs.get(FEASIBLE_ATTR) is not False]
+    points = [(t, x, y) for t, x, y in points if is_feasible(t)]
     return [
         t for t, x, y in points
         if not any(x2 >= x and sign * y2 >= sign * y and (x2 > x or sign * y2 > sign * y) for _, x2, y2 in points)

@@ -304,3 +304,24 @@ def test_a_study_made_elsewhere_is_reported_under_the_names_every_command_gives_
         assert study_status(study._storage, study).objectives == report.objectives
         assert "values.value_0" in export_rows(study)[0]
         assert "Objectives: value_0 (maximize), value_1 (minimize)" in summary_lines(report)
+
+
+def test_a_precisions_best_is_one_that_meets_the_constraints_and_they_are_printed_as_written() -> None:
+    """The bf16 row's best was a trial breaking the space's memory cap, a trial no command would ever call the best; and
+    the constraints were printed as a Python dict."""
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("search_space", {"objective": {"metric": "accuracy", "direction": "maximize"},
+                                         "constraints": {"min_accuracy": 0.5, "max_peak_memory_mb": 20000}})
+    choice = optuna.distributions.CategoricalDistribution(["fp32", "bf16"])
+    for precision, accuracy, feasible in (("fp32", 0.7, True), ("bf16", 0.9, False), ("bf16", 0.8, True)):
+        study.add_trial(optuna.trial.create_trial(
+            value=accuracy, params={"fp_precision": precision}, distributions={"fp_precision": choice},
+            user_attrs={"metrics": {"accuracy": accuracy}, "feasible": feasible, "throughput_samples_per_s": 12345.6},
+        ))
+    report = build_report(study, "sqlite:///x.db")
+    rows = {row.precision: row for row in report.rows}
+    assert (rows["fp32"].best, rows["bf16"].best, rows["bf16"].median) == (0.7, 0.8, pytest.approx(0.85))
+    table = precision_table(report)
+    assert table[0].startswith("| precision | trials | completed | best feasible accuracy | median accuracy | median samples/s |")
+    assert table[3].startswith("| bf16 | 2 | 2 | 0.8 | 0.85 | 12346 |")  # in full: 1.235e+04 hid the speed's size
+    assert "Objectives: accuracy (maximize); constraints: min_accuracy: 0.5, max_peak_memory_mb: 20000" in summary_lines(report)
