@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -62,6 +63,11 @@ def _keep_int(value: Any, handler: ValidatorFunctionWrapHandler) -> float:
 
 Number = Annotated[float, WrapValidator(_keep_int)]
 # What a null means, where the error says a field may be null.
+def nearest_step(steps: float) -> int:
+    """``steps`` to the nearest whole step, a half up (round() takes 2.5 to 2 and 3.5 to 4): warmup and evaluation alike."""
+    return math.floor(steps + 0.5)
+
+
 _NULL_MEANS = {"eval_sample_size": " (every row)", "lora_alpha": " (2 x lora_rank)", "eval_every_samples": " (eval_every)"}
 _BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
 _SIGNS: dict[type, str] = {Ge: ">=", Gt: ">", Le: "<=", Lt: "<"}
@@ -227,7 +233,7 @@ class TrainConfig(BaseModel):
         """Optimizer steps between evaluations (0: only at the end), from whichever of the two is set."""
         if self.eval_every_samples is None:
             return self.eval_every
-        return max(1, round(self.eval_every_samples / (self.batch_size * self.grad_accum_steps)))
+        return max(1, nearest_step(self.eval_every_samples / (self.batch_size * self.grad_accum_steps)))
 
     def replace(self, **changes: Any) -> TrainConfig:
         """This config with ``changes``, validated again (``model_copy(update=...)`` would not be)."""

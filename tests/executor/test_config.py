@@ -59,3 +59,10 @@ def test_values_are_kept_as_given_and_the_config_is_frozen() -> None:
 def test_the_space_loader_shows_the_message() -> None:
     with pytest.raises(SearchSpaceError, match=r"^search space: fixed: batch_size must be int, got True$"):
         parse_search_space({"params": {"learning_rate": {"type": "float", "low": 1e-4, "high": 1e-3}}, "fixed": {"batch_size": True}})
+
+
+@pytest.mark.parametrize(("samples", "batch", "accumulation", "expected"), [(40, 16, 1, 3), (80, 16, 2, 3), (56, 16, 1, 4), (1000, 48, 1, 21), (4, 16, 1, 1)])
+def test_eval_every_samples_is_whole_steps_to_the_nearest_a_half_up_as_warmup(samples: int, batch: int, accumulation: int, expected: int) -> None:
+    # round() took 2.5 steps to 2 but 3.5 to 4; warmup rounded a half up: one rule for both now.
+    config = TrainConfig(eval_every_samples=samples, batch_size=batch, grad_accum_steps=accumulation)
+    assert config.eval_interval_steps == expected

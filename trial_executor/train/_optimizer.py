@@ -8,13 +8,12 @@ from typing import Any
 
 import torch
 
-from trial_executor._config import TrainConfig
+from trial_executor._config import TrainConfig, nearest_step
 
 
 def warmup_steps(warmup_ratio: float, total_steps: int) -> int:
-    """``warmup_ratio`` of ``total_steps``, to the nearest step, a half up: round() took 2.5 to 2 and 3.5 to 4, and
-    0.1 of 5 steps to no warmup at all."""
-    return math.floor(warmup_ratio * total_steps + 0.5)
+    """``warmup_ratio`` of ``total_steps``, to the nearest step, a half up: round() took 0.1 of 5 steps to no warmup."""
+    return nearest_step(warmup_ratio * total_steps)
 
 
 def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
