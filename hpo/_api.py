@@ -272,7 +272,7 @@ def optimize(
     study_name: str = DEFAULT_STUDY_NAME,
     n_trials: int = DEFAULT_N_TRIALS,
     timeout: float | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     device: str = "auto",
     model: str | None = None,
     fix: Sequence[str] = (),
@@ -383,7 +383,7 @@ def open_existing(space: SpaceLike | None, data: DataLike, options: RunOptions) 
 def verdict(
     study_name: str = DEFAULT_STUDY_NAME, data: DataLike = None, *, storage: str | None = None,
     seeds: int = DEFAULT_VERDICT_SEEDS, precisions: Sequence[str] | None = None, trial: int | None = None,
-    space: SpaceLike | None = None, seed: int = 0, device: str = "auto", cache_dir: str | None = None,
+    space: SpaceLike | None = None, seed: int | None = None, device: str = "auto", cache_dir: str | None = None,
     artifact_store: str | None = DEFAULT_ARTIFACT_DIR, max_retry: int = Heartbeat.max_retry, **data_options: Any,
 ) -> Verdict:
     """The precision verdict of an existing study (``python -m hpo verdict``): see :func:`run_verdict`.

@@ -144,6 +144,8 @@ LABEL_NAMES_ATTR = "label_names"
 # Local model directory -> {file: hash} of what from_pretrained reads (hpo.study._model_files): a resumed study
 # must train the weights it began with.
 MODEL_FILES_ATTR = "model_files"
+# The --seed the study was made with: trial k of every run trains with seed + k (hpo.study._resuming.study_seed).
+SEED_ATTR = "seed"
 MAX_LENGTH_AUTO_ATTR = "max_length_auto"  # model -> the length max_length: auto chose
 BEST_MODEL_ATTR = "best_model"
 VERDICT_ATTR = "precision_verdict"  # the last verdict's table (hpo.reporting._verdict.Verdict.to_dict())

@@ -252,7 +252,7 @@ class Objective:
         check_enqueued(self.space, system_attrs.get("fixed_params") or {})
         params = self.space.suggest(trial)
         seed = inherited.get("seed") if isinstance(inherited, dict) else None
-        seed = (self.options.seed + (trial.number if original is None else original)) % _SEED_MODULUS if seed is None else seed
+        seed = (self.options.seed_of(trial.study) + (trial.number if original is None else original)) % _SEED_MODULUS if seed is None else seed
         verdict = verdict_trial_of(trial)  # type: ignore[arg-type]
         if verdict is not None:  # paired across precisions: the verdict's seed, whatever the trial's number
             params, seed = {**params, "fp_precision": verdict["precision"]}, verdict["seed"]

@@ -17,6 +17,7 @@ import pydantic
 from optuna.trial import FrozenTrial
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
+from hpo._attrs import SEED_ATTR
 from hpo._errors import UserError
 from hpo._process import usable_cpus
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
@@ -66,7 +67,7 @@ class RunOptions(BaseModel):
     study_name: str = DEFAULT_STUDY_NAME
     n_trials: int = DEFAULT_N_TRIALS
     timeout: float | None = None
-    seed: int = 0
+    seed: int | None = None  # None: the study's own (hpo.study._resuming.study_seed), 0 for a new one
     device: str = "auto"
     model: str | None = None
     fix: tuple[str, ...] = ()
@@ -119,7 +120,8 @@ class RunOptions(BaseModel):
         if self.device not in DEVICES:
             raise UserError(f"--device {self.device!r} is not one of {', '.join(DEVICES)}; pass one of them")
         check_study_name(self.study_name)
-        check_seed(self.seed)
+        if self.seed is not None:
+            check_seed(self.seed)
         check_heartbeat(self.heartbeat_interval, self.grace_period)
         if self.holdout not in (None, *HOLDOUTS):
             raise UserError(f"--holdout must be {' or '.join(HOLDOUTS)}, got {self.holdout!r}; pass one of them")
@@ -166,6 +168,10 @@ class RunOptions(BaseModel):
     @property
     def heartbeat(self) -> Heartbeat:
         return Heartbeat(self.heartbeat_interval, self.grace_period, self.max_retry)
+
+    def seed_of(self, study: Any) -> int:
+        """The seed trial k of ``study`` trains with ``+ k``: this run's, else the one the study stores (``open_study``)."""
+        return self.seed if self.seed is not None else int(study.user_attrs.get(SEED_ATTR) or 0)
 
     def data_options(self) -> dict[str, Any]:
         """:func:`hpo.study._data.resolve_data`'s keyword arguments: the data flags (never the seed: see ``DATA_SEED``)."""

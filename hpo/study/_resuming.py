@@ -13,11 +13,14 @@ from typing import Any
 import optuna
 
 from hpo._attrs import (
+    CONFIG_ATTR,
     DATA_SOURCE_ATTR,
     DATASET_FINGERPRINT_ATTR,
     LABEL_NAMES_ATTR,
     MODEL_FILES_ATTR,
     SEARCH_SPACE_ATTR,
+    SEED_ATTR,
+    is_verdict_trial,
     stored_space,
 )
 from hpo._errors import UserError
@@ -66,6 +69,29 @@ def check_resumable(existing: optuna.Study, space: SearchSpace, wanted: dict[str
     if DATASET_FINGERPRINT_ATTR in stored and stored[DATASET_FINGERPRINT_ATTR] != wanted[DATASET_FINGERPRINT_ATTR]:
         raise _other_data(name, stored, wanted[DATASET_FINGERPRINT_ATTR])
     check_same_model_files(name, stored.get(MODEL_FILES_ATTR), wanted.get(MODEL_FILES_ATTR, {}))
+
+
+def study_seed(existing: optuna.Study | None, given: int | None) -> int:
+    """The --seed of study ``existing`` (trial k trains with seed + k): the one it was made with; ``given`` (0 for ``None``)
+    where it is new. A run given another is refused: its trials would train from another origin, and could repeat seeds."""
+    if existing is None or (stored := _stored_seed(existing)) is None:
+        return 0 if given is None else given
+    if given is not None and given != stored:
+        raise UserError(f"study {existing.study_name!r} trains trial k with seed {stored} + k (it was made with --seed {stored}), "
+                        f"and this run has --seed {given}; rerun with --seed {stored} (or without --seed), or pick a new --study-name")
+    return stored
+
+
+def _stored_seed(study: optuna.Study) -> int | None:
+    """The study's stored seed; for a study made before it was stored, its first trial's seed less its number."""
+    stored = study.user_attrs.get(SEED_ATTR)
+    if isinstance(stored, int) and not isinstance(stored, bool):
+        return stored
+    for trial in study.get_trials(deepcopy=False):  # a retry keeps its original's seed, a verdict trial has the verdict's
+        seed = (trial.user_attrs.get(CONFIG_ATTR) or {}).get("seed")
+        if isinstance(seed, int) and "failed_trial" not in trial.system_attrs and not is_verdict_trial(trial):
+            return (seed - trial.number) % 2**32
+    return None
 
 
 def _same_space(stored: dict[str, Any], wanted: dict[str, Any]) -> bool:

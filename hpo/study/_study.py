@@ -20,6 +20,7 @@ from hpo._attrs import (
     BUDGET_SLOT_ATTR,
     ENQUEUED_FROM_ATTR,
     FAIL_REASON_ATTR,
+    SEED_ATTR,
     SKIP_DETAIL_ATTR,
     SKIP_REASON_ATTR,
     fail_reason_of,
@@ -43,7 +44,7 @@ from hpo.study._outcomes import (
     never_ran,
     was_interrupted,
 )
-from hpo.study._resuming import check_resumable, study_attrs
+from hpo.study._resuming import check_resumable, study_attrs, study_seed
 from hpo.study._workers import defer_second_signal, end_deferral, second_signal_in
 from trial_executor import TextClassificationData
 
@@ -62,7 +63,7 @@ class TooManyFailuresError(RuntimeError):
 
 
 def open_study(
-    storage: optuna.storages.BaseStorage, study_name: str, space: SearchSpace, data: TextClassificationData, seed: int,
+    storage: optuna.storages.BaseStorage, study_name: str, space: SearchSpace, data: TextClassificationData, seed: int | None,
     known_good: Sequence[tuple[str, dict[str, Any]]] = (), data_source: dict[str, Any] | None = None, *, search: bool = True,
 ) -> optuna.Study:
     """Create the study, or resume it when the search space and data are the ones it was made with.
@@ -71,7 +72,8 @@ def open_study(
     ``enqueue`` list and before the fp32 baseline. ``data_source``: the data flags to store
     (:func:`hpo.study._data.data_source_of`; ``None`` keeps what is stored). ``search=False`` (a
     verdict, which runs no search trial) enqueues none of them: an fp32 baseline enqueued then
-    would wait for a run, which may pin another precision with ``--fix``.
+    would wait for a run, which may pin another precision with ``--fix``. ``seed``: the run's --seed, ``None`` for the
+    study's own (:func:`study_seed`).
     """
     wanted = study_attrs(space, data, data_source)
     try:
@@ -80,11 +82,12 @@ def open_study(
         existing = None
     if existing is not None:
         check_resumable(existing, space, wanted)
+    wanted = {**wanted, SEED_ATTR: study_seed(existing, seed)}
     study = optuna.create_study(
         storage=storage,
         study_name=study_name,
         directions=space.directions,
-        sampler=space.build_sampler(_sampler_seed(seed)),
+        sampler=space.build_sampler(_sampler_seed(wanted[SEED_ATTR])),
         pruner=space.build_pruner(),
         load_if_exists=True,
     )
