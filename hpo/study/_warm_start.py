@@ -67,8 +67,9 @@ def warm_start_configurations(space: SearchSpace, source: optuna.Study, n: int) 
     if not best:
         _notice(f"{source.study_name!r} has no best trial ({why_no_best(source)}); nothing enqueued")
     picked = [(t, fitting_params(t, space, source.study_name)) for t in best]
-    # A --fix pins its param in these trials too, as in the baseline.
-    return [(f"study:{source.study_name}:{t.number}", {**params, **space.fixes}) for t, params in picked if params is not None]
+    # As written, as the space's enqueue entries are: a --fix pins (through the sampler) what a trial leaves to be sampled,
+    # and one that set another value waits for a run without that fix, never rewritten into a configuration it is not.
+    return [(f"study:{source.study_name}:{t.number}", params) for t, params in picked if params is not None]
 
 
 def _notice(message: str) -> None:

@@ -9,7 +9,7 @@ import optuna
 import pytest
 import yaml
 from conftest import cli_args, write_tsv
-from optuna.distributions import FloatDistribution
+from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState
 
 import hpo
@@ -229,6 +229,25 @@ def test_warm_start_through_the_cli_and_the_api_trains_the_earlier_best_first(tm
     (trial,) = study.get_trials()
     assert trial.state == TrialState.COMPLETE and trial.params == best.params
     assert trial.user_attrs["enqueued_from"] == f"study:first:{best.number}"
+
+
+def test_a_fix_never_rewrites_a_warm_start_trial_it_contradicts(tmp_path: Path) -> None:
+    """A run with --fix batch_size=16 enqueued the earlier study's best {learning_rate: 1e-3, batch_size: 8} as batch 16,
+    recorded as study:earlier:0: a configuration the earlier study never ran, while the one it found good never ran here.
+    Now a warm start's trials are enqueued as written, as the space's enqueue entries are: the pinned run leaves it
+    waiting, and a run without the fix trains it."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    earlier = optuna.create_study(storage=url, study_name="earlier", direction="maximize")
+    distributions = {"learning_rate": FloatDistribution(1e-4, 1e-2, log=True), "batch_size": CategoricalDistribution([8, 16])}
+    earlier.add_trial(optuna.trial.create_trial(params={"learning_rate": 1e-3, "batch_size": 8}, value=0.9, distributions=distributions))
+    common = {"storage": url, "study_name": "new", "device": "cpu", "artifact_store": None, "warm_start": "earlier", "warm_start_trials": 1}
+    study = hpo.optimize(SPACE, DATA, n_trials=1, fix=["batch_size=16"], **common)
+    (ran,) = study.get_trials(states=(TrialState.COMPLETE,))
+    assert "enqueued_from" not in ran.user_attrs and ran.params["batch_size"] == 16
+    assert [t.system_attrs["fixed_params"] for t in _waiting(study)] == [{"learning_rate": 1e-3, "batch_size": 8}]
+    study = hpo.optimize(SPACE, DATA, n_trials=2, **common)  # a run without the fix trains it as the earlier study did
+    ran = {t.user_attrs.get("enqueued_from"): t.params for t in study.get_trials(states=(TrialState.COMPLETE,))}
+    assert ran["study:earlier:0"] == {"learning_rate": 1e-3, "batch_size": 8}
 
 
 def test_known_good_trials_run_before_the_fp32_baseline_and_one_with_its_params_is_the_baseline(tmp_path: Path) -> None:
