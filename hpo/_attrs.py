@@ -33,7 +33,8 @@ TRIALS_PER_GPU_KEY = "trials_per_gpu"
 # The --max-retry of the run whose worker started the attempt: the trial's retry policy, whichever worker fails it.
 MAX_RETRY_KEY = "max_retry"
 BASELINE_ATTR = "fp32_baseline"  # the enqueued fp32 trial speedups are measured against
-# Where an enqueued known configuration came from: "space:<index>" (the space's enqueue list) or
+# Where an enqueued known configuration came from: "space:<its values as JSON>" (the space's enqueue list, by
+# hpo.study._known_good; "space:<index>" in studies of earlier versions) or
 # "study:<name>:<number>" (--warm-start); each is enqueued once per study.
 ENQUEUED_FROM_ATTR = "enqueued_from"
 # A verdict trial (hpo.study._verdict): {"of_trial": n, "precision": p, "seed": s, "seed_index": i}; its seed and

@@ -61,9 +61,11 @@ def check_resumable(existing: optuna.Study, space: SearchSpace, wanted: dict[str
         if not isinstance(stored.get(SEARCH_SPACE_ATTR), dict):
             raise UserError(f"study {name!r} holds {trials} trial{'s' * (trials != 1)} this service did not make (no search space is stored on it): "
                             "its trials are not this space's; pick a new --study-name")
-    if not _same_space(stored[SEARCH_SPACE_ATTR], wanted[SEARCH_SPACE_ATTR]):
+    # The enqueue list is no part of it: an entry added to a running study's YAML is queued once (hpo.study._known_good).
+    was, now = (_identity(space_form) for space_form in (stored[SEARCH_SPACE_ATTR], wanted[SEARCH_SPACE_ATTR]))
+    if not _same_space(was, now):
         raise UserError(
-            f"study {name!r} was created with a different search space ({_first_difference(stored[SEARCH_SPACE_ATTR], wanted[SEARCH_SPACE_ATTR])}); "
+            f"study {name!r} was created with a different search space ({_first_difference(was, now)}); "
             "rerun with its original --space (and --model), or pick a new --study-name"
         )
     if DATASET_FINGERPRINT_ATTR in stored and stored[DATASET_FINGERPRINT_ATTR] != wanted[DATASET_FINGERPRINT_ATTR]:
@@ -92,6 +94,11 @@ def _stored_seed(study: optuna.Study) -> int | None:
         if isinstance(seed, int) and "failed_trial" not in trial.system_attrs and not is_verdict_trial(trial):
             return (seed - trial.number) % 2**32
     return None
+
+
+def _identity(space_form: dict[str, Any]) -> dict[str, Any]:
+    """What of a stored space a study's trials compare by: all but its ``enqueue`` list."""
+    return {key: value for key, value in space_form.items() if key != "enqueue"}
 
 
 def _same_space(stored: dict[str, Any], wanted: dict[str, Any]) -> bool:

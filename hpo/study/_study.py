@@ -33,6 +33,7 @@ from hpo.space._trial_values import InvalidTrialError
 from hpo.storage._backoff import retry_lost_connection
 from hpo.storage._retry_policy import RetryByTrialPolicy
 from hpo.study._budget import budget_used, take_slot
+from hpo.study._known_good import origins_of, space_entries
 from hpo.study._liveness import fail_and_requeue, fail_dead_local_trials, lost_retries, releasable
 from hpo.study._lock import study_lock
 from hpo.study._outcomes import (
@@ -100,8 +101,7 @@ def open_study(
     # be sampled, and an entry that sets another value waits for a run without that fix (for_the_budget),
     # never rewritten into a configuration it is not while its origin is spent.
     if search:
-        listed = [(f"space:{i}", params) for i, params in enumerate(space.enqueued_params())]
-        enqueue_once(study, storage, [*listed, *known_good])
+        enqueue_once(study, storage, [*space_entries(space), *known_good])
         _enqueue_baseline(study, space, storage)
     return study
 
@@ -142,7 +142,7 @@ def enqueue_once(
         return 0
     attrs = attrs or {}
     with study_lock(storage, study.study_name):
-        done = {t.user_attrs.get(ENQUEUED_FROM_ATTR) for t in study.get_trials(deepcopy=False)}
+        done = origins_of(study.get_trials(deepcopy=False))
         before = len(study.get_trials(deepcopy=False))
         for origin, params in configurations:
             if origin not in done:

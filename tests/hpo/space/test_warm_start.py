@@ -16,6 +16,7 @@ import hpo
 from hpo import RunOptions, SearchSpaceError, create_storage, open_study, parse_search_space
 from hpo._api import prepare_study
 from hpo.run import main
+from hpo.study._known_good import space_origin
 from trial_executor import demo_dataset, make_synthetic_reviews
 
 LR = {"type": "float", "low": 5e-4, "high": 2e-3, "log": True}
@@ -89,7 +90,8 @@ def test_enqueue_list_runs_first_once_per_study(tmp_path: Path) -> None:
     open_study(storage, "e", space, DATA, 0)  # a rerun, or a second worker
     waiting = _waiting(study)
     assert [t.system_attrs["fixed_params"] for t in waiting] == [{"learning_rate": 1e-3, "batch_size": 8}, {"learning_rate": 2e-3}]
-    assert [t.user_attrs["enqueued_from"] for t in waiting] == ["space:0", "space:1"]
+    assert [t.user_attrs["enqueued_from"] for t in waiting] == [space_origin({"batch_size": 8, "learning_rate": 1e-3}),
+                                                                  'space:{"learning_rate": 0.002}']
     for _ in waiting:  # each runs, with its values; the missing batch size is sampled
         trial = study.ask()
         assert trial.user_attrs["enqueued_from"].startswith("space:")
@@ -109,11 +111,12 @@ def test_a_fix_never_rewrites_an_enqueued_configuration_it_contradicts(tmp_path:
     data = demo_dataset(n_train=40, n_valid=10)
     study = hpo.optimize(space, data, n_trials=1, fix=["batch_size=16"], **common)
     (ran,) = study.get_trials(states=(TrialState.COMPLETE,))
-    assert ran.user_attrs["enqueued_from"] == "space:1" and ran.params == {"learning_rate": 2e-3, "batch_size": 16}
+    assert ran.user_attrs["enqueued_from"] == space_origin({"learning_rate": 2e-3}) and ran.params == {"learning_rate": 2e-3, "batch_size": 16}
     assert [t.system_attrs["fixed_params"] for t in _waiting(study)] == [{"learning_rate": 1e-3, "batch_size": 8}]
     study = hpo.optimize(space, data, n_trials=2, **common)  # a run without the fix trains the entry as written
     ran = {t.user_attrs["enqueued_from"]: t.params for t in study.get_trials(states=(TrialState.COMPLETE,))}
-    assert ran == {"space:0": {"learning_rate": 1e-3, "batch_size": 8}, "space:1": {"learning_rate": 2e-3, "batch_size": 16}}
+    assert ran == {space_origin({"learning_rate": 1e-3, "batch_size": 8}): {"learning_rate": 1e-3, "batch_size": 8},
+                   space_origin({"learning_rate": 2e-3}): {"learning_rate": 2e-3, "batch_size": 16}}
 
 
 def test_an_enqueued_fp32_under_another_name_runs_as_the_spaces_fp32(tmp_path: Path) -> None:
@@ -261,13 +264,14 @@ def test_known_good_trials_run_before_the_fp32_baseline_and_one_with_its_params_
     for _ in range(2):  # a rerun, or a second worker, enqueues nothing again
         prepared = prepare_study(space, DATA, RunOptions(storage=url, study_name="new", warm_start="earlier", warm_start_trials=2))
     waiting = _waiting(prepared.study)
-    assert [t.user_attrs.get("enqueued_from") for t in waiting] == ["space:0", "study:earlier:0", "study:earlier:1", None]
+    entry = space_origin({"learning_rate": 1e-3, "batch_size": 16, "fp_precision": "bf16"})
+    assert [t.user_attrs.get("enqueued_from") for t in waiting] == [entry, "study:earlier:0", "study:earlier:1", None]
     assert [bool(t.user_attrs.get(hpo.BASELINE_ATTR)) for t in waiting] == [False, False, False, True]
-    assert prepared.study.ask().user_attrs["enqueued_from"] == "space:0"  # the waiting trials run in this order
+    assert prepared.study.ask().user_attrs["enqueued_from"] == entry  # the waiting trials run in this order
 
     # The baseline's params (fp32, learning rate at its default 2e-3, batch size 8) enqueued as known-good: that trial is it.
     same = parse_search_space({**space.stored_form(), "enqueue": [{"learning_rate": 2e-3, "batch_size": 8, "fp_precision": "fp32"}]})
     for _ in range(2):
         study = open_study(create_storage(url), "twin", same, DATA, 0)
     (trial,) = _waiting(study)
-    assert trial.user_attrs["enqueued_from"] == "space:0" and trial.user_attrs[hpo.BASELINE_ATTR] is True
+    assert trial.user_attrs["enqueued_from"] == space_origin(same.enqueued_params()[0]) and trial.user_attrs[hpo.BASELINE_ATTR] is True

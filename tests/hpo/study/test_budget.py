@@ -20,6 +20,7 @@ from hpo.reporting._status import status_lines, study_status
 from hpo.storage._retry_policy import RetryByTrialPolicy
 from hpo.study import counts_toward_budget, open_study, run_to_budget
 from hpo.study._budget import take_slot
+from hpo.study._known_good import space_origin
 from hpo.study._lock import study_lock
 from trial_executor import demo_dataset
 
@@ -95,7 +96,7 @@ def test_workers_opening_a_new_study_at_once_through_a_proxy_run_each_queued_tri
     ran = [t for t in trials if counts_toward_budget(t)]
     assert len(ran) == 10 and not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     queued = [t.user_attrs.get("enqueued_from") or "baseline" for t in ran if is_baseline(t) or "enqueued_from" in t.user_attrs]
-    assert sorted(queued) == ["baseline", "space:0", "space:1"]
+    assert sorted(queued) == sorted(["baseline", space_origin({"learning_rate": 1e-3}), space_origin({"learning_rate": 3e-3})])
     for duplicate in (t for t in trials if skip_reason_of(t) == "duplicate"):
         line = trial_line(duplicate, ["accuracy"])
         assert "NOT RUN   (queued twice by workers with no lock between them: trial " in line and line.endswith("is the first copy; not counted)")

@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 import hpo
 from hpo._attrs import skip_reason_of
 from hpo.study import counts_toward_budget, run_to_budget
+from hpo.study._known_good import space_origin
 from trial_executor import demo_dataset
 
 ENTRIES = [{"learning_rate": 6e-4}, {"learning_rate": 9e-4}, {"learning_rate": 1.5e-3}]
@@ -28,8 +29,9 @@ def test_an_entry_that_draws_a_precision_this_machine_cannot_run_is_queued_again
                          n_trials=len(ENTRIES) + 1, device="cpu", artifact_store=None)
     trials = study.get_trials()
     trained = {t.user_attrs.get("enqueued_from"): t.params["learning_rate"] for t in trials if t.state == TrialState.COMPLETE}
-    assert {origin: trained.get(origin) for origin in ("space:0", "space:1", "space:2")} == {
-        f"space:{i}": entry["learning_rate"] for i, entry in enumerate(ENTRIES)}
+    origins = [space_origin(entry) for entry in ENTRIES]
+    assert {origin: trained.get(origin) for origin in origins} == {
+        origin: entry["learning_rate"] for origin, entry in zip(origins, ENTRIES, strict=True)}
     skipped = [t for t in trials if t.state == TrialState.PRUNED]
     assert all(skip_reason_of(t) == "unsupported_precision" and t.params["fp_precision"] == "tf32" for t in skipped)
     assert sum(counts_toward_budget(t) for t in trials) == len(ENTRIES) + 1  # the baseline too; no skip counted
