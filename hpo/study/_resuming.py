@@ -61,7 +61,7 @@ def check_resumable(existing: optuna.Study, space: SearchSpace, wanted: dict[str
         if not isinstance(stored.get(SEARCH_SPACE_ATTR), dict):
             raise UserError(f"study {name!r} holds {trials} trial{'s' * (trials != 1)} this service did not make (no search space is stored on it): "
                             "its trials are not this space's; pick a new --study-name")
-    # The enqueue list is no part of it: an entry added to a running study's YAML is queued once (hpo.study._known_good).
+    # The enqueue list and the sampler are no part of it: an entry added to a running study's YAML is queued once.
     was, now = (_identity(space_form) for space_form in (stored[SEARCH_SPACE_ATTR], wanted[SEARCH_SPACE_ATTR]))
     if not _same_space(was, now):
         raise UserError(
@@ -96,9 +96,14 @@ def _stored_seed(study: optuna.Study) -> int | None:
     return None
 
 
+# What a study may change between runs: what is queued next (hpo.study._known_good) and how the next trials are proposed
+# (the sampler, built by each run, as Optuna's load_study takes any); neither changes what a finished trial means.
+_NOT_IDENTITY = ("enqueue", "sampler")
+
+
 def _identity(space_form: dict[str, Any]) -> dict[str, Any]:
-    """What of a stored space a study's trials compare by: all but its ``enqueue`` list."""
-    return {key: value for key, value in space_form.items() if key != "enqueue"}
+    """What of a stored space a study's trials compare by: all but its ``enqueue`` list and ``sampler``."""
+    return {key: value for key, value in space_form.items() if key not in _NOT_IDENTITY}
 
 
 def _same_space(stored: dict[str, Any], wanted: dict[str, Any]) -> bool:

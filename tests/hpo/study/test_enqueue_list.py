@@ -80,3 +80,13 @@ def test_the_rest_of_the_space_is_still_checked(tmp_path: Path) -> None:
                                 "enqueue": [A, B]})
     with pytest.raises(hpo.UserError, match=r"different search space \(params\.batch_size\.choices was \[8, 16\], now \[8, 16, 32\]\)"):
         open_study(storage, "e", wider, DATA, 0)
+
+
+def test_the_sampler_may_change_between_runs_of_a_study(tmp_path: Path) -> None:
+    """Each run builds its sampler: tuning TPE once a few trials are in was refused (sampler was None, now {...})."""
+    storage = create_storage(f"sqlite:///{tmp_path / 'e.db'}")
+    _run_waiting(_open(storage, [A]))
+    random = parse_search_space({**SPACE, "sampler": {"type": "random"}})
+    study = open_study(storage, "e", random, DATA, 0)
+    assert isinstance(study.sampler, optuna.samplers.RandomSampler)
+    assert study.user_attrs["search_space"]["sampler"] == {"type": "random"}
