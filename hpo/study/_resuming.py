@@ -69,7 +69,7 @@ def check_resumable(existing: optuna.Study, space: SearchSpace, wanted: dict[str
             "rerun with its original --space (and --model), or pick a new --study-name"
         )
     if DATASET_FINGERPRINT_ATTR in stored and stored[DATASET_FINGERPRINT_ATTR] != wanted[DATASET_FINGERPRINT_ATTR]:
-        raise _other_data(name, stored, wanted[DATASET_FINGERPRINT_ATTR])
+        raise _other_data(name, stored, wanted[DATASET_FINGERPRINT_ATTR], wanted.get(DATA_SOURCE_ATTR))
     check_same_model_files(name, stored.get(MODEL_FILES_ATTR), wanted.get(MODEL_FILES_ATTR, {}))
 
 
@@ -122,9 +122,11 @@ def _goal(directions: list[str]) -> str:
     return f"{directions[0]}s one objective" if len(directions) == 1 else f"has {len(directions)} objectives ({', '.join(directions)})"
 
 
-def _other_data(study_name: str, stored: dict[str, Any], fingerprint: str) -> OtherDataError:
+def _other_data(study_name: str, stored: dict[str, Any], fingerprint: str, now: dict[str, Any] | None) -> OtherDataError:
     source = stored.get(DATA_SOURCE_ATTR)
     ran_on = "" if source is None else f": it ran with {data_flags(source)}"
+    if source is not None and now is not None and data_flags(now) != data_flags(source):  # a flag left at its default too
+        ran_on += f", this run with {data_flags(now)}"
     return OtherDataError(
         f"study {study_name!r} was created on different data (fingerprint {stored[DATASET_FINGERPRINT_ATTR]}, now {fingerprint})"
         f"{ran_on}; rerun with its original data, or pick a new --study-name",

@@ -138,7 +138,8 @@ def test_a_study_made_before_the_holdout_flag_resumes_on_its_random_hold_out_unl
     made.study.set_user_attr(DATA_SOURCE_ATTR, {k: v for k, v in source.items() if k != "holdout"})  # as that version stored it
 
     with pytest.raises(hpo.UserError, match=r"created on different data .*: it ran with --data \S+train.tsv --text-column sentence "
-                                            r"--label-column label --valid-fraction 0.25 --holdout random; rerun with its original data"):
+                                            r"--label-column label --valid-fraction 0.25 --holdout random, this run with --data \S+train.tsv "
+                                            r"--text-column sentence --label-column label --valid-fraction 0.25; rerun with its original data"):
         open_run(None, str(train), RunOptions(**options, holdout="stratified"), announce=None)
     capsys.readouterr()
     resumed = open_run(None, str(train), RunOptions(**options), announce=None).prepared  # no --holdout: the study's own
@@ -180,3 +181,15 @@ def test_a_data_flag_beside_a_dataset_given_in_python_is_refused_before_anything
     assert str(refused.value) == (f"{name} reads a data file, and the data given is a TextClassificationData with its splits "
                                   f"already made; drop {name}, or pass the file as data")
     assert not (tmp_path / "studies.db").exists()
+
+
+def test_data_refused_names_this_runs_flags_too_where_one_is_a_default(tmp_path: Path) -> None:
+    """A study made without --valid-fraction (its default 0.1) resumed with --valid-fraction 0.2: the line listed the
+    study's flags only, which leave a default out, so nothing in it said what differed."""
+    train = write_tsv(tmp_path / "train.tsv", [(f"{word} review number {i}", word) for i, word in enumerate(["good", "bad"] * 30)])
+    options = {"storage": f"sqlite:///{tmp_path / 'v.db'}", "study_name": "v", "device": "cpu", "artifact_store": None,
+               "text_column": "sentence"}
+    open_run(None, str(train), RunOptions(**options), announce=None)
+    with pytest.raises(hpo.UserError, match=r"it ran with --data \S+ --text-column sentence --label-column label, this run with --data \S+ "
+                                            r"--text-column sentence --label-column label --valid-fraction 0.2; rerun"):
+        open_run(None, str(train), RunOptions(**options, valid_fraction=0.2), announce=None)
