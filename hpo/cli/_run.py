@@ -14,31 +14,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import math
-import os
 import sys
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-import optuna
 from optuna.trial import FrozenTrial
 
 from hpo._api import Run, RunHooks, open_run, run_study, run_verdict
 from hpo._attrs import stored_verdict
 from hpo._errors import UserError
-from hpo.cli._parsing import Parser, at_least, between, command_prog, run_guarded
+from hpo.cli._parsing import Parser, at_least, between, command_prog
 from hpo.cli._run_ray import add_ray_arguments, check_ray_flags, run_with_ray
+from hpo.cli._training import run_training, start_training_command
 from hpo.reporting._progress import StudyProgress, best_so_far
 from hpo.reporting._run_lines import run_summary, stop_checkpoint_lost, stopped_line, trial_line
 from hpo.reporting._verdict import Verdict, verdict_table
-from hpo.storage._backoff import waiting_ends_on
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
-from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url, resolve_storage_url
+from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url
 from hpo.study._budget import finished_count
 from hpo.study._options import CACHE_ENV, DEFAULT_CACHE_DIR, DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunOptions
-from hpo.study._outcomes import quiet_trial_failures, was_interrupted
+from hpo.study._outcomes import was_interrupted
 from hpo.study._ray_workers import WorkerLostError
 from hpo.study._run_checks import check_gpus
 from hpo.study._study import TooManyFailuresError
@@ -50,10 +46,9 @@ from hpo.study._workers import (
     exit_described,
     run_workers,
     second_signal_in,
-    watch_launcher,
     worker_index,
 )
-from trial_executor import DEVICES, HOLDOUTS, MIXED_PRECISION, DataError
+from trial_executor import DEVICES, HOLDOUTS, MIXED_PRECISION
 
 PROG = command_prog("run")
 
@@ -184,14 +179,6 @@ def _add_data(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _quiet_libraries() -> None:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    quiet_trial_failures()
-
-
 def _without_workers_flag(argv: Sequence[str]) -> list[str]:
     out, skip = [], False
     for arg in argv:
@@ -290,7 +277,11 @@ def _run_here(run: Run, quiet: bool, stop: StopSignal) -> int:
 
     with progress.showing():
         hooks = RunHooks(on_trial_finished=finished, progress=progress.trial_step, stop_requested=stop.requested)
-        run_study(prepared, options, hooks=hooks, trackers=run.trackers)
+        try:
+            run_study(prepared, options, hooks=hooks, trackers=run.trackers)
+        except BaseException as err:  # a second signal: the trial it stopped is named, as after one (else run_training's line)
+            if not (second_signal_in(err) and interrupted):
+                raise
     if stop.requested():
         # The budget met and no verdict to make after it: a rerun would find nothing to do.
         met = options.n_trials if seen[0] >= options.n_trials and not verdict_after_budget(prepared.space, options) else None
@@ -333,35 +324,6 @@ def options_of(args: argparse.Namespace) -> RunOptions:
     # --ray alone is "" (a cluster started here), as ray=True is for optimize().
     ray = False if args.ray is None else (args.ray or True)
     return RunOptions(**{**given, "fix": tuple(fix), "track": tuple(map(tuple, args.track)), "ray": ray})
-
-
-def start_training_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.Namespace, StopSignal, str]:
-    """What a command that trains does first: parse ``argv``, quiet the libraries, catch SIGINT/SIGTERM, resolve --storage."""
-    args = parser.parse_args(argv)
-    _quiet_libraries()
-    stop = StopSignal()
-    stop.install()
-    watch_launcher()  # a worker of --workers N stops once its launcher is gone
-    return args, stop, resolve_storage_url(args.storage)
-
-
-def run_training(
-    prog: str, url: str, body: Callable[[], int], stop: StopSignal, *, failures: tuple[type[Exception], ...], resume: str,
-) -> int:
-    """:func:`run_guarded` for a command that trains, with ``stop`` (its SIGINT/SIGTERM) honoured everywhere.
-
-    Once a stop is requested, a storage outage is not waited out (``waiting_ends_on``). A second
-    Ctrl-C ends the command at once with one line, "rerun ... to resume ``resume``", also where Optuna
-    masked its KeyboardInterrupt with an error of its own (an UnboundLocalError in ``_run_trial``).
-    """
-    try:
-        with waiting_ends_on(stop.requested):
-            return run_guarded(prog, url, body, user_errors=(UserError, DataError), failures=failures)
-    except BaseException as err:
-        if not second_signal_in(err):
-            raise
-        print(f"{prog}: interrupted; rerun the same command to resume {resume}", file=sys.stderr)
-        return stop.exit_code or 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,7 +25,8 @@ from hpo._api import RunHooks, open_existing, run_verdict
 from hpo._attrs import stored_data_source
 from hpo._files import path_component
 from hpo.cli._parsing import Parser, add_storage_argument, at_least, command_prog
-from hpo.cli._run import _add_data, run_training, start_training_command
+from hpo.cli._run import _add_data
+from hpo.cli._training import run_training, start_training_command
 from hpo.reporting._run_lines import trial_line
 from hpo.reporting._verdict import verdict_out, write_verdict
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR

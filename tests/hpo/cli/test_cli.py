@@ -367,7 +367,7 @@ def test_a_signal_during_a_storage_outage_ends_the_command_at_once_with_one_line
 
     from _proxy_process import free_port
 
-    from hpo.cli._run import run_training
+    from hpo.cli._training import run_training
     from hpo.storage._proxy_client import ProxyStorage
     from hpo.study._outcomes import TrialFailedError
     from hpo.study._workers import StopSignal
@@ -390,3 +390,36 @@ def test_a_signal_during_a_storage_outage_ends_the_command_at_once_with_one_line
 
     assert run_training("prog", "sqlite://", second_ctrl_c_masked_by_optuna, stop, failures=(), resume="the verdict") == 130
     assert capsys.readouterr().err.splitlines() == ["prog: interrupted; rerun the same command to resume the verdict"]
+
+
+def test_a_second_signal_mid_trial_names_the_trial_it_stopped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A second Ctrl-C while a trial trained ended with "interrupted; rerun the same command to resume the study": which
+    trial, and whether it was checkpointed at the stop, went unsaid."""
+    import signal
+
+    from hpo._api import RunOptions, open_run
+    from hpo.cli._run import _run_here
+    from hpo.study._workers import StopSignal
+
+    space = {**SMALL_SPACE, "params": {"fp_precision": {"type": "categorical", "choices": ["fp32"]}},
+             "fixed": {**SMALL_SPACE["fixed"], "max_steps": 8, "eval_every": 0}}
+    options = RunOptions(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="twice", n_trials=1, device="cpu",
+                         artifact_store=str(tmp_path / "store"))
+    run = open_run(space, demo_dataset(n_train=64, n_valid=16), options, announce=None)
+
+    class TwoSignals(StopSignal):  # the first at the trial's 3rd step poll, a second at the next, as the handler takes them
+        polls = 0
+
+        def requested(self) -> bool:
+            self.polls += 1
+            if self.polls == 3:
+                self.signum = signal.SIGINT
+            elif self.polls == 4:
+                self._handle(signal.SIGINT, None)
+            return super().requested()
+
+    assert _run_here(run, quiet=True, stop=TwoSignals()) == 130
+    lines = capsys.readouterr().err.splitlines()
+    # The second landed while the first's checkpoint was written: owed until the trial was told, then the run ended.
+    assert lines[-1] == "python -m hpo.run: stopped by a signal; trial 0 was checkpointed and re-queued: rerun the same command to resume the study"
+    assert [t.state for t in run.prepared.study.get_trials()] == [TrialState.FAIL, TrialState.WAITING]
