@@ -25,7 +25,9 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._errors import UserError
+from hpo._ranking import end_order
 from hpo.storage._backoff import waiting_ends_on
+from hpo.study._budget import finished_when
 from hpo.study._liveness import GPU_SHARED_ENV, RAY_DRIVER_ENV
 from hpo.study._outcomes import quiet_trial_failures
 from hpo.study._workers import WORKER_INDEX_ENV
@@ -323,7 +325,10 @@ class TrialWatcher:
     def _ended(self) -> list[FrozenTrial]:
         return self._study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
 
-    def new(self) -> list[FrozenTrial]:
-        fresh = [t for t in self._ended() if t.number not in self._seen]
+    def new(self) -> list[tuple[FrozenTrial, int]]:
+        """The trials that ended since the last call, in the order they ended, each with the study's finished count
+        (toward its budget) when it ended: of several that ended between two calls, each shows where the study stood then."""
+        ended = self._ended()
+        fresh = sorted((t for t in ended if t.number not in self._seen), key=end_order)
         self._seen |= {t.number for t in fresh}
-        return fresh
+        return [(t, finished_when(ended, t)) for t in fresh]
