@@ -72,6 +72,9 @@ def _is_sqlite(url: str) -> bool:
     return url.lower().startswith("sqlite")
 
 
+LOCAL_CLUSTER = "a local Ray cluster"  # a RayCluster's address when it was started here (or this process had one)
+
+
 @dataclass
 class RayCluster:
     """A connected Ray cluster: what it offers, and how to run a study's workers on it."""
@@ -82,6 +85,11 @@ class RayCluster:
     cpus: float
     gpus: float
     started_here: bool
+
+    @property
+    def named(self) -> str:
+        """``the Ray cluster at ADDRESS``, or ``a local Ray cluster``: the cluster in a line the user reads."""
+        return self.address if self.address == LOCAL_CLUSTER else f"the Ray cluster at {self.address}"
 
     def default_workers(self, gpus_per_trial: float) -> int:
         """One worker per GPU share when trials use GPUs, else one per CPU."""
@@ -167,7 +175,7 @@ def connect(address: str | None, storage_url: str) -> RayCluster:
         _init(ray, address)
     total = ray.cluster_resources()
     cluster = RayCluster(
-        ray=ray, address=address or "a local Ray cluster", nodes=sum(bool(node.get("Alive")) for node in ray.nodes()),
+        ray=ray, address=address or LOCAL_CLUSTER, nodes=sum(bool(node.get("Alive")) for node in ray.nodes()),
         cpus=float(total.get("CPU", 0)), gpus=float(total.get("GPU", 0)), started_here=started_here,
     )
     try:
@@ -225,7 +233,23 @@ def plan(cluster: RayCluster, workers: int | None, gpus_per_trial: float | None)
     count = workers or cluster.default_workers(gpus)
     # The cores shared out as --workers does, so one worker alone trains on all of them.
     cpus = max(1, math.floor(cluster.cpus / count)) if gpus == 0 else 1
+    _check_placeable(cluster, count, cpus, gpus)
     return RayRun(workers=count, gpus_per_trial=gpus, cpus_per_trial=cpus)
+
+
+def _check_placeable(cluster: RayCluster, count: int, cpus: float, gpus: float) -> None:
+    """Refuse ``count`` workers the cluster, as it stands, cannot place all at once.
+
+    An actor Ray cannot place waits for resources the placed ones hold until they are killed, so the driver, which waits
+    for every worker, would wait for ever once the budget is met.
+    """
+    for name, each, total in (("CPUs", cpus, cluster.cpus), ("GPUs", gpus, cluster.gpus)):
+        fit = math.floor(total / each + 1e-9) if each else count
+        if count > fit:
+            raise UserError(
+                f"--workers {count}: {cluster.named} has {total:g} {name}, and each worker needs {each:g}; "
+                + (f"pass --workers {fit} or fewer (or add nodes)" if fit else f"add nodes with {name}")
+            )
 
 
 def start_workers(cluster: RayCluster, run: RayRun, driver: str | None = None) -> list[Any]:
