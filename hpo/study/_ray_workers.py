@@ -94,8 +94,15 @@ class RayCluster:
     def default_workers(self, gpus_per_trial: float) -> int:
         """One worker per GPU share when trials use GPUs, else one per CPU."""
         if gpus_per_trial > 0:
-            return max(1, math.floor(self.gpus / gpus_per_trial + 1e-9))
+            return max(1, self.gpu_slots(gpus_per_trial))
         return max(1, math.floor(self.cpus))
+
+    def gpu_slots(self, gpus_per_trial: float) -> int:
+        """How many trials of ``gpus_per_trial`` the GPUs hold at once. Ray places a fraction within one GPU, so 0.4 is two
+        a GPU (four on two GPUs, not five); whole GPUs are counted over the cluster's total."""
+        if gpus_per_trial < 1:
+            return math.floor(self.gpus + 1e-9) * math.floor(1 / gpus_per_trial + 1e-9)
+        return math.floor(self.gpus / gpus_per_trial + 1e-9)
 
     def check_fits(self, gpus_per_trial: float) -> None:
         if gpus_per_trial > self.gpus:
@@ -243,11 +250,14 @@ def _check_placeable(cluster: RayCluster, count: int, cpus: float, gpus: float) 
     An actor Ray cannot place waits for resources the placed ones hold until they are killed, so the driver, which waits
     for every worker, would wait for ever once the budget is met.
     """
-    for name, each, total in (("CPUs", cpus, cluster.cpus), ("GPUs", gpus, cluster.gpus)):
-        fit = math.floor(total / each + 1e-9) if each else count
+    shared = f" ({math.floor(1 / gpus + 1e-9)} share a GPU)" if 0 < gpus < 1 else ""
+    for name, each, total, fit in (
+        ("CPUs", f"{cpus:g}", cluster.cpus, math.floor(cluster.cpus / cpus + 1e-9)),
+        ("GPUs", f"{gpus:g}{shared}", cluster.gpus, cluster.gpu_slots(gpus) if gpus else count),
+    ):
         if count > fit:
             raise UserError(
-                f"--workers {count}: {cluster.named} has {total:g} {name}, and each worker needs {each:g}; "
+                f"--workers {count}: {cluster.named} has {total:g} {name}, and each worker needs {each}; "
                 + (f"pass --workers {fit} or fewer (or add nodes)" if fit else f"add nodes with {name}")
             )
 

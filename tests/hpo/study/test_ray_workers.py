@@ -61,3 +61,14 @@ def test_more_workers_than_the_cluster_can_place_at_once_is_one_line_not_a_run_t
     remote = RayCluster(ray=pytest.importorskip("ray"), address="10.0.0.5:6379", nodes=2, cpus=0, gpus=2, started_here=False)
     with pytest.raises(UserError, match=r"^--workers 2: the Ray cluster at 10.0.0.5:6379 has 0 CPUs, and each worker needs 1; add nodes with CPUs$"):
         plan(remote, None, 1)
+
+
+def test_a_fraction_of_a_gpu_packs_within_one_gpu_so_the_default_workers_all_fit() -> None:
+    # Ray places a 0.4 share within one GPU: two a GPU, four on two GPUs. One worker per 0.4 of the 2 GPUs in all made 5,
+    # and the fifth, never placed, kept the run from ending (measured on a local cluster with num_gpus=2: 4 of 5 placed).
+    assert plan(_cluster(cpus=8, gpus=2), None, 0.4).workers == 4
+    assert plan(_cluster(cpus=8, gpus=2), None, 0.25).workers == 8
+    assert plan(_cluster(cpus=8, gpus=4), None, 2).workers == 2
+    with pytest.raises(UserError, match=r"^--workers 5: a local Ray cluster has 2 GPUs, and each worker needs 0.4 \(2 share a GPU\); "
+                                        r"pass --workers 4 or fewer"):
+        plan(_cluster(cpus=8, gpus=2), 5, 0.4)
