@@ -30,7 +30,7 @@ from hpo.storage._best_model import keep_if_best, keeping_best_model
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, artifact_store
 from hpo.storage._inspect import load_existing_study, open_existing_storage
 from hpo.storage._storage import GRPC_SCHEME, Heartbeat, check_storage_url, create_storage, resolve_storage_url
-from hpo.study import finished_count, open_study, run_to_budget
+from hpo.study import open_study, run_to_budget
 from hpo.study._data import DataLike, data_source_of, its_own_holdout, on_its_own_holdout, resolve_data, stored_data
 from hpo.study._liveness import checkpoint_sweep, fail_trials_of_killed_actors
 from hpo.study._options import DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunHooks, RunOptions, Track
@@ -242,9 +242,9 @@ def run_on_ray(
         watcher = TrialWatcher(study)
 
         def poll() -> None:
-            for trial in watcher.new():
+            for trial, finished in watcher.new():
                 if on_trial_finished is not None:
-                    on_trial_finished(trial, finished_count(study))
+                    on_trial_finished(trial, finished)
             if tick is not None:
                 tick()
 

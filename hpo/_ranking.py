@@ -9,6 +9,8 @@ Optuna's own ``study.best_trial`` (and optuna-dashboard's) counts every complete
 
 from __future__ import annotations
 
+import datetime
+
 import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -17,19 +19,25 @@ from hpo._attrs import is_feasible, is_verdict_trial
 from hpo._errors import UserError
 
 
-def _candidates(study: optuna.Study) -> list[FrozenTrial]:
+def end_order(trial: FrozenTrial) -> tuple[datetime.datetime, int]:
+    """Sorts trials in the order they ended (a trial not ended yet last; ties: by number)."""
+    return trial.datetime_complete or datetime.datetime.max, trial.number
+
+
+def _candidates(study: optuna.Study, ended_by: FrozenTrial | None = None) -> list[FrozenTrial]:
     return [
         t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if is_feasible(t) and not is_verdict_trial(t)
+        if is_feasible(t) and not is_verdict_trial(t) and (ended_by is None or end_order(t) <= end_order(ended_by))
     ]
 
 
-def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """A single-objective study's complete, feasible search trials, best first (ties: the earlier trial first)."""
+def ranked_trials(study: optuna.Study, *, ended_by: FrozenTrial | None = None) -> list[FrozenTrial]:
+    """A single-objective study's complete, feasible search trials, best first (ties: the earlier trial first);
+    with ``ended_by``, only those that had ended when it did."""
     if len(study.directions) > 1:
         raise ValueError("ranked_trials needs a single-objective study: several objectives have a Pareto front")
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    return sorted(_candidates(study), key=lambda t: (-t.value if maximize else t.value, t.number))
+    return sorted(_candidates(study, ended_by), key=lambda t: (-t.value if maximize else t.value, t.number))
 
 
 def _pareto_front(trials: list[FrozenTrial], directions: list[optuna.study.StudyDirection]) -> list[FrozenTrial]:
@@ -50,14 +58,14 @@ def why_no_best(study: optuna.Study) -> str:
     return "none meets the space's constraints" if any(not is_verdict_trial(t) for t in complete) else "none has completed yet"
 
 
-def best_trials(study: optuna.Study) -> list[FrozenTrial]:
+def best_trials(study: optuna.Study, *, ended_by: FrozenTrial | None = None) -> list[FrozenTrial]:
     """The study's best trial as a one-item list, or its Pareto front (by trial number) with several objectives.
 
     Empty while no search trial has completed, or none meets the constraints. See the module for
-    which trials count.
+    which trials count. With ``ended_by``, the best as it stood when that trial ended (trials that ended later left out).
     """
     if not isinstance(study, optuna.Study):  # a name given for the study: an AttributeError from deep inside
         raise UserError(f"best_trials takes a study, got a {type(study).__name__}; pass hpo.load(name, storage=...)")
     if len(study.directions) > 1:
-        return sorted(_pareto_front(_candidates(study), study.directions), key=lambda t: t.number)
-    return ranked_trials(study)[:1]
+        return sorted(_pareto_front(_candidates(study, ended_by), study.directions), key=lambda t: t.number)
+    return ranked_trials(study, ended_by=ended_by)[:1]

@@ -43,18 +43,36 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
     ) -> tuple[argparse.Namespace, list[str]]:
-        parsed, extras = super().parse_known_args(args, namespace)
+        given = list(sys.argv[1:] if args is None else args)
+        parsed, extras = super().parse_known_args(given, namespace)
         for action in self._actions:
             # An empty value is never "the default": --storage '' read $HPO_STORAGE, --out '' wrote ./hpo-report-<study>.
-            # (A flag given bare takes its const: --ray alone is a local cluster.)
+            # A flag given bare takes its const (--ray alone is a local cluster); given an empty value that reads the same
+            # (--ray "$RAY_ADDRESS" with it unset), it is refused too: read from the words typed.
             value = getattr(parsed, action.dest, None)
-            if action.option_strings and isinstance(value, str) and not value.strip() and value not in (action.default, action.const):
+            if action.option_strings and isinstance(value, str) and not value.strip() and (
+                value not in (action.default, action.const) or (value == action.const and _given_blank(given, action.option_strings))
+            ):
                 self.error(f"{action.option_strings[-1]} is empty; give it a value or leave it out")
         return parsed, extras
 
     def error(self, message: str) -> NoReturn:
         # argparse quotes what was typed ("unrecognized arguments: postgresql://u:pw@host/db"): passwords masked.
         self.exit(2, f"{self.prog}: error: {mask_urls_in(message)} (see --help)\n")
+
+
+def _given_blank(args: Sequence[str], options: Sequence[str]) -> bool:
+    """Whether one of ``options`` was given a blank value in ``args`` (``--ray ''``, ``--ray=``), not given bare."""
+    for index, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if name not in options:
+            continue
+        if equals:
+            if not value.strip():
+                return True
+        elif index + 1 < len(args) and not args[index + 1].strip():
+            return True
+    return False
 
 
 def at_least(low: int) -> Callable[[str], int]:

@@ -27,6 +27,7 @@ from hpo._errors import UserError
 from hpo.cli._parsing import Parser, at_least, between, command_prog
 from hpo.cli._run_ray import add_ray_arguments, check_ray_flags, run_with_ray
 from hpo.cli._training import run_training, start_training_command
+from hpo.cli._worker_lines import WorkerErrors, budget_met, without_workers_flag
 from hpo.reporting._progress import StudyProgress, best_so_far
 from hpo.reporting._run_lines import run_summary, stop_checkpoint_lost, stopped_line, trial_line
 from hpo.reporting._verdict import Verdict, verdict_table
@@ -179,18 +180,6 @@ def _add_data(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _without_workers_flag(argv: Sequence[str]) -> list[str]:
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--workers":
-            skip = True
-        elif not arg.startswith("--workers="):
-            out.append(arg)
-    return out
-
-
 def _start_line(run: Run) -> str:
     prepared, options = run.prepared, run.options
     return (f"Study {options.study_name!r} in {mask_url(prepared.url)}: {finished_count(prepared.study)} of {options.n_trials} "
@@ -214,20 +203,21 @@ def _run_workers(run: Run, argv: Sequence[str], args: argparse.Namespace, stop: 
         with contextlib.suppress(Exception):
             progress.study_position(finished_count(study), best_so_far(study, names))
 
+    errors = WorkerErrors(PROG, lambda index, line: progress.line(f"[worker {index}] {line}", stderr=True))
+
     with progress.showing():
         codes = run_workers(
-            _without_workers_flag(argv), args.workers, args.gpus,
-            output=lambda index, line: progress.line(f"[worker {index}] {line}"),
-            errors=lambda index, line: progress.line(f"[worker {index}] {line}", stderr=True), tick=tick,
+            without_workers_flag(argv), args.workers, args.gpus,
+            output=lambda index, line: progress.line(f"[worker {index}] {line}"), errors=errors, tick=tick,
         )
         tick()
     if stop.requested():
         return max(codes)  # each worker said what it interrupted
     for index, code in enumerate(codes):
-        if code != 0:  # a worker killed from outside (the OOM killer, SIGKILL) says nothing itself
+        if code != 0 and not errors.said_why(index):  # a worker killed from outside (the OOM killer, SIGKILL) says nothing itself
             print(f"{PROG}: worker {index} exited with {exit_described(code)}", file=sys.stderr, flush=True)
     # The others (or its own retry) finished the budget: the study is whole, the fault was recovered.
-    if max(codes) == 0 or finished_count(study) >= run.options.n_trials:
+    if max(codes) == 0 or budget_met(run, explained=all(code == 0 or errors.said_why(i) for i, code in enumerate(codes))):
         print(run_summary(study, run.prepared.url, run.options.n_trials, names), flush=True)
         _print_stored_verdict(run)
         return 0

@@ -73,7 +73,7 @@ def run_with_ray(
     interrupted: list[int] = []
 
     def finished(trial: FrozenTrial, count: int) -> None:
-        progress.trial_finished(line(trial), count, best_so_far(study, names))
+        progress.trial_finished(line(trial), count, best_so_far(study, names, ended_by=trial))
         if was_interrupted(trial):
             interrupted.append(trial.number)
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 import optuna
+from optuna.trial import FrozenTrial
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -29,9 +30,12 @@ from trial_executor import StepProgress
 STEP_LINE_EVERY_S = 30.0
 
 
-def best_so_far(study: optuna.Study, names: Sequence[str]) -> str:
-    """``best accuracy=0.8125 (trial 3)``, or the Pareto front's size; ``""`` before any trial completes."""
-    front = best_trials(study)
+def best_so_far(study: optuna.Study, names: Sequence[str], *, ended_by: FrozenTrial | None = None) -> str:
+    """``best accuracy=0.8125 (trial 3)``, or the Pareto front's size; ``""`` before any trial completes.
+
+    With ``ended_by``, as it stood when that trial ended: a line printed later than its trial ended (a Ray driver's,
+    read from the database) shows no trial that ended after it."""
+    front = best_trials(study, ended_by=ended_by)
     if len(names) > 1:
         return f"Pareto front: {len(front)} trial{'s' * (len(front) != 1)}" if front else ""
     return f"best {names[0]}={number_text(front[0].values[0])} (trial {front[0].number})" if front else ""

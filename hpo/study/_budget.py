@@ -6,6 +6,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import BUDGET_SLOT_ATTR, is_verdict_trial, skip_reason_of
+from hpo._ranking import end_order
 from hpo.study._lock import study_lock
 from hpo.study._outcomes import SKIP_UNSUPPORTED, never_ran
 
@@ -22,6 +23,11 @@ def counts_toward_budget(trial: FrozenTrial) -> bool:
 
 def finished_count(study: optuna.Study) -> int:
     return sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def finished_when(trials: list[FrozenTrial], trial: FrozenTrial) -> int:
+    """How many of ``trials`` counted toward the budget when ``trial`` ended (it included): the study's position then."""
+    return sum(counts_toward_budget(t) and end_order(t) <= end_order(trial) for t in trials)
 
 
 def budget_used(study: optuna.Study) -> tuple[int, list[FrozenTrial]]:

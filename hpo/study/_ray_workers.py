@@ -25,7 +25,9 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._errors import UserError
+from hpo._ranking import end_order
 from hpo.storage._backoff import waiting_ends_on
+from hpo.study._budget import finished_when
 from hpo.study._liveness import GPU_SHARED_ENV, RAY_DRIVER_ENV
 from hpo.study._outcomes import quiet_trial_failures
 from hpo.study._workers import WORKER_INDEX_ENV
@@ -70,6 +72,9 @@ def _is_sqlite(url: str) -> bool:
     return url.lower().startswith("sqlite")
 
 
+LOCAL_CLUSTER = "a local Ray cluster"  # a RayCluster's address when it was started here (or this process had one)
+
+
 @dataclass
 class RayCluster:
     """A connected Ray cluster: what it offers, and how to run a study's workers on it."""
@@ -81,11 +86,23 @@ class RayCluster:
     gpus: float
     started_here: bool
 
+    @property
+    def named(self) -> str:
+        """``the Ray cluster at ADDRESS``, or ``a local Ray cluster``: the cluster in a line the user reads."""
+        return self.address if self.address == LOCAL_CLUSTER else f"the Ray cluster at {self.address}"
+
     def default_workers(self, gpus_per_trial: float) -> int:
         """One worker per GPU share when trials use GPUs, else one per CPU."""
         if gpus_per_trial > 0:
-            return max(1, math.floor(self.gpus / gpus_per_trial + 1e-9))
+            return max(1, self.gpu_slots(gpus_per_trial))
         return max(1, math.floor(self.cpus))
+
+    def gpu_slots(self, gpus_per_trial: float) -> int:
+        """How many trials of ``gpus_per_trial`` the GPUs hold at once. Ray places a fraction within one GPU, so 0.4 is two
+        a GPU (four on two GPUs, not five); whole GPUs are counted over the cluster's total."""
+        if gpus_per_trial < 1:
+            return math.floor(self.gpus + 1e-9) * math.floor(1 / gpus_per_trial + 1e-9)
+        return math.floor(self.gpus / gpus_per_trial + 1e-9)
 
     def check_fits(self, gpus_per_trial: float) -> None:
         if gpus_per_trial > self.gpus:
@@ -165,7 +182,7 @@ def connect(address: str | None, storage_url: str) -> RayCluster:
         _init(ray, address)
     total = ray.cluster_resources()
     cluster = RayCluster(
-        ray=ray, address=address or "a local Ray cluster", nodes=sum(bool(node.get("Alive")) for node in ray.nodes()),
+        ray=ray, address=address or LOCAL_CLUSTER, nodes=sum(bool(node.get("Alive")) for node in ray.nodes()),
         cpus=float(total.get("CPU", 0)), gpus=float(total.get("GPU", 0)), started_here=started_here,
     )
     try:
@@ -223,7 +240,26 @@ def plan(cluster: RayCluster, workers: int | None, gpus_per_trial: float | None)
     count = workers or cluster.default_workers(gpus)
     # The cores shared out as --workers does, so one worker alone trains on all of them.
     cpus = max(1, math.floor(cluster.cpus / count)) if gpus == 0 else 1
+    _check_placeable(cluster, count, cpus, gpus)
     return RayRun(workers=count, gpus_per_trial=gpus, cpus_per_trial=cpus)
+
+
+def _check_placeable(cluster: RayCluster, count: int, cpus: float, gpus: float) -> None:
+    """Refuse ``count`` workers the cluster, as it stands, cannot place all at once.
+
+    An actor Ray cannot place waits for resources the placed ones hold until they are killed, so the driver, which waits
+    for every worker, would wait for ever once the budget is met.
+    """
+    shared = f" ({math.floor(1 / gpus + 1e-9)} share a GPU)" if 0 < gpus < 1 else ""
+    for name, each, total, fit in (
+        ("CPUs", f"{cpus:g}", cluster.cpus, math.floor(cluster.cpus / cpus + 1e-9)),
+        ("GPUs", f"{gpus:g}{shared}", cluster.gpus, cluster.gpu_slots(gpus) if gpus else count),
+    ):
+        if count > fit:
+            raise UserError(
+                f"--workers {count}: {cluster.named} has {total:g} {name}, and each worker needs {each}; "
+                + (f"pass --workers {fit} or fewer (or add nodes)" if fit else f"add nodes with {name}")
+            )
 
 
 def start_workers(cluster: RayCluster, run: RayRun, driver: str | None = None) -> list[Any]:
@@ -323,7 +359,10 @@ class TrialWatcher:
     def _ended(self) -> list[FrozenTrial]:
         return self._study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
 
-    def new(self) -> list[FrozenTrial]:
-        fresh = [t for t in self._ended() if t.number not in self._seen]
+    def new(self) -> list[tuple[FrozenTrial, int]]:
+        """The trials that ended since the last call, in the order they ended, each with the study's finished count
+        (toward its budget) when it ended: of several that ended between two calls, each shows where the study stood then."""
+        ended = self._ended()
+        fresh = sorted((t for t in ended if t.number not in self._seen), key=end_order)
         self._seen |= {t.number for t in fresh}
-        return fresh
+        return [(t, finished_when(ended, t)) for t in fresh]

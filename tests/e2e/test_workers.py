@@ -277,3 +277,21 @@ def test_a_study_completes_across_a_database_restart(private_postgres: PrivatePo
     assert _finished(trials) == 3
     failed = [(t.number, t.state.name, t.user_attrs.get("fail_reason")) for t in trials if t.state in (TrialState.RUNNING, TrialState.FAIL)]
     assert not failed, (failed, (tmp_path / "worker.log").read_text()[-3000:])
+
+
+def test_workers_that_say_why_they_stopped_are_not_named_again_by_their_launcher(small_data: Path, tmp_path: Path) -> None:
+    """The SQLite file deleted under two workers: each says so in its one line, and the launcher adds nothing (it added
+    "worker i exited with code 1" for each, then the error a third time from its own read of the study)."""
+    url = f"sqlite:///{tmp_path / 'gone.db'}"
+    args = cli_args(url, _space(tmp_path, LONG_TRIALS), small_data, "--study-name", "gone", "--n-trials", "4", "--workers", "2",
+                    "--artifact-store", str(tmp_path / "artifacts"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.Popen([sys.executable, "-m", "hpo.run", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(url, "gone", lambda t: t.state == TrialState.RUNNING)
+        (tmp_path / "gone.db").unlink()
+        _, err = run.communicate(timeout=240)
+    finally:
+        run.kill()
+    lines = err.strip().splitlines()
+    assert run.returncode == 1 and lines and all(re.match(r"\[worker [01]\] python -m hpo\.run: error: SQLite database ", line) for line in lines), err

@@ -1,0 +1,26 @@
+"""What every command line shares: an empty value is refused, even for a flag that may be given bare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpo.cli._run import build_parser
+from hpo.run import main as run_main
+
+
+def test_ray_given_an_empty_value_is_refused_not_taken_for_a_cluster_started_here(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `--ray "$RAY_ADDRESS"` with the variable unset started a Ray cluster on this machine and ran the whole study
+    # there, instead of on the cluster the user meant.
+    monkeypatch.chdir(tmp_path)
+    for given in (["--ray", ""], ["--ray="], ["--ray", " "], ["--ray", "", "--workers", "1"]):
+        with pytest.raises(SystemExit) as exited:
+            run_main(["--storage", f"sqlite:///{tmp_path / 'e.db'}", "--n-trials", "1", *given])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.endswith("error: --ray is empty; give it a value or leave it out (see --help)\n"), err
+    assert list(tmp_path.iterdir()) == []  # no study file, no cluster's files
+    assert build_parser().parse_args(["--ray"]).ray == ""  # bare: a cluster started here
+    assert build_parser().parse_args(["--ray", "auto"]).ray == "auto"
