@@ -333,6 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = open_run(args.space and Path(args.space), args.data, options, announce=announce)
         study, names = run.prepared.study, run.prepared.space.objective_names
         if run.cluster is not None:
+            print(_start_line(run), flush=True)  # where a resumed study starts, as every run says
             code = run_with_ray(
                 run, quiet=args.quiet, stop=stop, prog=PROG,
                 line=lambda trial: trial_line(trial, names), summary=lambda: run_summary(study, url, options.n_trials, names),

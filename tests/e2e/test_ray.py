@@ -112,6 +112,7 @@ def test_a_sigkilled_ray_worker_is_restarted_and_its_trial_resumes_with_the_budg
     assert all(_placed(t) for t in trained) and len(trained) >= 3
     assert len({t.user_attrs["worker"]["ray_actor"] for t in trained}) == 2
     assert "Starting 2 Ray workers" in out
+    assert "Study 'ray-kill' in postgresql://" in out and "0 of 2 budgeted trials already finished; training on" in out
 
 
 def test_sigterm_on_the_driver_leaves_the_running_trials_waiting_and_a_rerun_finishes_the_budget(
