@@ -115,7 +115,7 @@ def open_run(space: SpaceLike | None, data: DataLike, options: RunOptions, *, an
     verdict = verdict_after_budget(resolved, options)  # an impossible verdict is refused before the study trains, not after
     check_storage_url(options.url, wait_for_server=worker)
     if not worker:
-        check_models(resolved)
+        check_models(resolved, loaded.num_labels)
         check_precisions(resolved, options.device if options.ray is False else None)  # Ray's workers: their own devices
         if verdict is not None and options.ray is False:
             check_verdict_runs_here(verdict[1], options.device)
@@ -376,7 +376,7 @@ def open_existing(space: SpaceLike | None, data: DataLike, options: RunOptions) 
     elif data_options["holdout"] is None and not isinstance(data, TextClassificationData):  # a copy of its file, held out as it was
         data_options["holdout"] = its_own_holdout(stored_data_source(existing))
     loaded = resolve_data(data, task=resolved.task, **data_options)
-    check_models(resolved)
+    check_models(resolved, loaded.num_labels)
     return prepare_study(resolved, loaded, options, search=False)  # a verdict enqueues no search trial
 
 

@@ -108,9 +108,9 @@ def with_model_directory_absolute(space: SearchSpace) -> SearchSpace:
     return space.model_copy(update={"fixed": {**space.fixed, "model": absolute}}).with_fixes(space.fixes)
 
 
-def check_models(space: SearchSpace) -> None:
-    """Every model ``space`` can train exists, takes the longest ``max_length`` a trial can get and (LoRA) has the modules
-    its adapters target; else :class:`UserError`.
+def check_models(space: SearchSpace, num_labels: int | None = None) -> None:
+    """Every model ``space`` can train exists, takes the longest ``max_length`` a trial can get, holds no trained head for
+    other than ``num_labels`` outputs (the data's) and (LoRA) has the modules its adapters target; else :class:`UserError`.
 
     Seconds (it imports transformers): a run calls it once, after the cheap checks of its
     flags, data and storage URL (:func:`hpo._api.open_run`).
@@ -127,6 +127,10 @@ def check_models(space: SearchSpace) -> None:
     for name in names:
         try:
             check_max_length(str(name), longest)  # resolves and checks the name first, once
+            if num_labels is not None:
+                from trial_executor.model._weight_shapes import check_head_fits
+
+                check_head_fits(str(name), num_labels)
         except (ModelNotFoundError, ModelLimitError) as err:
             raise UserError(str(err)) from None
     if "lora" in candidate_values(space, "finetune"):

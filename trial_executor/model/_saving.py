@@ -2,11 +2,14 @@
 
 A LoRA run saves the merged model: the adapters folded into the weights they adapt and the
 trained head in place of the frozen one, so the directory loads with plain
-``AutoModelForSequenceClassification.from_pretrained``, without peft.
+``AutoModelForSequenceClassification.from_pretrained``, without peft. The tokenizer is saved
+with ``model_max_length`` at the length the trial cut texts at (``max_length: auto`` resolved), so
+``tokenizer(texts, truncation=True)`` and pipelines read the texts as the trial's evaluation did.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,8 +44,9 @@ def merge_lora(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def save_final_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: Path, *, lora: bool) -> bool:
-    """Write ``model`` (merged when ``lora``) and ``tokenizer`` to ``directory`` with ``save_pretrained``.
+def save_final_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: Path, *, lora: bool, max_length: int) -> bool:
+    """Write ``model`` (merged when ``lora``) and ``tokenizer`` (its ``model_max_length`` the trial's ``max_length``)
+    to ``directory`` with ``save_pretrained``. The tokenizer is the worker's shared one: its saved config is edited, never it.
 
     A full or read-only disk costs the saved model, not the trial: one warning, and False.
     """
@@ -53,6 +57,8 @@ def save_final_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
         with torch.no_grad():
             model.save_pretrained(directory)
         tokenizer.save_pretrained(directory)
+        config_file = directory / "tokenizer_config.json"
+        config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "model_max_length": max_length}, indent=2))
     except (OSError, RuntimeError) as err:  # torch.save reports a full disk as RuntimeError
         _logger.warning("the trained model was not saved to %s: %s", directory, err)
         return False

@@ -171,16 +171,20 @@ def _check_directory(path: Path, signature: Signature) -> None:
             f"model directory {path} holds a {config.model_type} model, which has no sequence-classification head in "
             "transformers; point at a text model (BERT, RoBERTa, DistilBERT, ...)"
         )
-    _check_weights(path)
+    files = _check_weights(path)
     if not any((path / name).is_file() for name in _TOKENIZER_FILES):
         raise ModelNotFoundError(
             f"model directory {path} has no tokenizer ({', '.join(_TOKENIZER_FILES[:3])}, ...); "
             f"save the tokenizer beside the model with tokenizer.save_pretrained"
         )
     _check_tokenizer(path, config, signature)
+    from trial_executor.model._weight_shapes import body_shape_problem  # the body's weights as config.json shapes them
+
+    if problem := body_shape_problem(path, config, files, _safetensors_header):
+        raise ModelNotFoundError(f"model directory {path}: {problem}, so it would train from random weights there; save the model again with save_pretrained")
 
 
-def _check_weights(path: Path) -> None:
+def _check_weights(path: Path) -> set[str]:
     """The weight files from_pretrained reads (safetensors where there are any, as it prefers) are there and whole."""
     found = [name for name in _WEIGHT_FILES if (path / name).is_file()]
     if not found:
@@ -193,6 +197,7 @@ def _check_weights(path: Path) -> None:
                 f"model directory {path}: {found[0]} lists {name}, which is not there; copy the whole directory, or save the model again"
             )
         (_safetensors_header if kind == "safetensors" else _torch_checkpoint)(path / name)
+    return files
 
 
 def _shards(path: Path, index: str) -> set[str]:

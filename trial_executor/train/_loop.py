@@ -140,7 +140,8 @@ def _train(
             checkpointing.on_unusable(err)
     loop.train()
     if checkpointing is not None and checkpointing.final_model is not None and loop.stopped != STOPPED_PRUNED:
-        save_final_model(parts.model, parts.tokenizer, checkpointing.final_model, lora=config.finetune == "lora")
+        save_final_model(parts.model, parts.tokenizer, checkpointing.final_model, lora=config.finetune == "lora",
+                         max_length=parts.tokens.max_length)
     return trial_result(
         parts, loop.run, loop.timing, loop.stopped, pruned=loop.stopped == STOPPED_PRUNED, resumed_at=resumed_at,
         peak_memory_mb=memory.peak_increase_mb(), checkpoint_dtype=checkpoint_dtype(source),

@@ -226,3 +226,18 @@ def test_a_roberta_style_model_takes_its_positions_less_the_padding_id_and_one(t
     long_rows = dataclasses.replace(data, train_texts=[" ".join([text] * 8) for text in data.train_texts])
     result = run_trial(TrainConfig(model=model, batch_size=16, max_length="auto", max_length_percentile=100, max_steps=2, eval_every=0, device="cpu"), long_rows)
     assert result.steps == 2 and 24 < result.max_length <= 33, result.max_length
+
+
+@pytest.mark.parametrize("weights", ["safetensors", "torch"])
+def test_weights_of_other_shapes_than_the_config_are_refused_not_reinitialised(tmp_path: Path, weights: str) -> None:
+    # from_pretrained(ignore_mismatched_sizes=True), meant for the new head, re-initialised the word embeddings of a
+    # config whose vocab_size had been raised without resizing them: the trial trained from random embeddings.
+    _saved_tiny_bert(tmp_path / "saved")
+    if weights == "torch":
+        _torch_saved(tmp_path / "saved", keep=1.0)
+    vocab = json.loads((tmp_path / "saved" / "config.json").read_text())["vocab_size"]
+    _edit_config(tmp_path / "saved", vocab_size=vocab + 8)
+    with pytest.raises(ModelNotFoundError) as refused:
+        check_model_name(str(tmp_path / "saved"))
+    expected = f"bert.embeddings.word_embeddings.weight is [{vocab}, 64] in the weights but [{vocab + 8}, 64] by its config.json"
+    assert expected in str(refused.value) and "\n" not in str(refused.value), refused.value

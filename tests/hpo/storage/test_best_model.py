@@ -90,6 +90,9 @@ def test_lora_keeps_the_merged_model(tmp_path: Path) -> None:
     export_best_model(study, str(store), out)
     model = AutoModelForSequenceClassification.from_pretrained(out)
     assert not any("lora" in name or "modules_to_save" in name for name in model.state_dict())
+    # The tokenizer cuts texts where the trial did (its own limit was the model's 512: a pipeline cut elsewhere).
+    cut = study.best_trial.user_attrs["max_length_effective"]
+    assert AutoTokenizer.from_pretrained(out).model_max_length == cut
     assert _accuracy(out, data) == pytest.approx(study.best_trial.user_attrs["metrics"]["accuracy"])
 
 
