@@ -21,7 +21,7 @@ def test_a_trial_beside_spinning_processes_is_recorded_as_cpu_contended(tmp_path
     # 17% under a busy suite, as the scheduler favours the thread that sleeps.
     out = tmp_path / "contention.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.contention", "--steps", "400", "--rows", "480", "--reps", "1", "--cells", "spin-passive",
+        [sys.executable, "-m", "benchmarks.contention", "--steps", "300", "--rows", "480", "--reps", "1", "--cells", "spin-passive",
          "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=_on_one_core, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )

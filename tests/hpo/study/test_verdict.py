@@ -333,7 +333,8 @@ def test_a_verdict_without_data_flags_reads_the_data_the_study_ran_on(
     assert fp32.value == source.value and fp32.user_attrs["metrics"]["eval_rows"] == source.user_attrs["metrics"]["eval_rows"]
 
     # Other data names the data the study ran with; the study's file gone is one line too, nothing run.
-    with pytest.raises(hpo.UserError, match=f"different data .*: it ran with {re.escape(flags)}; rerun with its original data"):
+    with pytest.raises(hpo.UserError, match=f"different data .*: it ran with {re.escape(flags)}, this run with --data "
+                                            f"{re.escape(str(small_data))} --text-column sentence --label-column label; rerun with its original data"):
         hpo.optimize(tiny, small_data, n_trials=2, text_column="sentence", **common)
     data.rename(tmp_path / "moved.tsv")
     assert verdict_main(["--storage", storage, "--study-name", "d", "--device", "cpu", "--seeds", "3"]) == 2
