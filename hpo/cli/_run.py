@@ -29,7 +29,7 @@ from hpo.cli._run_ray import add_ray_arguments, check_ray_flags, run_with_ray
 from hpo.cli._training import run_training, start_training_command
 from hpo.cli._worker_lines import WorkerErrors, budget_met, without_workers_flag
 from hpo.reporting._progress import StudyProgress, best_so_far
-from hpo.reporting._run_lines import run_summary, stop_checkpoint_lost, stopped_line, trial_line
+from hpo.reporting._run_lines import finished_of_budget, run_summary, stop_checkpoint_lost, stopped_line, trial_line
 from hpo.reporting._verdict import Verdict, verdict_table
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url
@@ -182,8 +182,8 @@ def _add_data(parser: argparse.ArgumentParser) -> None:
 
 def _start_line(run: Run) -> str:
     prepared, options = run.prepared, run.options
-    return (f"Study {options.study_name!r} in {mask_url(prepared.url)}: {finished_count(prepared.study)} of {options.n_trials} "
-            f"budgeted trials already finished; training on {len(prepared.data.train_texts)} rows, "
+    return (f"Study {options.study_name!r} in {mask_url(prepared.url)}: {finished_of_budget(finished_count(prepared.study), options.n_trials)} "
+            f"trials already finished; training on {len(prepared.data.train_texts)} rows, "
             f"validating on {len(prepared.data.valid_texts)}.")
 
 

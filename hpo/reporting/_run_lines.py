@@ -84,6 +84,11 @@ def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
     return "  ".join(parts)
 
 
+def finished_of_budget(finished: int, budget: int) -> str:
+    """``3 of 8 budgeted``; a study never shrinks: run again with a smaller --n-trials, ``3 (more than the 2 budgeted)``."""
+    return f"{finished} of {budget} budgeted" if finished <= budget else f"{finished} (more than the {budget} budgeted)"
+
+
 def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]) -> str:
     """What a run prints at its end: trials by outcome, the best trial (or Pareto front), how to browse the study."""
     everything = study.get_trials(deepcopy=False)
@@ -97,8 +102,7 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
     why = f" ({diverged} {SKIP_NON_FINITE}, {oom} {SKIP_OOM})" if diverged or oom else ""
     shown = mask_url(url)
     finished = finished_count(study)
-    # A study never shrinks: run again with a smaller --n-trials, it has more than that budget.
-    of_budget = f"{finished} of {budget} budgeted" if finished <= budget else f"{finished} (more than the {budget} budgeted)"
+    of_budget = finished_of_budget(finished, budget)
     lines = [
         "",
         f"Study {study.study_name!r} in {shown}: {of_budget} trials finished "

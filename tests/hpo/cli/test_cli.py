@@ -423,3 +423,15 @@ def test_a_second_signal_mid_trial_names_the_trial_it_stopped(tmp_path: Path, ca
     # The second landed while the first's checkpoint was written: owed until the trial was told, then the run ended.
     assert lines[-1] == "python -m hpo.run: stopped by a signal; trial 0 was checkpointed and re-queued: rerun the same command to resume the study"
     assert [t.state for t in run.prepared.study.get_trials()] == [TrialState.FAIL, TrialState.WAITING]
+
+
+def test_a_run_with_a_smaller_budget_than_done_says_so_as_its_summary_does(tmp_path: Path) -> None:
+    """The start line said '3 of 2 budgeted trials already finished' where the summary says '3 (more than the 2 budgeted)'."""
+    from hpo._api import RunOptions, open_run
+    from hpo.cli._run import _start_line
+
+    options = RunOptions(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="over", n_trials=2, device="cpu", artifact_store=None)
+    run = open_run(SMALL_SPACE, demo_dataset(n_train=40, n_valid=10), options, announce=None)
+    for _ in range(3):
+        run.prepared.study.add_trial(optuna.trial.create_trial(value=0.5))
+    assert ": 3 (more than the 2 budgeted) trials already finished; training on 40 rows, validating on 10." in _start_line(run)
