@@ -135,8 +135,11 @@ def check_reachable(address: str | None) -> None:
     if address is None or address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
+    # Another scheme (http://head:8265, the dashboard's) left a host "http://head": its lookup failed as an unknown name.
+    if not host or not port.isdigit() or "://" in host:
         raise UserError(f"--ray {address}: not an address; give host:port (the head's GCS, e.g. 127.0.0.1:6379), ray://host:10001 or auto")
+    if not 0 < int(port) < 2**16:  # else 'Connection refused' from the OS, as if nothing listened there
+        raise UserError(f"--ray {address}: port {port} is out of range (1-65535); give the head's GCS port, e.g. 6379")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_TIMEOUT_S).close()
     except OSError as err:

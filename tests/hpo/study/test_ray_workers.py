@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 
 from hpo._errors import UserError
 from hpo.reporting._progress import best_so_far
-from hpo.study._ray_workers import LOCAL_CLUSTER, RayCluster, TrialWatcher, plan
+from hpo.study._ray_workers import LOCAL_CLUSTER, RayCluster, TrialWatcher, check_reachable, plan
 
 
 def test_trials_that_ended_between_two_polls_each_show_the_study_as_it_stood_when_they_ended(tmp_path: Path) -> None:
@@ -72,3 +72,16 @@ def test_a_fraction_of_a_gpu_packs_within_one_gpu_so_the_default_workers_all_fit
     with pytest.raises(UserError, match=r"^--workers 5: a local Ray cluster has 2 GPUs, and each worker needs 0.4 \(2 share a GPU\); "
                                         r"pass --workers 4 or fewer"):
         plan(_cluster(cpus=8, gpus=2), 5, 0.4)
+
+
+@pytest.mark.parametrize(("address", "said"), [
+    # The dashboard's URL: its host "http://127.0.0.1" was looked up, "Name or service not known".
+    ("http://127.0.0.1:1", "--ray http://127.0.0.1:1: not an address; give host:port"),
+    # An impossible port: "Connection refused", as if no cluster listened there.
+    ("127.0.0.1:99999", "--ray 127.0.0.1:99999: port 99999 is out of range (1-65535); give the head's GCS port"),
+    ("ray://127.0.0.1:0", "--ray ray://127.0.0.1:0: port 0 is out of range (1-65535)"),
+])
+def test_an_address_ray_cannot_take_is_said_as_such_not_as_an_unreachable_host(address: str, said: str) -> None:
+    with pytest.raises(UserError) as refused:
+        check_reachable(address)
+    assert str(refused.value).startswith(said)
