@@ -75,6 +75,11 @@ def _is_sqlite(url: str) -> bool:
 LOCAL_CLUSTER = "a local Ray cluster"  # a RayCluster's address when it was started here (or this process had one)
 
 
+def trials_per_gpu(gpus_per_trial: float) -> int:
+    """How many trials share one GPU: ``floor(1 / F)`` for a fraction F (Ray places a fraction within one GPU), else 1."""
+    return max(1, math.floor(1 / gpus_per_trial + 1e-9)) if 0 < gpus_per_trial < 1 else 1
+
+
 @dataclass
 class RayCluster:
     """A connected Ray cluster: what it offers, and how to run a study's workers on it."""
@@ -101,7 +106,7 @@ class RayCluster:
         """How many trials of ``gpus_per_trial`` the GPUs hold at once. Ray places a fraction within one GPU, so 0.4 is two
         a GPU (four on two GPUs, not five); whole GPUs are counted over the cluster's total."""
         if gpus_per_trial < 1:
-            return math.floor(self.gpus + 1e-9) * math.floor(1 / gpus_per_trial + 1e-9)
+            return math.floor(self.gpus + 1e-9) * trials_per_gpu(gpus_per_trial)
         return math.floor(self.gpus / gpus_per_trial + 1e-9)
 
     def check_fits(self, gpus_per_trial: float) -> None:
@@ -232,7 +237,7 @@ class RayRun:
 
     @property
     def trials_per_gpu(self) -> int:
-        return max(1, math.floor(1 / self.gpus_per_trial + 1e-9)) if 0 < self.gpus_per_trial < 1 else 1
+        return trials_per_gpu(self.gpus_per_trial)
 
 
 def plan(cluster: RayCluster, workers: int | None, gpus_per_trial: float | None) -> RayRun:
@@ -253,7 +258,7 @@ def _check_placeable(cluster: RayCluster, count: int, cpus: float, gpus: float) 
     An actor Ray cannot place waits for resources the placed ones hold until they are killed, so the driver, which waits
     for every worker, would wait for ever once the budget is met.
     """
-    shared = f" ({math.floor(1 / gpus + 1e-9)} share a GPU)" if 0 < gpus < 1 else ""
+    shared = f" ({trials_per_gpu(gpus)} share a GPU)" if 0 < gpus < 1 else ""
     for name, each, total, fit in (
         ("CPUs", f"{cpus:g}", cluster.cpus, math.floor(cluster.cpus / cpus + 1e-9)),
         ("GPUs", f"{gpus:g}{shared}", cluster.gpus, cluster.gpu_slots(gpus) if gpus else count),
