@@ -34,7 +34,8 @@ from hpo.study import open_study, run_to_budget
 from hpo.study._data import DataLike, data_source_of, its_own_holdout, on_its_own_holdout, resolve_data, stored_data
 from hpo.study._liveness import checkpoint_sweep, fail_trials_of_killed_actors
 from hpo.study._options import DEFAULT_N_TRIALS, DEFAULT_STUDY_NAME, RunHooks, RunOptions, Track
-from hpo.study._ray_workers import RayCluster, RayRun, TrialWatcher, connect, plan, start_workers, wait_for_workers
+from hpo.study._ray_cluster import RayCluster, RayRun, plan
+from hpo.study._ray_workers import TrialWatcher, connect, start_workers, wait_for_workers
 from hpo.study._resuming import existing_space
 from hpo.study._verdict import (
     DEFAULT_VERDICT_SEEDS,

@@ -15,7 +15,8 @@ from hpo.reporting._progress import StudyProgress, best_so_far
 from hpo.reporting._run_lines import stopped_line
 from hpo.study._budget import finished_count
 from hpo.study._outcomes import was_interrupted
-from hpo.study._ray_workers import check_gpus_per_trial, check_reachable, refuse_shared_sqlite, require_ray
+from hpo.study._ray_cluster import check_gpus_per_trial
+from hpo.study._ray_workers import check_reachable, refuse_shared_sqlite, require_ray
 from hpo.study._workers import StopSignal
 
 LOCAL = ""  # `--ray` with no address: start a Ray cluster on this machine

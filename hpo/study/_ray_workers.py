@@ -9,7 +9,6 @@ Ray is an optional extra: it is imported here, when ``--ray`` is asked for, and 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import socket
@@ -17,7 +16,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -30,6 +28,7 @@ from hpo.storage._backoff import waiting_ends_on
 from hpo.study._budget import finished_when
 from hpo.study._liveness import GPU_SHARED_ENV, RAY_DRIVER_ENV
 from hpo.study._outcomes import quiet_trial_failures
+from hpo.study._ray_cluster import LOCAL_CLUSTER, RayCluster, RayRun, cluster_nodes
 from hpo.study._workers import WORKER_INDEX_ENV
 
 _logger = logging.getLogger(__name__)
@@ -62,63 +61,8 @@ def require_ray() -> ModuleType:
     return ray
 
 
-def check_gpus_per_trial(value: float) -> None:
-    """Ray places a fraction of one GPU, or whole GPUs: 0.25 and 2 are fine, 1.5 is not."""
-    if not (math.isfinite(value) and value >= 0 and (value <= 1 or value == int(value))):
-        raise UserError(f"--gpus-per-trial must be a fraction of one GPU (0.25, 0.5) or a whole number of GPUs, got {value:g}")
-
-
 def _is_sqlite(url: str) -> bool:
     return url.lower().startswith("sqlite")
-
-
-LOCAL_CLUSTER = "a local Ray cluster"  # a RayCluster's address when it was started here (or this process had one)
-
-
-def trials_per_gpu(gpus_per_trial: float) -> int:
-    """How many trials share one GPU: ``floor(1 / F)`` for a fraction F (Ray places a fraction within one GPU), else 1."""
-    return max(1, math.floor(1 / gpus_per_trial + 1e-9)) if 0 < gpus_per_trial < 1 else 1
-
-
-@dataclass
-class RayCluster:
-    """A connected Ray cluster: what it offers, and how to run a study's workers on it."""
-
-    ray: ModuleType
-    address: str
-    nodes: int
-    cpus: float
-    gpus: float
-    started_here: bool
-
-    @property
-    def named(self) -> str:
-        """``the Ray cluster at ADDRESS``, or ``a local Ray cluster``: the cluster in a line the user reads."""
-        return self.address if self.address == LOCAL_CLUSTER else f"the Ray cluster at {self.address}"
-
-    def default_workers(self, gpus_per_trial: float) -> int:
-        """One worker per GPU share when trials use GPUs, else one per CPU."""
-        if gpus_per_trial > 0:
-            return max(1, self.gpu_slots(gpus_per_trial))
-        return max(1, math.floor(self.cpus))
-
-    def gpu_slots(self, gpus_per_trial: float) -> int:
-        """How many trials of ``gpus_per_trial`` the GPUs hold at once. Ray places a fraction within one GPU, so 0.4 is two
-        a GPU (four on two GPUs, not five); whole GPUs are counted over the cluster's total."""
-        if gpus_per_trial < 1:
-            return math.floor(self.gpus + 1e-9) * trials_per_gpu(gpus_per_trial)
-        return math.floor(self.gpus / gpus_per_trial + 1e-9)
-
-    def check_fits(self, gpus_per_trial: float) -> None:
-        if gpus_per_trial > self.gpus:
-            raise UserError(
-                f"--gpus-per-trial {gpus_per_trial:g}: the Ray cluster at {self.address} has {self.gpus:g} GPUs in all; "
-                "ask for less, or add GPU nodes"
-            )
-
-    def shutdown(self) -> None:
-        if self.started_here:
-            self.ray.shutdown()
 
 
 def refuse_shared_sqlite(storage_url: str, address: str | None, nodes: int) -> None:
@@ -188,11 +132,7 @@ def connect(address: str | None, storage_url: str) -> RayCluster:
     started_here = address is None and not already
     if not already:
         _init(ray, address)
-    total = ray.cluster_resources()
-    cluster = RayCluster(
-        ray=ray, address=address or LOCAL_CLUSTER, nodes=sum(bool(node.get("Alive")) for node in ray.nodes()),
-        cpus=float(total.get("CPU", 0)), gpus=float(total.get("GPU", 0)), started_here=started_here,
-    )
+    cluster = RayCluster(ray=ray, address=address or LOCAL_CLUSTER, node_list=cluster_nodes(ray), started_here=started_here)
     try:
         refuse_shared_sqlite(storage_url, address, cluster.nodes)
     except UserError:
@@ -225,49 +165,6 @@ class _Worker:
         import ray
 
         return dict(ray.get_runtime_context().get_assigned_resources())
-
-
-@dataclass
-class RayRun:
-    """How the study's workers are placed: how many, and what each reserves."""
-
-    workers: int
-    gpus_per_trial: float
-    cpus_per_trial: float
-
-    @property
-    def trials_per_gpu(self) -> int:
-        return trials_per_gpu(self.gpus_per_trial)
-
-
-def plan(cluster: RayCluster, workers: int | None, gpus_per_trial: float | None) -> RayRun:
-    """``workers`` (default: one per GPU share, else per CPU), each reserving ``gpus_per_trial`` GPUs (default 1 where there are GPUs)."""
-    gpus = (1.0 if cluster.gpus >= 1 else 0.0) if gpus_per_trial is None else gpus_per_trial
-    check_gpus_per_trial(gpus)
-    cluster.check_fits(gpus)
-    count = workers or cluster.default_workers(gpus)
-    # The cores shared out as --workers does, so one worker alone trains on all of them.
-    cpus = max(1, math.floor(cluster.cpus / count)) if gpus == 0 else 1
-    _check_placeable(cluster, count, cpus, gpus)
-    return RayRun(workers=count, gpus_per_trial=gpus, cpus_per_trial=cpus)
-
-
-def _check_placeable(cluster: RayCluster, count: int, cpus: float, gpus: float) -> None:
-    """Refuse ``count`` workers the cluster, as it stands, cannot place all at once.
-
-    An actor Ray cannot place waits for resources the placed ones hold until they are killed, so the driver, which waits
-    for every worker, would wait for ever once the budget is met.
-    """
-    shared = f" ({trials_per_gpu(gpus)} share a GPU)" if 0 < gpus < 1 else ""
-    for name, each, total, fit in (
-        ("CPUs", f"{cpus:g}", cluster.cpus, math.floor(cluster.cpus / cpus + 1e-9)),
-        ("GPUs", f"{gpus:g}{shared}", cluster.gpus, cluster.gpu_slots(gpus) if gpus else count),
-    ):
-        if count > fit:
-            raise UserError(
-                f"--workers {count}: {cluster.named} has {total:g} {name}, and each worker needs {each}; "
-                + (f"pass --workers {fit} or fewer (or add nodes)" if fit else f"add nodes with {name}")
-            )
 
 
 def start_workers(cluster: RayCluster, run: RayRun, driver: str | None = None) -> list[Any]:

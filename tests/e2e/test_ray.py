@@ -28,7 +28,8 @@ from hpo.cli._run import main as run_main
 from hpo.reporting._report import build_report
 from hpo.storage._storage import StorageError
 from hpo.study import RunOptions, counts_toward_budget
-from hpo.study._ray_workers import connect, plan, refuse_shared_sqlite, start_workers, wait_for_workers
+from hpo.study._ray_cluster import plan
+from hpo.study._ray_workers import connect, refuse_shared_sqlite, start_workers, wait_for_workers
 
 # Same xdist worker for every test here: one Ray cluster, started once (seconds on two cores).
 pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("ray")]

@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 
 from hpo._errors import UserError
 from hpo.reporting._progress import best_so_far
-from hpo.study._ray_workers import LOCAL_CLUSTER, RayCluster, TrialWatcher, check_reachable, plan
+from hpo.study._ray_workers import TrialWatcher, check_reachable
 
 
 def test_trials_that_ended_between_two_polls_each_show_the_study_as_it_stood_when_they_ended(tmp_path: Path) -> None:
@@ -37,41 +37,6 @@ def test_trials_that_ended_between_two_polls_each_show_the_study_as_it_stood_whe
     assert (trial.number, finished) == (5, 5)
     assert best_so_far(study, ["accuracy"], ended_by=study.trials[0]) == "best accuracy=0.6 (trial 0)"
     assert best_so_far(study, ["accuracy"], ended_by=trial) == best_so_far(study, ["accuracy"]) == "best accuracy=0.95 (trial 5)"
-
-
-def _cluster(cpus: float, gpus: float) -> RayCluster:
-    """A cluster as :func:`connect` describes it (``plan`` reads its resources, never Ray)."""
-    return RayCluster(ray=pytest.importorskip("ray"), address=LOCAL_CLUSTER, nodes=1, cpus=cpus, gpus=gpus, started_here=False)
-
-
-def test_more_workers_than_the_cluster_can_place_at_once_is_one_line_not_a_run_that_never_ends() -> None:
-    # A worker Ray cannot place waits for the resources the others hold until they are killed: the driver waited on it
-    # after the budget was met (--ray --workers 3 on 2 CPUs: every trial done, then no end).
-    with pytest.raises(UserError, match=r"^--workers 3: a local Ray cluster has 2 CPUs, and each worker needs 1; "
-                                        r"pass --workers 2 or fewer"):
-        plan(_cluster(cpus=2, gpus=0), 3, None)
-    with pytest.raises(UserError, match=r"^--workers 5: a local Ray cluster has 4 GPUs, and each worker needs 1; "
-                                        r"pass --workers 4 or fewer"):
-        plan(_cluster(cpus=16, gpus=4), 5, None)
-    with pytest.raises(UserError, match=r"has 4 CPUs, and each worker needs 1; pass --workers 4 or fewer"):
-        plan(_cluster(cpus=4, gpus=2), 8, 0.25)  # room on the GPUs for 8, not on the CPUs
-    assert (plan(_cluster(cpus=2, gpus=0), 2, None).workers, plan(_cluster(cpus=2, gpus=0), 1, None).cpus_per_trial) == (2, 2)
-    assert plan(_cluster(cpus=8, gpus=2), 8, 0.25).workers == 8
-    assert plan(_cluster(cpus=2, gpus=0), None, None).workers == 2
-    remote = RayCluster(ray=pytest.importorskip("ray"), address="10.0.0.5:6379", nodes=2, cpus=0, gpus=2, started_here=False)
-    with pytest.raises(UserError, match=r"^--workers 2: the Ray cluster at 10.0.0.5:6379 has 0 CPUs, and each worker needs 1; add nodes with CPUs$"):
-        plan(remote, None, 1)
-
-
-def test_a_fraction_of_a_gpu_packs_within_one_gpu_so_the_default_workers_all_fit() -> None:
-    # Ray places a 0.4 share within one GPU: two a GPU, four on two GPUs. One worker per 0.4 of the 2 GPUs in all made 5,
-    # and the fifth, never placed, kept the run from ending (measured on a local cluster with num_gpus=2: 4 of 5 placed).
-    assert plan(_cluster(cpus=8, gpus=2), None, 0.4).workers == 4
-    assert plan(_cluster(cpus=8, gpus=2), None, 0.25).workers == 8
-    assert plan(_cluster(cpus=8, gpus=4), None, 2).workers == 2
-    with pytest.raises(UserError, match=r"^--workers 5: a local Ray cluster has 2 GPUs, and each worker needs 0.4 \(2 share a GPU\); "
-                                        r"pass --workers 4 or fewer"):
-        plan(_cluster(cpus=8, gpus=2), 5, 0.4)
 
 
 @pytest.mark.parametrize(("address", "said"), [
