@@ -39,7 +39,7 @@ from hpo.study._outcomes import was_interrupted
 from hpo.study._ray_workers import WorkerLostError
 from hpo.study._run_checks import check_gpus
 from hpo.study._study import TooManyFailuresError
-from hpo.study._verdict import cut_short_line, verdict_after_budget, verdict_due
+from hpo.study._verdict import cut_short_line, nothing_left, verdict_after_budget, verdict_due
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
 from hpo.study._workers import (
     StopSignal,
@@ -224,6 +224,17 @@ def _run_workers(run: Run, argv: Sequence[str], args: argparse.Namespace, stop: 
     return max(codes)
 
 
+def _nothing_left(run: Run) -> int:
+    """What a run of several workers says when its budget is met and no verdict is due, with none started: each would
+    have imported torch and transformers (seconds apiece), found nothing to do and stopped."""
+    if run.cluster is not None:
+        run.cluster.shutdown()  # a cluster started here
+    print(_start_line(run), flush=True)
+    print(run_summary(run.prepared.study, run.prepared.url, run.options.n_trials, run.prepared.space.objective_names), flush=True)
+    _print_stored_verdict(run)
+    return 0
+
+
 def _print_stored_verdict(run: Run) -> None:
     """The verdict table, read back from the study, when the run made one in its workers (processes or Ray actors);
     or why it made none (--timeout)."""
@@ -332,6 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         announce = None if worker_index() is not None else print
         run = open_run(args.space and Path(args.space), args.data, options, announce=announce)
         study, names = run.prepared.study, run.prepared.space.objective_names
+        if (run.cluster is not None or (args.workers or 1) > 1) and nothing_left(study, run.prepared.space, options):
+            return _nothing_left(run)
         if run.cluster is not None:
             print(_start_line(run), flush=True)  # where a resumed study starts, as every run says
             code = run_with_ray(

@@ -66,6 +66,11 @@ def verdict_due(study: optuna.Study, space: SearchSpace, options: RunOptions) ->
     return None if wanted is not None and _cut_short(study, options) else wanted
 
 
+def nothing_left(study: optuna.Study, space: SearchSpace, options: RunOptions) -> bool:
+    """Whether a run would train nothing: the study holds its budget and no verdict is due after it."""
+    return finished_count(study) >= options.n_trials and verdict_due(study, space, options) is None
+
+
 def _cut_short(study: optuna.Study, options: RunOptions) -> bool:
     # Without --timeout, fewer finished trials than the budget only means other workers still finish theirs.
     return options.timeout is not None and finished_count(study) < options.n_trials

@@ -117,7 +117,7 @@ def test_a_sigkilled_ray_worker_is_restarted_and_its_trial_resumes_with_the_budg
 
 
 def test_sigterm_on_the_driver_leaves_the_running_trials_waiting_and_a_rerun_finishes_the_budget(
-    ray_address: str, pg_database: str, small_data: Path, tmp_path: Path,
+    ray_address: str, pg_database: str, small_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = _ray_args(pg_database, small_data, tmp_path, "ray-int", ray_address, LONGER_CHECKPOINTED)
     # As `docker stop` or a scheduler does: SIGTERM to the driver's whole process group. ray.init's own
@@ -143,6 +143,12 @@ def test_sigterm_on_the_driver_leaves_the_running_trials_waiting_and_a_rerun_fin
     # then holds no evaluations to carry over), so the learning curve is checked on the struck one.
     struck = next(t for t in interrupted if t.number == victim.number)
     _assert_resumed(next(t for t in trials if t.system_attrs.get("failed_trial") == struck.number), struck)
+
+    # Another rerun on Ray, the budget met: no actor is started (each would import torch and transformers for nothing).
+    capsys.readouterr()
+    assert run_main(args) == 0
+    out = capsys.readouterr().out
+    assert "Ray workers" not in out and "2 of 2 budgeted trials already finished" in out and "2 of 2 budgeted trials finished" in out
 
 
 def test_a_second_signal_kills_the_workers_then_their_trials_are_failed_and_requeued_at_once(

@@ -358,6 +358,22 @@ def test_a_signal_after_the_budget_was_met_asks_for_no_rerun(tmp_path: Path, cap
     assert [t.state for t in run.prepared.study.get_trials()] == [TrialState.COMPLETE]
 
 
+def test_workers_on_a_study_that_holds_its_budget_are_not_started(tmp_path: Path, small_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A rerun with --workers 2 on a study that held its budget started both workers: each imported torch and
+    transformers (seconds apiece), found nothing to do and stopped."""
+    from hpo.cli._run import main as run_main
+
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({**SMALL_SPACE, "fixed": {**SMALL_SPACE["fixed"], "max_steps": 2}}))
+    args = cli_args(f"sqlite:///{tmp_path / 's.db'}", space, small_data, "--n-trials", "1", "--artifact-store", str(tmp_path / "artifacts"))
+    assert run_main(args) == 0
+    capsys.readouterr()
+    assert run_main([*args, "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "Starting" not in out and "[worker" not in out, out
+    assert ": 1 of 1 budgeted trials already finished; training on" in out and "1 of 1 budgeted trials finished (1 complete" in out
+
+
 def test_a_signal_during_a_storage_outage_ends_the_command_at_once_with_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
