@@ -109,7 +109,7 @@ def open_run(space: SpaceLike | None, data: DataLike, options: RunOptions, *, an
     gets the line saying which space a run without one took, and the study opens. A cluster started
     here is shut down if opening fails; otherwise by :func:`run_prepared` or the caller.
     """
-    own = existing_space(options.url, options.study_name) if space is None and options.model is None else None
+    own = existing_space(options.url, options.study_name) if space is None else None  # --model, if given, applied to it
     resolved = resolve_space(own or space, fix=options.fix, model=options.model, announce=None)
     worker = worker_index() is not None  # a worker of --workers N: its parent checked the same flags, and said its warnings
     loaded = resolve_data(data, task=resolved.task, warn=not worker, **options.data_options())
@@ -298,7 +298,7 @@ def optimize(
     """Run (or resume, or extend) a precision-search study to ``n_trials`` finished trials; return it.
 
     The keyword arguments are ``python -m hpo run``'s flags (the fields of :class:`RunOptions`). ``space``: a YAML path, a mapping (the
-    YAML's content) or a :class:`hpo.SearchSpace`; ``None``: an existing study's own (when no ``model`` is given), else the one ``model`` takes (:func:`hpo.space._resolving.choose_space`). ``data``: a CSV/TSV/JSONL file or a
+    YAML's content) or a :class:`hpo.SearchSpace`; ``None``: an existing study's own (``model``, if given, applied to it), else the one ``model`` takes (:func:`hpo.space._resolving.choose_space`). ``data``: a CSV/TSV/JSONL file or a
     ``save_to_disk`` directory (read with the data arguments), a :class:`trial_executor.TextClassificationData`, or ``None``: the demo reviews.
     ``storage``: a database URL (default ``$HPO_STORAGE``, else ``sqlite:///hpo-studies.db``).
     ``model`` fixes the model in place of the space's; ``fix`` pins searched params

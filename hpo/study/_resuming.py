@@ -29,7 +29,7 @@ from hpo.space._space import SearchSpace
 from hpo.storage._inspect import open_existing_storage
 from hpo.study._data import OtherDataError, data_flags
 from hpo.study._model_files import check_same_model_files, space_model_files
-from trial_executor import TextClassificationData
+from trial_executor import TextClassificationData, TrainConfig
 
 
 def study_attrs(space: SearchSpace, data: TextClassificationData, source: dict[str, Any] | None) -> dict[str, Any]:
@@ -102,8 +102,12 @@ _NOT_IDENTITY = ("enqueue", "sampler")
 
 
 def _identity(space_form: dict[str, Any]) -> dict[str, Any]:
-    """What of a stored space a study's trials compare by: all but its ``enqueue`` list and ``sampler``."""
-    return {key: value for key, value in space_form.items() if key not in _NOT_IDENTITY}
+    """What of a stored space a study's trials compare by: all but its ``enqueue`` list and ``sampler``, each knob it
+    neither searches nor fixes at the executor's default (a space that names the default trains the same trials)."""
+    form = {key: value for key, value in space_form.items() if key not in _NOT_IDENTITY}
+    searched = form.get("params") or {}
+    defaults = {name: field.default for name, field in TrainConfig.model_fields.items() if name not in searched}
+    return {**form, "fixed": {**defaults, **(form.get("fixed") or {})}}
 
 
 def _same_space(stored: dict[str, Any], wanted: dict[str, Any]) -> bool:
@@ -145,7 +149,7 @@ def _first_difference(stored: Any, wanted: Any, where: str = "") -> str:
 
 def existing_space(url: str, study_name: str) -> dict[str, Any] | None:
     """The stored space of study ``study_name`` at ``url``, or ``None`` where there is no such study (nothing is created:
-    a missing SQLite file or a database without Optuna's tables holds none). A run given neither a space nor a model
+    a missing SQLite file or a database without Optuna's tables holds none). A run given no space
     resumes a study on its own space: on another machine, without the YAML it was made with."""
     try:
         storage = open_existing_storage(url)

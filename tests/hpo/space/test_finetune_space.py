@@ -76,11 +76,13 @@ def test_the_run_says_which_space_it_took_on_its_first_line_once_its_checks_pass
     assert run_main(["--model", str(pretrained_dir), "--data", str(tmp_path / "missing.csv"), "--storage", storage]) == 2
     failed = capfd.readouterr()
     assert failed.out == "" and "missing.csv" in failed.err and not (tmp_path / "s.db").exists()
-    # Past the checks the choice comes first; here the study then refuses the run (it was made with the demo space).
+    # Past the checks the choice comes first: an existing study's own space, --model applied to it (for a new study,
+    # the space the model takes: the test above). The study then refuses the run, naming the models it searched.
     hpo.open_study(hpo.create_storage(storage), "s", hpo.load_search_space(DEFAULT), demo_dataset(n_train=64, n_valid=16), seed=0)
     assert run_main(["--model", str(pretrained_dir), "--storage", storage, "--study-name", "s"]) == 2
     chosen = capfd.readouterr()
-    assert chosen.out.splitlines()[0].startswith("Search space: search_spaces/finetune.yaml (") and len(chosen.err.splitlines()) == 1
+    assert chosen.out.splitlines()[0] == "Search space: the one study 's' was made with (no --space given)"
+    assert len(chosen.err.splitlines()) == 1 and "(params.model was {" in chosen.err, chosen.err
 
 
 def test_stuck_at_majority_catches_a_constant_prediction_and_the_majority_share() -> None:

@@ -74,6 +74,13 @@ def test_a_run_without_a_space_resumes_a_study_on_its_own(tmp_path: Path, monkey
     out = capsys.readouterr().out
     assert out.startswith("Search space: the one study 'precision-demo' was made with (no --space given)\n"), out
     assert len(hpo.load(storage=f"sqlite:///{tmp_path / 's.db'}").trials) == 2
+    # --model applies to the study's own space: another model is refused as such. It took the demo space for the
+    # model, and the refusal named that space's first difference (its pruner), not the model. The space names no
+    # model: it trains the executor's default, which --model tiny-bert names.
+    assert run_main([*common, "--model", "tiny-distilbert", "--n-trials", "3"]) == 2
+    assert "(fixed.model was 'tiny-bert', now 'tiny-distilbert')" in capsys.readouterr().err
+    assert run_main([*common, "--model", "tiny-bert", "--n-trials", "3"]) == 0
+    assert len(hpo.load(storage=f"sqlite:///{tmp_path / 's.db'}").trials) == 3
 
 
 def test_a_study_on_a_local_model_directory_resumes_from_any_working_directory(
