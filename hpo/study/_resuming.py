@@ -139,7 +139,10 @@ def _other_data(study_name: str, stored: dict[str, Any], fingerprint: str, now: 
 
 
 def _first_difference(stored: Any, wanted: Any, where: str = "") -> str:
-    """Where two stored spaces first differ, and how: ``params.batch_size.choices was [16, 32], now [8, 32]``."""
+    """Where two stored spaces first differ, and how: ``params.batch_size.choices was [16, 32], now [8, 32]``, or
+    ``model was searched, now fixed at 'my-bert'`` for a knob one searches and the other fixes."""
+    if not where and (moved := _searched_or_fixed(stored, wanted)) is not None:
+        return moved
     if isinstance(stored, dict) and isinstance(wanted, dict):
         for key in [*stored, *(k for k in wanted if k not in stored)]:
             if stored.get(key) != wanted.get(key):
@@ -160,3 +163,14 @@ def existing_space(url: str, study_name: str) -> dict[str, Any] | None:
     except KeyError:
         return None
     return stored_space(study) or None
+
+
+def _searched_or_fixed(stored: dict[str, Any], wanted: dict[str, Any]) -> str | None:
+    """A knob one space searches and the other fixes (``--model`` on a space that searches models), said as such."""
+    was, now = stored.get("params") or {}, wanted.get("params") or {}
+    for name in [*was, *(k for k in now if k not in was)]:
+        if (name in was) != (name in now):
+            if name in was:
+                return f"{name} was searched, now fixed at {(wanted.get('fixed') or {}).get(name)!r}"
+            return f"{name} was fixed at {(stored.get('fixed') or {}).get(name)!r}, now searched"
+    return None

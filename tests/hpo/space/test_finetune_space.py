@@ -82,7 +82,7 @@ def test_the_run_says_which_space_it_took_on_its_first_line_once_its_checks_pass
     assert run_main(["--model", str(pretrained_dir), "--storage", storage, "--study-name", "s"]) == 2
     chosen = capfd.readouterr()
     assert chosen.out.splitlines()[0] == "Search space: the one study 's' was made with (no --space given)"
-    assert len(chosen.err.splitlines()) == 1 and "(params.model was {" in chosen.err, chosen.err
+    assert len(chosen.err.splitlines()) == 1 and f"(model was searched, now fixed at {str(pretrained_dir)!r})" in chosen.err, chosen.err
 
 
 def test_stuck_at_majority_catches_a_constant_prediction_and_the_majority_share() -> None:
