@@ -82,6 +82,22 @@ def test_the_rest_of_the_space_is_still_checked(tmp_path: Path) -> None:
         open_study(storage, "e", wider, DATA, 0)
 
 
+def test_a_params_default_may_change_between_runs_of_a_study(tmp_path: Path) -> None:
+    """A default only picks the fp32 baseline's value, and the baseline is queued once: editing it in a running study's
+    YAML was refused as another space (params.learning_rate.default was 0.001, now 0.0015)."""
+    storage = create_storage(f"sqlite:///{tmp_path / 'e.db'}")
+    searched = {**SPACE["params"], "fp_precision": {"type": "categorical", "choices": ["fp32", "bf16"]}}
+    first = {**SPACE, "params": {**searched, "learning_rate": {**searched["learning_rate"], "default": 1e-3}}}
+    study = open_study(storage, "e", parse_search_space(first), DATA, 0)
+    _run_waiting(study)
+    edited = {**first, "params": {**first["params"], "learning_rate": {**searched["learning_rate"], "default": 1.5e-3}}}
+    study = open_study(storage, "e", parse_search_space(edited), DATA, 0)
+    assert [t.system_attrs["fixed_params"]["learning_rate"] for t in study.get_trials()] == [1e-3]  # the baseline as queued, once
+    narrowed = {**edited, "params": {**edited["params"], "learning_rate": {**searched["learning_rate"], "high": 1.5e-3}}}
+    with pytest.raises(hpo.UserError, match=r"params\.learning_rate\.high was 0\.002, now 0\.0015"):
+        open_study(storage, "e", parse_search_space(narrowed), DATA, 0)
+
+
 def test_the_sampler_may_change_between_runs_of_a_study(tmp_path: Path) -> None:
     """Each run builds its sampler: tuning TPE once a few trials are in was refused (sampler was None, now {...})."""
     storage = create_storage(f"sqlite:///{tmp_path / 'e.db'}")
