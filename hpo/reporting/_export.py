@@ -71,6 +71,11 @@ def best_space(study: optuna.Study) -> dict[str, Any]:
         )
     (trial,) = best_document_trials(study)
     stored = stored_space(study)
+    if not config_of(trial) or not stored:  # its params are not TrainConfig keys: a space `run` refuses, with no objective
+        raise UserError(
+            f"study {study.study_name!r} was not made by python -m hpo run (trial {trial.number} has no stored training config): "
+            "--format space cannot write a space that retrains it; use --format yaml to read its params"
+        )
     fixed = reusable_config(trial)
     precision = fixed.pop("fp_precision", "fp32")
     space: dict[str, Any] = {key: stored[key] for key in ("task", "objective", "objectives", "constraints", "oom_fallback") if key in stored}
