@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import optuna
@@ -26,3 +27,15 @@ def test_best_as_a_space_refuses_a_study_the_service_did_not_make(tmp_path: Path
     )
     assert hpo_main(["best", "--storage", url]) == 0  # its params, as they are
     assert "x: 0.25" in capsys.readouterr().out
+
+
+def test_best_as_json_is_json_even_where_a_value_is_not_finite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A study made elsewhere may hold inf (Optuna refuses only NaN): `best --format json` printed `Infinity`, which JSON
+    parsers refuse; the export writes null there, and so does best now."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = optuna.create_study(study_name="front", storage=url, directions=["maximize", "minimize"])
+    study.add_trial(optuna.trial.create_trial(params={}, distributions={}, values=[0.5, float("-inf")], user_attrs={"config": {"seed": 3}}))
+    assert hpo_main(["best", "--storage", url, "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"not JSON: {name}"))
+    assert document["pareto_front"][0]["values"] == {"value_0": 0.5, "value_1": None}
+    assert document["pareto_front"][0]["trial_seed"] == 3
