@@ -13,7 +13,6 @@ examples:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +22,7 @@ import optuna
 from hpo._errors import UserError
 from hpo._files import write_whole
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
-from hpo.reporting._export import best_document, best_space, best_space_yaml, best_yaml, trial_entry
+from hpo.reporting._export import best_document, best_json, best_space, best_space_yaml, best_yaml, trial_entry
 from hpo.storage._best_model import export_best_model
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._inspect import load_existing_study, objective_names, open_existing_storage
@@ -77,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(best_space_yaml(study, best_space(study)), end="")
             return 0
         document = best_document(study)
-        print(best_yaml(document) if args.format == "yaml" else json.dumps(document, indent=2), end="" if args.format == "yaml" else "\n")
+        print(best_yaml(document) if args.format == "yaml" else best_json(document), end="")
         return 0
 
     return run_storage_command(PROG, build_parser(), argv, body)

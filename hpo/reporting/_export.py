@@ -71,6 +71,11 @@ def best_space(study: optuna.Study) -> dict[str, Any]:
         )
     (trial,) = best_document_trials(study)
     stored = stored_space(study)
+    if not config_of(trial) or not stored:  # its params are not TrainConfig keys: a space `run` refuses, with no objective
+        raise UserError(
+            f"study {study.study_name!r} was not made by python -m hpo run (trial {trial.number} has no stored training config): "
+            "--format space cannot write a space that retrains it; use --format yaml to read its params"
+        )
     fixed = reusable_config(trial)
     precision = fixed.pop("fp_precision", "fp32")
     space: dict[str, Any] = {key: stored[key] for key in ("task", "objective", "objectives", "constraints", "oom_fallback") if key in stored}
@@ -155,15 +160,22 @@ def rows_csv(rows: list[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
-def rows_json(rows: list[dict[str, Any]]) -> str:
-    # NaN and inf are not JSON: they become null, inside lists and objects too.
-    def clean(value: Any) -> Any:
-        if isinstance(value, float) and not math.isfinite(value):
-            return None
-        if isinstance(value, (list, tuple)):
-            return [clean(item) for item in value]
-        if isinstance(value, dict):
-            return {key: clean(item) for key, item in value.items()}
-        return value
+def _json_clean(value: Any) -> Any:
+    """NaN and inf are not JSON (``json.dumps`` writes ``Infinity``, which parsers refuse): they become null, inside lists and
+    objects too."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_json_clean(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _json_clean(item) for key, item in value.items()}
+    return value
 
-    return json.dumps([clean(row) for row in rows], indent=2, default=str, allow_nan=False) + "\n"
+
+def rows_json(rows: list[dict[str, Any]]) -> str:
+    return json.dumps([_json_clean(row) for row in rows], indent=2, default=str, allow_nan=False) + "\n"
+
+
+def best_json(document: dict[str, Any]) -> str:
+    """:func:`best_document` as JSON text; a value that is not finite (a study made elsewhere may hold one) is null."""
+    return json.dumps(_json_clean(document), indent=2, allow_nan=False) + "\n"

@@ -183,8 +183,10 @@ def verdict_line(row: PrecisionVerdict, metric: str, unit: str, higher_is_better
     if row.precision == "fp32":
         return "fp32: the reference" + _notes(row) + _caveats(row)
     if row.paired_seeds == 0:
-        ended = ", ".join(f"{n} {k}" for k, n in sorted(row.not_completed.items())) or "no trial finished"
-        return f"{row.precision}: no seed completed alongside fp32 ({ended}): no verdict"
+        completed = len(row.trials) - sum(row.not_completed.values())  # seeds of its own whose fp32 trial did not complete
+        ended = [*([f"{completed} completed where fp32 did not"] if completed else []),
+                 *(f"{n} {k}" for k, n in sorted(row.not_completed.items()))]
+        return f"{row.precision}: no seed completed alongside fp32 ({', '.join(ended) or 'no trial finished'}): no verdict"
     speed = "-" if row.speed_ratio is None else (
         f"{row.speed_ratio:.2f}x faster" if row.speed_ratio >= 1 else f"{1 / row.speed_ratio:.2f}x slower")
     memory = "" if row.memory_ratio is None else f", {row.memory_ratio:.2f}x memory"

@@ -140,11 +140,11 @@ def source_trial(study: optuna.Study, trial_number: int | None = None) -> Frozen
             raise UserError(f"--trial {trial_number}: study {study.study_name!r} has no such complete ordinary trial; "
                             "pick one listed by `python -m hpo report`")
         return found[0]
-    if len(study.directions) > 1:
+    best = best_trials(study)
+    if len(study.directions) > 1 and best:
         raise UserError(f"study {study.study_name!r} has several objectives: pass --trial N, one of its Pareto front "
                         "(`python -m hpo best` lists it)")
-    best = best_trials(study)
-    if not best:
+    if not best:  # several objectives too: an empty front is no list to pick from
         raise UserError(f"study {study.study_name!r} has no best trial to re-train: {why_no_best(study)}; run more trials with "
                         "`python -m hpo run`, or pass --trial N")
     return best[0]

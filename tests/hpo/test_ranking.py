@@ -120,3 +120,15 @@ def test_every_command_says_why_there_is_no_best_the_same_way(tmp_path: Path, ca
     front = _study(["maximize", "minimize"], [_trial([0.8, 100.0])])
     with pytest.raises(hpo.UserError, match=r"kept no model: a study with several objectives keeps none .* paste its fixed: block"):
         export_best_model(front, str(tmp_path / "store"), tmp_path / "out")
+
+
+def test_a_verdict_of_a_front_with_no_feasible_trial_says_why_not_to_ask_best(capsys: pytest.CaptureFixture[str]) -> None:
+    """Several objectives and no trial meeting the constraints: the verdict sent the user to `best` for the front,
+    which then refused (no best trial)."""
+    study = _study(["maximize", "minimize"], [_trial([0.5, 40.0], feasible=False)])
+    with pytest.raises(hpo.UserError, match=r"has no best trial to re-train: none meets the space's constraints; .* or pass --trial N$"):
+        source_trial(study)
+    front = _study(["maximize", "minimize"], [_trial([0.8, 100.0])])
+    with pytest.raises(hpo.UserError, match=r"several objectives: pass --trial N, one of its Pareto front"):
+        source_trial(front)
+    assert source_trial(front, 0).number == 0

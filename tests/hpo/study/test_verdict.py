@@ -566,3 +566,20 @@ def test_a_placeholder_that_never_trained_is_no_attempt_of_its_verdict_seed(tmp_
     study.add_trial(placeholder)
     plan = VerdictPlan(study.trials[0], [0, 1, 2], ["fp32", "bf16"], {})
     assert {c.precision: c.to_go for c in verdict_costs(study, plan)} == {"fp32": 0, "bf16": 1}
+
+
+def test_a_precision_whose_fp32_seeds_all_failed_is_not_said_to_have_finished_no_trial() -> None:
+    """bf16 completed both seeds, fp32 failed both: the line said bf16 had "no trial finished"."""
+    from hpo.reporting._verdict import build_verdict
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("search_space", {"objective": {"metric": "accuracy", "direction": "maximize"}})
+    study.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.80))  # the source trial
+    for seed in range(2):
+        study.add_trial(_verdict_trial("fp32", seed, 0.0, 0.0, state=TrialState.FAIL))
+        study.add_trial(_verdict_trial("bf16", seed, 0.8, 200.0))
+        study.add_trial(_verdict_trial("fp16", seed, 0.8, 200.0, state=TrialState.PRUNED if seed else TrialState.COMPLETE))
+    rows = {r.precision: r for r in build_verdict(study, 0, [0, 1], ["fp32", "bf16", "fp16"], {}).rows}
+    assert rows["bf16"].line == "bf16: no seed completed alongside fp32 (2 completed where fp32 did not): no verdict"
+    assert rows["fp16"].line == "fp16: no seed completed alongside fp32 (1 completed where fp32 did not, 1 pruned): no verdict"
+    assert rows["fp32"].line == "fp32: the reference; not completed: 2 failed"

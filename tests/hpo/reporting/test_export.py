@@ -1,0 +1,41 @@
+"""The best trial written out for reuse (`python -m hpo best`), on studies of every origin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from hpo.__main__ import main as hpo_main
+
+
+def test_best_as_a_space_refuses_a_study_the_service_did_not_make(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A plain Optuna study's best trial came out as a "space" `run` refuses: no objective, an invented fp32
+    and its own params (x) as training settings, with exit 0."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = optuna.create_study(study_name="plain", storage=url, direction="minimize")
+    study.add_trial(optuna.trial.create_trial(params={"x": 0.25}, distributions={"x": optuna.distributions.FloatDistribution(0, 1)},
+                                              value=0.25))
+    assert hpo_main(["best", "--storage", url, "--format", "space"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == (
+        "python -m hpo.best: error: study 'plain' was not made by python -m hpo run (trial 0 has no stored training config): "
+        "--format space cannot write a space that retrains it; use --format yaml to read its params"
+    )
+    assert hpo_main(["best", "--storage", url]) == 0  # its params, as they are
+    assert "x: 0.25" in capsys.readouterr().out
+
+
+def test_best_as_json_is_json_even_where_a_value_is_not_finite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A study made elsewhere may hold inf (Optuna refuses only NaN): `best --format json` printed `Infinity`, which JSON
+    parsers refuse; the export writes null there, and so does best now."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = optuna.create_study(study_name="front", storage=url, directions=["maximize", "minimize"])
+    study.add_trial(optuna.trial.create_trial(params={}, distributions={}, values=[0.5, float("-inf")], user_attrs={"config": {"seed": 3}}))
+    assert hpo_main(["best", "--storage", url, "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"not JSON: {name}"))
+    assert document["pareto_front"][0]["values"] == {"value_0": 0.5, "value_1": None}
+    assert document["pareto_front"][0]["trial_seed"] == 3
