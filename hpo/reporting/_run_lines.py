@@ -115,6 +115,10 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
     if waiting:  # a --fix run leaves those it does not allow; a full budget leaves an enqueued trial
         lines.append(f"Waiting in the queue: trial{'s' if len(waiting) > 1 else ''} {', '.join(map(str, waiting))} "
                      "(a run whose --fix allows them, or a larger --n-trials, trains them)")
+    running = [t.number for t in trials if t.state == TrialState.RUNNING]
+    if running:  # this run is done, the study not: another worker's trials (or a dead one's, failed after its grace period)
+        lines.append(f"Still running: trial{'s' if len(running) > 1 else ''} {', '.join(map(str, running))} "
+                     "(other workers'; `python -m hpo status` shows where)")
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     # Among trials meeting the space's constraints: the best trial, or the Pareto front.
     front = best_trials(study)

@@ -72,6 +72,19 @@ def test_the_browse_hint_works_for_the_storage_it_names() -> None:
     assert "Browse it:  optuna-dashboard sqlite:///x.db" in run_summary(study, "sqlite:///x.db", 1, ["a"])
 
 
+def test_a_summary_names_the_trials_other_workers_still_run() -> None:
+    """A run that ended while another worker's trial ran said '1 of 2 budgeted trials finished' and nothing of it."""
+    from hpo.reporting._run_lines import run_summary
+
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=0.7))
+    assert "Still running" not in run_summary(study, "sqlite:///x.db", 2, ["accuracy"])
+    study.ask()  # another worker's trial, RUNNING
+    summary = run_summary(study, "sqlite:///x.db", 2, ["accuracy"])
+    assert "1 of 2 budgeted trials finished" in summary
+    assert "\nStill running: trial 1 (other workers'; `python -m hpo status` shows where)\n" in summary
+
+
 def test_a_trial_line_names_start_up_only_when_it_was_most_of_the_training() -> None:
     def line(startup: float, train: float) -> str:
         attrs = {"throughput_samples_per_s": 3746.5, "peak_memory_mb": 514.9, "compile_seconds": startup, "train_seconds": train}
