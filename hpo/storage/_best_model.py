@@ -108,8 +108,10 @@ def keep_if_best(study: optuna.Study, trial: FrozenTrial, store: FileSystemArtif
 
 def _why_none_kept(study: optuna.Study, best: list[FrozenTrial]) -> str:
     if len(study.directions) > 1:  # `best --format space` refuses a front
-        return ("a study with several objectives keeps none (its best trials are a Pareto front); to retrain one, paste its "
-                "fixed: block from `python -m hpo best` into a search space")
+        keeps_none = "a study with several objectives keeps none (its best trials are a Pareto front)"
+        if not best:  # `best` lists no front to paste from
+            return f"{keeps_none}, and it has no Pareto front yet ({why_no_best(study)})"
+        return f"{keeps_none}; to retrain one, paste its fixed: block from `python -m hpo best` into a search space"
     if not best:
         return f"it has no best trial ({why_no_best(study)}); run more trials with `python -m hpo run`"
     return ("trials keep the best one when run by `python -m hpo run` with an artifact store and a single objective; "

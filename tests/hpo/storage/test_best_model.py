@@ -100,3 +100,15 @@ def test_a_study_without_a_kept_model_is_a_clear_error(tmp_path: Path) -> None:
     study = optuna.create_study(study_name="none", storage=f"sqlite:///{tmp_path / 'n.db'}")
     with pytest.raises(hpo.UserError, match="kept no model"):
         export_best_model(study, str(tmp_path / "s"), tmp_path / "out")
+
+
+def test_a_study_of_several_objectives_with_no_front_is_not_sent_to_best_for_one(tmp_path: Path) -> None:
+    """It said to paste a front trial's fixed: block from `python -m hpo best`, which then had none to list."""
+    study = optuna.create_study(study_name="two", storage=f"sqlite:///{tmp_path / 'n.db'}", directions=["maximize", "minimize"])
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL))
+    with pytest.raises(hpo.UserError, match=r"keeps none \(its best trials are a Pareto front\), and it has no Pareto front yet \(") as refused:
+        export_best_model(study, str(tmp_path / "s"), tmp_path / "out")
+    assert "python -m hpo best" not in str(refused.value)
+    study.add_trial(optuna.trial.create_trial(values=[0.8, 10.0]))
+    with pytest.raises(hpo.UserError, match=r"paste its fixed: block from `python -m hpo best`"):
+        export_best_model(study, str(tmp_path / "s"), tmp_path / "out")
