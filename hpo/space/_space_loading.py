@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Hashable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,8 @@ from trial_executor import METRICS, PRECISIONS, TrainConfig
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (plain YAML keeps the last silently)."""
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (plain YAML keeps the last silently), and a
+    number YAML 1.1 reads otherwise than YAML 1.2 does (``010``, ``1:30``)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -39,11 +41,38 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if key_node.tag == _MERGE_TAG:  # `<<: *anchor`: its keys may be overridden here, that is what merging is for
                 continue
             key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):  # `? [a, b]`: PyYAML's own check says "found unhashable key" with its mark
+                continue
             line = key_node.start_mark.line + 1
             if key in seen:
                 raise SearchSpaceError(f"line {line}: duplicate key {key!r} (first on line {seen[key]}); keep one of them")
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        value = super().construct_yaml_int(node)
+        _refuse_yaml11_number(node, value)
+        return value
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        value = super().construct_yaml_float(node)
+        _refuse_yaml11_number(node, value)
+        return value
+
+
+def _refuse_yaml11_number(node: yaml.ScalarNode, value: float) -> None:
+    """YAML 1.1 reads ``010`` as octal 8 and ``1:30`` as base 60 (90), where YAML 1.2 and a user mean 10 and text:
+    neither reading is taken, the line says both and how to write each."""
+    text = node.value.replace("_", "")
+    digits = text.lstrip("+-")
+    if ":" in text:
+        other = "text"
+    elif len(digits) > 1 and digits[0] == "0" and digits.isdigit():
+        other = str(int(text, 10))
+    else:
+        return
+    raise SearchSpaceError(f"line {node.start_mark.line + 1}: {node.value} is {value} in YAML 1.1 (the reader's), {other} in "
+                           f"YAML 1.2; write the number you mean without a leading 0 or a colon, or quote it for text ('{node.value}')")
 
 
 # YAML 1.1 (PyYAML) reads 1e-5 (no dot) and 1.0e5 (no exponent sign) as strings; YAML 1.2 and every ML
@@ -54,6 +83,9 @@ _UniqueKeyLoader.add_implicit_resolver(
     list("-+0123456789."),
 )
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _UniqueKeyLoader.construct_yaml_float)
+
 
 _TAGS = {"categorical", "float", "int", "none", "median", "hyperband", "successive_halving", "tpe", "random"}
 

@@ -98,6 +98,34 @@ def test_yaml_as_ml_configs_write_it_exponents_without_a_dot_and_merge_keys(tmp_
         load_search_space(space_file)
 
 
+@pytest.mark.parametrize(("value", "expected"), [
+    ("010", "line 2: 010 is 8 in YAML 1.1 (the reader's), 10 in YAML 1.2; write the number you mean"),
+    ("-010", "line 2: -010 is -8 in YAML 1.1"),
+    ("1:30", "line 2: 1:30 is 90 in YAML 1.1 (the reader's), text in YAML 1.2"),
+    ("1:30.5", "line 2: 1:30.5 is 90.5 in YAML 1.1"),
+])
+def test_a_number_yaml_1_1_reads_otherwise_is_refused_not_guessed(value: str, expected: str, tmp_path: Path) -> None:
+    """PyYAML read `low: 010` as octal 8 and `1:30` as base 60 (90): a study searched a range nobody wrote."""
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(f"params:\n  batch_size: {{type: categorical, choices: [16, {value}]}}\n")
+    with pytest.raises(Exception, match="quote it for text") as err:
+        load_search_space(space_file)
+    assert expected in str(err.value)
+    # Quoted, it is the text it reads as; 0x10, 1_000 and 0 are numbers in both YAML versions.
+    space_file.write_text(f"params:\n  model: {{type: categorical, choices: ['{value}']}}\n")
+    assert load_search_space(space_file).params["model"].choices == [value]
+    space_file.write_text("params:\n  batch_size: {type: categorical, choices: [0x10, 1_000]}\nfixed: {eval_every: 0}\n")
+    assert load_search_space(space_file).params["batch_size"].choices == [16, 1000]
+
+
+def test_a_key_that_is_a_list_is_a_yaml_error_not_a_traceback(tmp_path: Path) -> None:
+    """`? [a, b]` as a key crashed the duplicate-key check with TypeError: unhashable type: 'list'."""
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text("params:\n  ? [a, b]\n  : {type: float, low: 0.1, high: 0.2}\n")
+    with pytest.raises(Exception, match=r"line 2, column 5: found unhashable key; fix the YAML syntax"):
+        load_search_space(space_file)
+
+
 def test_bad_space_in_a_real_process_prints_no_traceback(tmp_path: Path) -> None:
     space_file = tmp_path / "bad.yaml"
     space_file.write_text(yaml.safe_dump(BAD_SPACES["unknown pruner"][0]))
