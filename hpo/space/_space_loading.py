@@ -132,8 +132,9 @@ def _check_range(name: str, p: CategoricalParam | FloatParam | IntParam) -> str 
         return f"params.{name}: low ({p.low}) must be <= high ({p.high})"
     if p.log and p.low <= 0:
         return f"params.{name}: log scale needs low > 0, got {p.low}"
-    if p.log and p.step not in (None, 1):
-        return f"params.{name}: step cannot be combined with log: true"
+    # An int's step is 1 unless given; a float's step of 1 is a step all the same, which Optuna refuses beside log.
+    if p.log and p.step is not None and (isinstance(p, FloatParam) or p.step != 1):
+        return f"params.{name}: step cannot be combined with log: true; drop step, or log"
     if p.step and p.problem_with(p.high):  # the membership rule: off the grid, Optuna warns and samples below high
         # The two highs on the grid, in decimal: the written values' digits, not their binary sums.
         low, high, step = (Decimal(str(v)) for v in (p.low, p.high, p.step))

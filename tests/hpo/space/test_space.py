@@ -44,6 +44,9 @@ BAD_SPACES = {
     "unknown key": (_bad(params__learning_rat={"type": "float", "low": 1e-3, "high": 1e-2}), "did you mean 'learning_rate'"),
     # pydantic's lax mode took YAML's true as the bound 1 (learning rates up to 2 were then sampled).
     "boolean bound": (_bad(params__learning_rate={"type": "float", "low": True, "high": 2}), "params.learning_rate.low: must be a number, got True"),
+    # A float's step 1 was let through as an int's default step: every trial failed in Optuna with a traceback.
+    "float step 1 on a log scale": (_bad(params__max_grad_norm={"type": "float", "low": 1.0, "high": 4.0, "log": True, "step": 1}),
+                                    "params.max_grad_norm: step cannot be combined with log: true; drop step, or log"),
     "quoted bound": (_bad(params__batch_size={"type": "int", "low": "8", "high": 32}), "params.batch_size.low: must be a number, got '8'"),
 }
 
