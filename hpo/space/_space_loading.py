@@ -120,6 +120,11 @@ def _pydantic_message(error: dict[str, Any]) -> str:
         return f"{where}: {error['ctx']['error']}"
     if kind == "finite_number":
         return f"{where}: must be a finite number, got {error['input']!r}"
+    if len(loc) == 5 and loc[0] == "params" and loc[2] == "choices" and kind.endswith("_type"):  # each member type's error: one line
+        given = error["input"]
+        fix = f"leave {loc[1]} at null by setting it in fixed: instead" if given is None else "write one value (quoted, if text)"
+        shown = "null" if given is None else repr(given)
+        return f"params.{loc[1]}.choices[{loc[3]}]: {shown} cannot be a choice (a string, a number, true or false); {fix}"
     if kind.endswith("_type"):  # strict types: YAML's true is not 1, a quoted "16000" is not a number
         return f"{where}: {error['msg'].replace('Input should', 'must')}, got {error['input']!r}"
     return f"{where}: {error['msg']}"
