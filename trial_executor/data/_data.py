@@ -331,8 +331,11 @@ def _hold_out(path: Path, rows: _Rows, fraction: float, rng: random.Random, stra
     if not 0 < fraction < 1:
         raise DataError(f"--valid-fraction must be between 0 and 1, got {fraction}")
     n_valid = hold_out_size(len(rows.texts), fraction)
-    if len(rows.texts) - n_valid < 2:
-        raise DataError(f"data file {path} has {len(rows.texts)} usable rows, too few to hold out validation; add rows")
+    if len(rows.texts) - n_valid < 2:  # the fraction is the fix where the rows would leave two to train on at a lower one
+        lower = "lower --valid-fraction, " if len(rows.texts) - hold_out_size(len(rows.texts), 0) >= 2 else ""
+        raise DataError(f"data file {path} has {len(rows.texts)} usable rows: a --valid-fraction {fraction} hold-out takes "
+                        f"{n_valid}, leaving {len(rows.texts) - n_valid} to train on (at least 2 are needed); "
+                        f"{lower}add rows, or pass a validation file (--valid-data)")
     if stratify:
         held = stratified_rows(rows.labels, n_valid, rng)
         if not held:

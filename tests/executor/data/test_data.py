@@ -126,6 +126,18 @@ def test_classes_too_small_for_their_share_leave_it_to_the_others(tmp_path: Path
         assert [data.label_names[i] for i in data.valid_labels] == ["common"] * wanted and len(data.train_texts) == 100 - wanted
 
 
+def test_a_hold_out_that_leaves_too_few_rows_to_train_on_names_the_fraction(tmp_path: Path) -> None:
+    """--valid-fraction 0.99 of 40 rows said "has 40 usable rows, too few to hold out validation; add rows": the fraction was the fix."""
+    path = write_tsv(tmp_path / "forty.tsv", [(f"text {i}", f"class {i % 2}") for i in range(40)])
+    with pytest.raises(DataError, match=rf"^data file {path} has 40 usable rows: a --valid-fraction 0.99 hold-out takes 40, leaving 0 "
+                                        r"to train on \(at least 2 are needed\); lower --valid-fraction, add rows, or pass a "):
+        load_text_classification(path, text_column="sentence", valid_fraction=0.99)
+    two = write_tsv(tmp_path / "two.tsv", [("a", "x"), ("b", "y")])
+    with pytest.raises(DataError, match=r"has 2 usable rows: a --valid-fraction 0.1 hold-out takes 1, leaving 1 to train on "
+                                        r"\(at least 2 are needed\); add rows, or pass a validation file"):
+        load_text_classification(two, text_column="sentence", valid_fraction=0.1)
+
+
 def test_a_stratified_hold_out_with_no_class_of_two_rows_is_one_line(tmp_path: Path) -> None:
     path = write_tsv(tmp_path / "singles.tsv", [(f"text {i}", f"class {i}") for i in range(5)])
     with pytest.raises(DataError, match=rf"^data file {path} has no class with two rows, so none can be held out for validation; "
