@@ -202,6 +202,8 @@ def _delimited_rows(path: Path, reader: Any, kind: str, fix: str) -> Records:
             raise DataError(f"data file {path} has more than one column named {twice[0]!r}; give each column its own name")
         start = reader.line_num + 1
         for fields in reader:
+            if len(fields) == 1 and len(header) > 1 and not fields[0].strip():
+                raise DataError(f"data file {path} line {start} holds only whitespace, no {kind} fields; remove it (an empty line is skipped)")
             if fields and len(fields) != len(header):
                 raise DataError(
                     f"data file {path} line {start} has {len(fields)} {kind} field{'s' * (len(fields) != 1)} but the header "
