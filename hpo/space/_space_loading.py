@@ -33,7 +33,7 @@ from trial_executor import METRICS, PRECISIONS, TrainConfig
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a key given twice in one mapping (plain YAML keeps the last silently), and a
-    number YAML 1.1 reads otherwise than YAML 1.2 does (``010``, ``1:30``)."""
+    number or switch YAML 1.1 reads otherwise than YAML 1.2 does (``010``, ``1:30``, ``on``)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -57,6 +57,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
         value = super().construct_yaml_float(node)
         _refuse_yaml11_number(node, value)
+        return value
+
+    def construct_yaml_bool(self, node: yaml.ScalarNode) -> bool:
+        value = super().construct_yaml_bool(node)
+        if node.value.lower() not in ("true", "false"):  # yes, no, on, off: text in YAML 1.2
+            raise SearchSpaceError(f"line {node.start_mark.line + 1}: {node.value} is {str(value).lower()} in YAML 1.1 (the reader's), "
+                                   f"text in YAML 1.2; write true or false, or quote it for text ('{node.value}')")
         return value
 
 
@@ -85,6 +92,7 @@ _UniqueKeyLoader.add_implicit_resolver(
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _UniqueKeyLoader.construct_yaml_float)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:bool", _UniqueKeyLoader.construct_yaml_bool)
 
 
 _TAGS = {"categorical", "float", "int", "none", "median", "hyperband", "successive_halving", "tpe", "random"}

@@ -127,6 +127,20 @@ def test_a_number_yaml_1_1_reads_otherwise_is_refused_not_guessed(value: str, ex
     assert load_search_space(space_file).params["batch_size"].choices == [16, 1000]
 
 
+def test_a_switch_yaml_1_1_reads_otherwise_is_refused_not_guessed(tmp_path: Path) -> None:
+    """`length_grouping: on` was read as true (YAML 1.2: the text 'on'), and a bare `no` among fp_precision's choices as false."""
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text("params:\n  batch_size: {type: categorical, choices: [16]}\nfixed: {length_grouping: on}\n")
+    with pytest.raises(Exception, match=r"line 3: on is true in YAML 1.1 \(the reader's\), text in YAML 1.2; write true or false, "
+                                        r"or quote it for text \('on'\)"):
+        load_search_space(space_file)
+    space_file.write_text("params:\n  fp_precision: {type: categorical, choices: [bf16, No]}\n")
+    with pytest.raises(Exception, match=r"line 2: No is false in YAML 1.1"):
+        load_search_space(space_file)
+    space_file.write_text("params:\n  fp_precision: {type: categorical, choices: [bf16, 'no']}\nfixed: {length_grouping: True}\n")
+    assert load_search_space(space_file).fixed == {"length_grouping": True}
+
+
 def test_a_key_that_is_a_list_is_a_yaml_error_not_a_traceback(tmp_path: Path) -> None:
     """`? [a, b]` as a key crashed the duplicate-key check with TypeError: unhashable type: 'list'."""
     space_file = tmp_path / "space.yaml"
