@@ -174,7 +174,11 @@ def _columns(
     if not records.rows:
         raise DataError(f"data file {path} has no rows; give a file with a header and at least two classes")
     found = list(records.rows[0].keys())
-    for column, flag in ((text_column, "--text-column"), (label_column, "--label-column"), (pair_column, "--text-pair-column")):
+    named = ((text_column, "--text-column"), (label_column, "--label-column"), (pair_column, "--text-pair-column"))
+    if any(column is not None and column not in found for column, _ in named):
+        # JSON rows each have their own keys: a column the first row lacks is that row's problem if another row has it.
+        found = list(dict.fromkeys(key for row in records.rows for key in row))
+    for column, flag in named:
         if column is not None and column not in found:
             raise DataError(f"data file {path} has no column {column!r} (found: {bounded_list(map(repr, found))}); set {flag}")
     rows = _Rows([], [] if pair_column else None, [], 0)

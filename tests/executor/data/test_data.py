@@ -237,10 +237,13 @@ def _jsonl(*extra: str) -> bytes:
         # A line of spaces read "has 1 CSV field but the header has 2; quote fields that hold a comma...": no quote was missing.
         ("data.csv", b"sentence,label\nx,a\ny,b\n  \nz,a\n", "line 4 holds only whitespace, no CSV fields; remove it (an empty line is skipped)"),
         ("data.tsv", b"sentence\tlabel\nx\ta\ny\tb\n \r\n", "line 4 holds only whitespace, no TSV fields; remove it"),
+        # JSON Lines rows have their own keys: a first row without its text was "has no column 'sentence' (found: 'label')".
+        ("data.jsonl", b'{"label": "a"}\n{"sentence": "x", "label": "b"}\n', "data.jsonl line 1 has no 'sentence'; give every row a 'sentence'"),
         ("data.csv", b"sentence,label\n ,a\n,b\n", "has no row with a text (2 with empty text dropped); give it rows with text"),
     ],
     ids=["key twice", "json integer too long", "nested too deeply", "lone surrogate", "label integer too long",
-         "blank first line", "tsv named csv", "semicolons", "header repeated", "whitespace line csv", "whitespace line tsv", "no text"],
+         "blank first line", "tsv named csv", "semicolons", "header repeated", "whitespace line csv", "whitespace line tsv",
+         "first json row without the column", "no text"],
 )
 def test_json_and_labels_a_parser_cannot_take_as_they_are_are_one_line(tmp_path: Path, name: str, content: bytes, expected: str) -> None:
     (tmp_path / name).write_bytes(content)
