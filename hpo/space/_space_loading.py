@@ -98,6 +98,12 @@ _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:bool", _UniqueKeyLoader.cons
 _TAGS = {"categorical", "float", "int", "none", "median", "hyperband", "successive_halving", "tpe", "random"}
 
 
+def _shown(value: Any, width: int = 80) -> str:
+    """``repr(value)``, cut to ``width`` characters: a whole section given where a value belongs is no one line."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _pydantic_message(error: dict[str, Any]) -> str:
     # Discriminated unions put the tag into the location (params.lr.float.low): drop it.
     loc = [str(part) for i, part in enumerate(error["loc"]) if not (i in (1, 2) and part in _TAGS)]
@@ -133,8 +139,11 @@ def _pydantic_message(error: dict[str, Any]) -> str:
         fix = f"leave {loc[1]} at null by setting it in fixed: instead" if given is None else "write one value (quoted, if text)"
         shown = "null" if given is None else repr(given)
         return f"params.{loc[1]}.choices[{loc[3]}]: {shown} cannot be a choice (a string, a number, true or false); {fix}"
+    if where == "params" and isinstance(error["input"], list):  # the list of named entries other tools write
+        return ("params: is a list; write it as a mapping of each parameter's name to its spec "
+                f"(learning_rate: {{type: float, low: 1e-5, high: 1e-3}}), got {_shown(error['input'])}")
     if kind.endswith("_type"):  # strict types: YAML's true is not 1, a quoted "16000" is not a number
-        return f"{where}: {error['msg'].replace('Input should', 'must')}, got {error['input']!r}"
+        return f"{where}: {error['msg'].replace('Input should', 'must')}, got {_shown(error['input'])}"
     return f"{where}: {error['msg']}"
 
 

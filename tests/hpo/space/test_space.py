@@ -141,6 +141,19 @@ def test_a_switch_yaml_1_1_reads_otherwise_is_refused_not_guessed(tmp_path: Path
     assert load_search_space(space_file).fixed == {"length_grouping": True}
 
 
+def test_params_written_as_a_list_of_named_entries_is_one_short_line_with_the_fix(tmp_path: Path) -> None:
+    """It was "params: must be a valid dictionary, got [...]" with the whole list in the line, and no fix."""
+    space_file = tmp_path / "space.yaml"
+    entries = "".join(f"  - {{name: p{i}, type: categorical, choices: [fp32, bf16, fp16, tf32]}}\n" for i in range(20))
+    space_file.write_text("params:\n" + entries)
+    with pytest.raises(Exception) as err:
+        load_search_space(space_file)
+    message = str(err.value).removeprefix(f"search space {space_file}: ")
+    assert message.startswith("params: is a list; write it as a mapping of each parameter's name to its spec "
+                              "(learning_rate: {type: float, low: 1e-5, high: 1e-3}), got [{'name': 'p0'")
+    assert message.endswith("...") and len(message) < 250
+
+
 def test_a_key_that_is_a_list_is_a_yaml_error_not_a_traceback(tmp_path: Path) -> None:
     """`? [a, b]` as a key crashed the duplicate-key check with TypeError: unhashable type: 'list'."""
     space_file = tmp_path / "space.yaml"
