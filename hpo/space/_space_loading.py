@@ -74,7 +74,7 @@ def _refuse_yaml11_number(node: yaml.ScalarNode, value: float) -> None:
     digits = text.lstrip("+-")
     if ":" in text:
         other = "text"
-    elif len(digits) > 1 and digits[0] == "0" and digits.isdigit():
+    elif len(digits) > 1 and digits[0] == "0" and digits.isdigit() and int(text, 10) != value:  # 07 is 7 in both
         other = str(int(text, 10))
     else:
         return

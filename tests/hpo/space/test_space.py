@@ -123,8 +123,8 @@ def test_a_number_yaml_1_1_reads_otherwise_is_refused_not_guessed(value: str, ex
     # Quoted, it is the text it reads as; 0x10, 1_000 and 0 are numbers in both YAML versions.
     space_file.write_text(f"params:\n  model: {{type: categorical, choices: ['{value}']}}\n")
     assert load_search_space(space_file).params["model"].choices == [value]
-    space_file.write_text("params:\n  batch_size: {type: categorical, choices: [0x10, 1_000]}\nfixed: {eval_every: 0}\n")
-    assert load_search_space(space_file).params["batch_size"].choices == [16, 1000]
+    space_file.write_text("params:\n  batch_size: {type: categorical, choices: [0x10, 1_000, 07]}\nfixed: {eval_every: 0}\n")
+    assert load_search_space(space_file).params["batch_size"].choices == [16, 1000, 7]  # 07: 7 in both
 
 
 def test_a_switch_yaml_1_1_reads_otherwise_is_refused_not_guessed(tmp_path: Path) -> None:
