@@ -239,11 +239,14 @@ def _jsonl(*extra: str) -> bytes:
         ("data.tsv", b"sentence\tlabel\nx\ta\ny\tb\n \r\n", "line 4 holds only whitespace, no TSV fields; remove it"),
         # JSON Lines rows have their own keys: a first row without its text was "has no column 'sentence' (found: 'label')".
         ("data.jsonl", b'{"label": "a"}\n{"sentence": "x", "label": "b"}\n', "data.jsonl line 1 has no 'sentence'; give every row a 'sentence'"),
+        # jq's output without -c was "line 1 is not valid JSON (Expecting property name ...); fix that line".
+        ("data.jsonl", b'{\n  "sentence": "x",\n  "label": "a"\n}\n{\n  "sentence": "y",\n  "label": "b"\n}\n',
+         "holds 2 JSON objects written over several lines each, not one per line; write each object on one line (JSON Lines; jq -c does)"),
         ("data.csv", b"sentence,label\n ,a\n,b\n", "has no row with a text (2 with empty text dropped); give it rows with text"),
     ],
     ids=["key twice", "json integer too long", "nested too deeply", "lone surrogate", "label integer too long",
          "blank first line", "tsv named csv", "semicolons", "header repeated", "whitespace line csv", "whitespace line tsv",
-         "first json row without the column", "no text"],
+         "first json row without the column", "pretty-printed json lines", "no text"],
 )
 def test_json_and_labels_a_parser_cannot_take_as_they_are_are_one_line(tmp_path: Path, name: str, content: bytes, expected: str) -> None:
     (tmp_path / name).write_bytes(content)
