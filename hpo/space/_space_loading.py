@@ -357,4 +357,6 @@ def load_search_space(path: str | Path = DEFAULT_SPACE) -> SearchSpace:
         raise SearchSpaceError(f"search space {path}{where}: {problem}; fix the YAML syntax") from None
     except UnicodeDecodeError:
         raise SearchSpaceError(f"search space {path} is not UTF-8 text; re-save it as UTF-8") from None
+    except OSError as err:  # unreadable (permissions, a disk error): one line, as for a data file
+        raise SearchSpaceError(f"search space {path} cannot be read ({err.strerror}); check the path and its permissions") from None
     return parse_search_space(raw, source=f"search space {path}")

@@ -154,6 +154,13 @@ def test_params_written_as_a_list_of_named_entries_is_one_short_line_with_the_fi
     assert message.endswith("...") and len(message) < 250
 
 
+def test_a_space_file_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
+    """A space file without read permission was a PermissionError traceback. /proc/self/mem is a regular file whose
+    read fails (EIO) for root too, who reads through permissions."""
+    with pytest.raises(Exception, match=r"^search space /proc/self/mem cannot be read \(Input/output error\); check the path"):
+        load_search_space("/proc/self/mem")
+
+
 def test_a_key_that_is_a_list_is_a_yaml_error_not_a_traceback(tmp_path: Path) -> None:
     """`? [a, b]` as a key crashed the duplicate-key check with TypeError: unhashable type: 'list'."""
     space_file = tmp_path / "space.yaml"
