@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Hashable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,8 @@ from trial_executor import METRICS, PRECISIONS, TrainConfig
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (plain YAML keeps the last silently)."""
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (plain YAML keeps the last silently), and a
+    number or switch YAML 1.1 reads otherwise than YAML 1.2 does (``010``, ``1:30``, ``on``)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -39,11 +41,45 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if key_node.tag == _MERGE_TAG:  # `<<: *anchor`: its keys may be overridden here, that is what merging is for
                 continue
             key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):  # `? [a, b]`: PyYAML's own check says "found unhashable key" with its mark
+                continue
             line = key_node.start_mark.line + 1
             if key in seen:
                 raise SearchSpaceError(f"line {line}: duplicate key {key!r} (first on line {seen[key]}); keep one of them")
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        value = super().construct_yaml_int(node)
+        _refuse_yaml11_number(node, value)
+        return value
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        value = super().construct_yaml_float(node)
+        _refuse_yaml11_number(node, value)
+        return value
+
+    def construct_yaml_bool(self, node: yaml.ScalarNode) -> bool:
+        value = super().construct_yaml_bool(node)
+        if node.value.lower() not in ("true", "false"):  # yes, no, on, off: text in YAML 1.2
+            raise SearchSpaceError(f"line {node.start_mark.line + 1}: {node.value} is {str(value).lower()} in YAML 1.1 (the reader's), "
+                                   f"text in YAML 1.2; write true or false, or quote it for text ('{node.value}')")
+        return value
+
+
+def _refuse_yaml11_number(node: yaml.ScalarNode, value: float) -> None:
+    """YAML 1.1 reads ``010`` as octal 8 and ``1:30`` as base 60 (90), where YAML 1.2 and a user mean 10 and text:
+    neither reading is taken, the line says both and how to write each."""
+    text = node.value.replace("_", "")
+    digits = text.lstrip("+-")
+    if ":" in text:
+        other = "text"
+    elif len(digits) > 1 and digits[0] == "0" and digits.isdigit() and int(text, 10) != value:  # 07 is 7 in both
+        other = str(int(text, 10))
+    else:
+        return
+    raise SearchSpaceError(f"line {node.start_mark.line + 1}: {node.value} is {value} in YAML 1.1 (the reader's), {other} in "
+                           f"YAML 1.2; write the number you mean without a leading 0 or a colon, or quote it for text ('{node.value}')")
 
 
 # YAML 1.1 (PyYAML) reads 1e-5 (no dot) and 1.0e5 (no exponent sign) as strings; YAML 1.2 and every ML
@@ -54,8 +90,18 @@ _UniqueKeyLoader.add_implicit_resolver(
     list("-+0123456789."),
 )
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _UniqueKeyLoader.construct_yaml_float)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:bool", _UniqueKeyLoader.construct_yaml_bool)
+
 
 _TAGS = {"categorical", "float", "int", "none", "median", "hyperband", "successive_halving", "tpe", "random"}
+
+
+def _shown(value: Any, width: int = 80) -> str:
+    """``repr(value)``, cut to ``width`` characters: a whole section given where a value belongs is no one line."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _pydantic_message(error: dict[str, Any]) -> str:
@@ -88,8 +134,16 @@ def _pydantic_message(error: dict[str, Any]) -> str:
         return f"{where}: {error['ctx']['error']}"
     if kind == "finite_number":
         return f"{where}: must be a finite number, got {error['input']!r}"
+    if len(loc) == 5 and loc[0] == "params" and loc[2] == "choices" and kind.endswith("_type"):  # each member type's error: one line
+        given = error["input"]
+        fix = f"leave {loc[1]} at null by setting it in fixed: instead" if given is None else "write one value (quoted, if text)"
+        shown = "null" if given is None else repr(given)
+        return f"params.{loc[1]}.choices[{loc[3]}]: {shown} cannot be a choice (a string, a number, true or false); {fix}"
+    if where == "params" and isinstance(error["input"], list):  # the list of named entries other tools write
+        return ("params: is a list; write it as a mapping of each parameter's name to its spec "
+                f"(learning_rate: {{type: float, low: 1e-5, high: 1e-3}}), got {_shown(error['input'])}")
     if kind.endswith("_type"):  # strict types: YAML's true is not 1, a quoted "16000" is not a number
-        return f"{where}: {error['msg'].replace('Input should', 'must')}, got {error['input']!r}"
+        return f"{where}: {error['msg'].replace('Input should', 'must')}, got {_shown(error['input'])}"
     return f"{where}: {error['msg']}"
 
 
@@ -100,8 +154,9 @@ def _check_range(name: str, p: CategoricalParam | FloatParam | IntParam) -> str 
         return f"params.{name}: low ({p.low}) must be <= high ({p.high})"
     if p.log and p.low <= 0:
         return f"params.{name}: log scale needs low > 0, got {p.low}"
-    if p.log and p.step not in (None, 1):
-        return f"params.{name}: step cannot be combined with log: true"
+    # An int's step is 1 unless given; a float's step of 1 is a step all the same, which Optuna refuses beside log.
+    if p.log and p.step is not None and (isinstance(p, FloatParam) or p.step != 1):
+        return f"params.{name}: step cannot be combined with log: true; drop step, or log"
     if p.step and p.problem_with(p.high):  # the membership rule: off the grid, Optuna warns and samples below high
         # The two highs on the grid, in decimal: the written values' digits, not their binary sums.
         low, high, step = (Decimal(str(v)) for v in (p.low, p.high, p.step))
@@ -302,4 +357,6 @@ def load_search_space(path: str | Path = DEFAULT_SPACE) -> SearchSpace:
         raise SearchSpaceError(f"search space {path}{where}: {problem}; fix the YAML syntax") from None
     except UnicodeDecodeError:
         raise SearchSpaceError(f"search space {path} is not UTF-8 text; re-save it as UTF-8") from None
+    except OSError as err:  # unreadable (permissions, a disk error): one line, as for a data file
+        raise SearchSpaceError(f"search space {path} cannot be read ({err.strerror}); check the path and its permissions") from None
     return parse_search_space(raw, source=f"search space {path}")

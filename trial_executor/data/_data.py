@@ -174,7 +174,11 @@ def _columns(
     if not records.rows:
         raise DataError(f"data file {path} has no rows; give a file with a header and at least two classes")
     found = list(records.rows[0].keys())
-    for column, flag in ((text_column, "--text-column"), (label_column, "--label-column"), (pair_column, "--text-pair-column")):
+    named = ((text_column, "--text-column"), (label_column, "--label-column"), (pair_column, "--text-pair-column"))
+    if any(column is not None and column not in found for column, _ in named):
+        # JSON rows each have their own keys: a column the first row lacks is that row's problem if another row has it.
+        found = list(dict.fromkeys(key for row in records.rows for key in row))
+    for column, flag in named:
         if column is not None and column not in found:
             raise DataError(f"data file {path} has no column {column!r} (found: {bounded_list(map(repr, found))}); set {flag}")
     rows = _Rows([], [] if pair_column else None, [], 0)
@@ -331,8 +335,11 @@ def _hold_out(path: Path, rows: _Rows, fraction: float, rng: random.Random, stra
     if not 0 < fraction < 1:
         raise DataError(f"--valid-fraction must be between 0 and 1, got {fraction}")
     n_valid = hold_out_size(len(rows.texts), fraction)
-    if len(rows.texts) - n_valid < 2:
-        raise DataError(f"data file {path} has {len(rows.texts)} usable rows, too few to hold out validation; add rows")
+    if len(rows.texts) - n_valid < 2:  # the fraction is the fix where the rows would leave two to train on at a lower one
+        lower = "lower --valid-fraction, " if len(rows.texts) - hold_out_size(len(rows.texts), 0) >= 2 else ""
+        raise DataError(f"data file {path} has {len(rows.texts)} usable rows: a --valid-fraction {fraction} hold-out takes "
+                        f"{n_valid}, leaving {len(rows.texts) - n_valid} to train on (at least 2 are needed); "
+                        f"{lower}add rows, or pass a validation file (--valid-data)")
     if stratify:
         held = stratified_rows(rows.labels, n_valid, rng)
         if not held:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import re
 import stat
 import sys
 from collections.abc import Callable, Iterator
@@ -202,6 +203,8 @@ def _delimited_rows(path: Path, reader: Any, kind: str, fix: str) -> Records:
             raise DataError(f"data file {path} has more than one column named {twice[0]!r}; give each column its own name")
         start = reader.line_num + 1
         for fields in reader:
+            if len(fields) == 1 and len(header) > 1 and not fields[0].strip():
+                raise DataError(f"data file {path} line {start} holds only whitespace, no {kind} fields; remove it (an empty line is skipped)")
             if fields and len(fields) != len(header):
                 raise DataError(
                     f"data file {path} line {start} has {len(fields)} {kind} field{'s' * (len(fields) != 1)} but the header "
@@ -301,14 +304,31 @@ def _bad_json_line(path: Path, handle: IO[str], number: int, err: json.JSONDecod
     if number == 1:
         # A pretty-printed JSON document is not JSON Lines: say what the file holds.
         handle.seek(0)
-        try:
-            whole = json.load(handle)
-        except (ValueError, RecursionError):
-            whole = None
-        if isinstance(whole, dict):
+        count = _objects_in(handle.read())
+        if count == 1:
             return (f"data file {path} holds one JSON object, not one record per line; "
                     "write JSON Lines (one object per line) or a JSON array of objects")
+        if count > 1:  # jq's output without -c: each object over several lines
+            return (f"data file {path} holds {count} JSON objects written over several lines each, not one per line; "
+                    "write each object on one line (JSON Lines; jq -c does) or a JSON array of objects")
     return f"data file {path} line {number} is not valid JSON ({err.msg}); fix that line"
+
+
+_SPACE = re.compile(r"\s*")
+
+
+def _objects_in(text: str) -> int:
+    """How many JSON objects ``text`` is, one after another; 0 where it is anything else."""
+    decoder, count, at = json.JSONDecoder(), 0, _SPACE.match(text).end()  # type: ignore[union-attr]  # \s* always matches
+    while at < len(text):
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except (ValueError, RecursionError):
+            return 0
+        if not isinstance(value, dict):
+            return 0
+        count, at = count + 1, _SPACE.match(text, at).end()  # type: ignore[union-attr]
+    return count
 
 
 def _read_dataset_dir(path: Path, split: str | None) -> Records:

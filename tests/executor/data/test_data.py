@@ -126,6 +126,18 @@ def test_classes_too_small_for_their_share_leave_it_to_the_others(tmp_path: Path
         assert [data.label_names[i] for i in data.valid_labels] == ["common"] * wanted and len(data.train_texts) == 100 - wanted
 
 
+def test_a_hold_out_that_leaves_too_few_rows_to_train_on_names_the_fraction(tmp_path: Path) -> None:
+    """--valid-fraction 0.99 of 40 rows said "has 40 usable rows, too few to hold out validation; add rows": the fraction was the fix."""
+    path = write_tsv(tmp_path / "forty.tsv", [(f"text {i}", f"class {i % 2}") for i in range(40)])
+    with pytest.raises(DataError, match=rf"^data file {path} has 40 usable rows: a --valid-fraction 0.99 hold-out takes 40, leaving 0 "
+                                        r"to train on \(at least 2 are needed\); lower --valid-fraction, add rows, or pass a "):
+        load_text_classification(path, text_column="sentence", valid_fraction=0.99)
+    two = write_tsv(tmp_path / "two.tsv", [("a", "x"), ("b", "y")])
+    with pytest.raises(DataError, match=r"has 2 usable rows: a --valid-fraction 0.1 hold-out takes 1, leaving 1 to train on "
+                                        r"\(at least 2 are needed\); add rows, or pass a validation file"):
+        load_text_classification(two, text_column="sentence", valid_fraction=0.1)
+
+
 def test_a_stratified_hold_out_with_no_class_of_two_rows_is_one_line(tmp_path: Path) -> None:
     path = write_tsv(tmp_path / "singles.tsv", [(f"text {i}", f"class {i}") for i in range(5)])
     with pytest.raises(DataError, match=rf"^data file {path} has no class with two rows, so none can be held out for validation; "
@@ -222,10 +234,19 @@ def _jsonl(*extra: str) -> bytes:
         ("data.csv", b"sentence\tlabel\nx\t1\ny\t0\n", "has a header of one CSV field, 'sentence\\tlabel', split by '\\t' instead"),
         ("data.tsv", b"sentence;label\nx;1\ny;0\n", "has a header of one TSV field, 'sentence;label', split by ';' instead"),
         ("data.csv", b"sentence,label\nx,a\ny,b\nsentence,label\nz,a\n", "line 4 repeats the header ('sentence', 'label'); remove it"),
+        # A line of spaces read "has 1 CSV field but the header has 2; quote fields that hold a comma...": no quote was missing.
+        ("data.csv", b"sentence,label\nx,a\ny,b\n  \nz,a\n", "line 4 holds only whitespace, no CSV fields; remove it (an empty line is skipped)"),
+        ("data.tsv", b"sentence\tlabel\nx\ta\ny\tb\n \r\n", "line 4 holds only whitespace, no TSV fields; remove it"),
+        # JSON Lines rows have their own keys: a first row without its text was "has no column 'sentence' (found: 'label')".
+        ("data.jsonl", b'{"label": "a"}\n{"sentence": "x", "label": "b"}\n', "data.jsonl line 1 has no 'sentence'; give every row a 'sentence'"),
+        # jq's output without -c was "line 1 is not valid JSON (Expecting property name ...); fix that line".
+        ("data.jsonl", b'{\n  "sentence": "x",\n  "label": "a"\n}\n{\n  "sentence": "y",\n  "label": "b"\n}\n',
+         "holds 2 JSON objects written over several lines each, not one per line; write each object on one line (JSON Lines; jq -c does)"),
         ("data.csv", b"sentence,label\n ,a\n,b\n", "has no row with a text (2 with empty text dropped); give it rows with text"),
     ],
     ids=["key twice", "json integer too long", "nested too deeply", "lone surrogate", "label integer too long",
-         "blank first line", "tsv named csv", "semicolons", "header repeated", "no text"],
+         "blank first line", "tsv named csv", "semicolons", "header repeated", "whitespace line csv", "whitespace line tsv",
+         "first json row without the column", "pretty-printed json lines", "no text"],
 )
 def test_json_and_labels_a_parser_cannot_take_as_they_are_are_one_line(tmp_path: Path, name: str, content: bytes, expected: str) -> None:
     (tmp_path / name).write_bytes(content)

@@ -44,6 +44,15 @@ BAD_SPACES = {
     "unknown key": (_bad(params__learning_rat={"type": "float", "low": 1e-3, "high": 1e-2}), "did you mean 'learning_rate'"),
     # pydantic's lax mode took YAML's true as the bound 1 (learning rates up to 2 were then sampled).
     "boolean bound": (_bad(params__learning_rate={"type": "float", "low": True, "high": 2}), "params.learning_rate.low: must be a number, got True"),
+    # A float's step 1 was let through as an int's default step: every trial failed in Optuna with a traceback.
+    "float step 1 on a log scale": (_bad(params__max_grad_norm={"type": "float", "low": 1.0, "high": 4.0, "log": True, "step": 1}),
+                                    "params.max_grad_norm: step cannot be combined with log: true; drop step, or log"),
+    # Was "params.max_grad_norm.choices.0.str: must be a valid string, got None": a location of pydantic's, no fix.
+    "null as a choice": (_bad(params__max_grad_norm={"type": "categorical", "choices": [None, 1.0]}),
+                         "params.max_grad_norm.choices[0]: null cannot be a choice (a string, a number, true or false); "
+                         "leave max_grad_norm at null by setting it in fixed: instead"),
+    "list as a choice": (_bad(params__batch_size={"type": "categorical", "choices": [16, [32]]}),
+                         "params.batch_size.choices[1]: [32] cannot be a choice (a string, a number, true or false); write one value"),
     "quoted bound": (_bad(params__batch_size={"type": "int", "low": "8", "high": 32}), "params.batch_size.low: must be a number, got '8'"),
 }
 
@@ -95,6 +104,68 @@ def test_yaml_as_ml_configs_write_it_exponents_without_a_dot_and_merge_keys(tmp_
     # A key given twice beside a merge is still refused: merging overrides, repeating is a slip.
     space_file.write_text("params:\n  lr: &r {type: float, low: 1e-5, high: 1e-3}\n  wd: {<<: *r, low: 0.0, low: 0.1}\n")
     with pytest.raises(Exception, match="duplicate key 'low'"):
+        load_search_space(space_file)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("010", "line 2: 010 is 8 in YAML 1.1 (the reader's), 10 in YAML 1.2; write the number you mean"),
+    ("-010", "line 2: -010 is -8 in YAML 1.1"),
+    ("1:30", "line 2: 1:30 is 90 in YAML 1.1 (the reader's), text in YAML 1.2"),
+    ("1:30.5", "line 2: 1:30.5 is 90.5 in YAML 1.1"),
+])
+def test_a_number_yaml_1_1_reads_otherwise_is_refused_not_guessed(value: str, expected: str, tmp_path: Path) -> None:
+    """PyYAML read `low: 010` as octal 8 and `1:30` as base 60 (90): a study searched a range nobody wrote."""
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(f"params:\n  batch_size: {{type: categorical, choices: [16, {value}]}}\n")
+    with pytest.raises(Exception, match="quote it for text") as err:
+        load_search_space(space_file)
+    assert expected in str(err.value)
+    # Quoted, it is the text it reads as; 0x10, 1_000 and 0 are numbers in both YAML versions.
+    space_file.write_text(f"params:\n  model: {{type: categorical, choices: ['{value}']}}\n")
+    assert load_search_space(space_file).params["model"].choices == [value]
+    space_file.write_text("params:\n  batch_size: {type: categorical, choices: [0x10, 1_000, 07]}\nfixed: {eval_every: 0}\n")
+    assert load_search_space(space_file).params["batch_size"].choices == [16, 1000, 7]  # 07: 7 in both
+
+
+def test_a_switch_yaml_1_1_reads_otherwise_is_refused_not_guessed(tmp_path: Path) -> None:
+    """`length_grouping: on` was read as true (YAML 1.2: the text 'on'), and a bare `no` among fp_precision's choices as false."""
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text("params:\n  batch_size: {type: categorical, choices: [16]}\nfixed: {length_grouping: on}\n")
+    with pytest.raises(Exception, match=r"line 3: on is true in YAML 1.1 \(the reader's\), text in YAML 1.2; write true or false, "
+                                        r"or quote it for text \('on'\)"):
+        load_search_space(space_file)
+    space_file.write_text("params:\n  fp_precision: {type: categorical, choices: [bf16, No]}\n")
+    with pytest.raises(Exception, match=r"line 2: No is false in YAML 1.1"):
+        load_search_space(space_file)
+    space_file.write_text("params:\n  fp_precision: {type: categorical, choices: [bf16, 'no']}\nfixed: {length_grouping: True}\n")
+    assert load_search_space(space_file).fixed == {"length_grouping": True}
+
+
+def test_params_written_as_a_list_of_named_entries_is_one_short_line_with_the_fix(tmp_path: Path) -> None:
+    """It was "params: must be a valid dictionary, got [...]" with the whole list in the line, and no fix."""
+    space_file = tmp_path / "space.yaml"
+    entries = "".join(f"  - {{name: p{i}, type: categorical, choices: [fp32, bf16, fp16, tf32]}}\n" for i in range(20))
+    space_file.write_text("params:\n" + entries)
+    with pytest.raises(Exception) as err:
+        load_search_space(space_file)
+    message = str(err.value).removeprefix(f"search space {space_file}: ")
+    assert message.startswith("params: is a list; write it as a mapping of each parameter's name to its spec "
+                              "(learning_rate: {type: float, low: 1e-5, high: 1e-3}), got [{'name': 'p0'")
+    assert message.endswith("...") and len(message) < 250
+
+
+def test_a_space_file_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
+    """A space file without read permission was a PermissionError traceback. /proc/self/mem is a regular file whose
+    read fails (EIO) for root too, who reads through permissions."""
+    with pytest.raises(Exception, match=r"^search space /proc/self/mem cannot be read \(Input/output error\); check the path"):
+        load_search_space("/proc/self/mem")
+
+
+def test_a_key_that_is_a_list_is_a_yaml_error_not_a_traceback(tmp_path: Path) -> None:
+    """`? [a, b]` as a key crashed the duplicate-key check with TypeError: unhashable type: 'list'."""
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text("params:\n  ? [a, b]\n  : {type: float, low: 0.1, high: 0.2}\n")
+    with pytest.raises(Exception, match=r"line 2, column 5: found unhashable key; fix the YAML syntax"):
         load_search_space(space_file)
 
 
