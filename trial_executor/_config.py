@@ -199,6 +199,9 @@ class TrainConfig(BaseModel):
         unmet = [f"{name} needs num_workers > 0" for name, used in needs_workers.items() if used and self.num_workers == 0]
         if self.compile_step and self.capture_step:
             unmet.append("compile_step and capture_step are two ways to run the same whole step: turn one off")
+        if self.eval_every == 0 and self.eval_every_samples is not None:  # else the samples' interval, silently
+            unmet.append("eval_every 0 evaluates only at the end and eval_every_samples every so many samples: set "
+                         "eval_every_samples to null to evaluate only at the end, or drop eval_every")
         if unmet:
             raise ValueError("; ".join(unmet))
         return self

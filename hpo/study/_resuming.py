@@ -106,7 +106,7 @@ def _identity(space_form: dict[str, Any]) -> dict[str, Any]:
     ``default``; each knob it neither searches nor fixes at the executor's default (naming the default is the same)."""
     form = {key: value for key, value in space_form.items() if key not in _NOT_IDENTITY}
     searched = form.get("params") or {}
-    defaults = {name: field.default for name, field in TrainConfig.model_fields.items() if name not in searched}
+    defaults = {name: value for name, value in TrainConfig.defaults().items() if name not in searched}
     # A param's default: only picks the fp32 baseline's value, queued once with the study's first run.
     params = {name: {k: v for k, v in spec.items() if k != "default"} if isinstance(spec, dict) else spec for name, spec in searched.items()}
     return {**form, "params": params, "fixed": {**defaults, **(form.get("fixed") or {})}}

@@ -43,6 +43,14 @@ def test_the_relations_hold_once_workers_are_on() -> None:
         config.replace(num_workers=0)
 
 
+def test_evaluating_only_at_the_end_and_every_so_many_samples_is_refused() -> None:
+    """eval_every 0 beside eval_every_samples (search_spaces/finetune.yaml's, say) evaluated every so many samples, silently."""
+    with pytest.raises(ValueError, match=r"eval_every 0 evaluates only at the end and eval_every_samples every so many samples: "
+                                         r"set eval_every_samples to null"):
+        TrainConfig(eval_every=0, eval_every_samples=1024)
+    assert TrainConfig(eval_every=0).eval_interval_steps == 0 and TrainConfig(eval_every=7, eval_every_samples=64, batch_size=32).eval_interval_steps == 2
+
+
 def test_values_are_kept_as_given_and_the_config_is_frozen() -> None:
     config = TrainConfig(learning_rate=1, fp_precision="none", max_length="auto")
     values = config.to_dict()
