@@ -13,7 +13,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel
 
-from hpo._errors import suggest_key
+from hpo._errors import did_you_mean, suggest_key
 from hpo._process import usable_cpus
 from hpo.space._fixes import as_choice, canonical_precision, same_choice_of
 from hpo.space._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective, unmeetable_constraint
@@ -117,12 +117,15 @@ def _pydantic_message(error: dict[str, Any]) -> str:
         if tag is not None and len(error["loc"]) > tag + 1:
             section = tagged.get(str(error["loc"][tag]))
         valid = [f for f in section.model_fields if f != "type"] if section else []
+        if section is not None and not valid:  # the random sampler, the none pruner: nothing to tune
+            return f"{where}: unknown key ({loc[0]} type {error['loc'][tag]!r} takes no key but type)"
         return f"{where}: unknown key{suggest_key(loc[-1], valid) if valid else ''}"
     if kind == "union_tag_invalid":
         got = error["input"].get("type") if isinstance(error["input"], dict) else error["input"]
         return f"{where}: unknown type {got!r}; expected one of {error['ctx']['expected_tags']}"
     if kind == "union_tag_not_found":
-        return f"{where}: missing 'type'"
+        typo = next((key for key in error["input"] if did_you_mean(str(key), ["type"])), None) if isinstance(error["input"], dict) else None
+        return f"{where}.{typo}: unknown key (did you mean 'type'?)" if typo is not None else f"{where}: missing 'type'"
     if where == "params" and kind in ("missing", "too_short"):
         return (f"{where}: {'required key is missing' if kind == 'missing' else 'must not be empty'}; a study searches at least "
                 "one parameter: name one, even a categorical of one choice (hpo best --format space writes such a space)")

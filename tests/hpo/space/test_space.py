@@ -54,6 +54,10 @@ BAD_SPACES = {
     "list as a choice": (_bad(params__batch_size={"type": "categorical", "choices": [16, [32]]}),
                          "params.batch_size.choices[1]: [32] cannot be a choice (a string, a number, true or false); write one value"),
     "quoted bound": (_bad(params__batch_size={"type": "int", "low": "8", "high": 32}), "params.batch_size.low: must be a number, got '8'"),
+    # Was "sampler: missing 'type'", the typo unnamed; and a bare "unknown key" for a type that takes no other.
+    "type misspelt": (_bad(sampler={"typ": "tpe"}), "sampler.typ: unknown key (did you mean 'type'?)"),
+    "key of a type that takes none": (_bad(sampler={"type": "random", "n_startup_trials": 3}),
+                                      "sampler.n_startup_trials: unknown key (sampler type 'random' takes no key but type)"),
 }
 
 
