@@ -71,6 +71,22 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def check_run_arguments(config: object, data: object, **hooks: object) -> None:
+    """:func:`run_trial`'s arguments are of their types (``hooks``: callables, and a :class:`Checkpointing`, or ``None``):
+    a ``TypeError`` naming the argument and the fix, before any work (not an ``AttributeError`` from inside, nor a hook
+    found uncallable at the first evaluation, after the model was built and trained)."""
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got a {type(config).__name__}; pass TrainConfig(**values)")
+    if not isinstance(data, TextClassificationData):
+        raise TypeError(f"data must be a TextClassificationData, got a {type(data).__name__}; pass demo_dataset(), "
+                        "load_text_classification(path) or TextClassificationData(...)")
+    for name, hook in hooks.items():
+        wanted = isinstance(hook, Checkpointing) if name == "checkpointing" else callable(hook)
+        if hook is not None and not wanted:
+            what = "a Checkpointing" if name == "checkpointing" else "a function"
+            raise TypeError(f"{name} must be {what} or None, got {hook!r}; pass {what}, or leave it out")
+
+
 def run_trial(
     config: TrainConfig, data: TextClassificationData, report: ReportFn | None = None, *, checkpointing: Checkpointing | None = None,
     stop_requested: Callable[[], bool] | None = None, progress: ProgressFn | None = None,
@@ -85,8 +101,11 @@ def run_trial(
     Raises :class:`~trial_executor.UnsupportedPrecisionError` before any work when the
     device cannot run ``config.fp_precision``; :class:`~trial_executor.NonFiniteLossError` when
     the loss diverges; :class:`~trial_executor.TrialOutOfMemoryError` when memory runs out. Both
-    are raised after the trial's memory is released, so the next trial starts clean.
+    are raised after the trial's memory is released, so the next trial starts clean. An exception
+    ``report`` raises (``optuna.TrialPruned``, say) ends the trial and propagates unchanged, memory
+    released too. An argument of the wrong type raises ``TypeError`` before any work.
     """
+    check_run_arguments(config, data, report=report, checkpointing=checkpointing, stop_requested=stop_requested, progress=progress)
     device = resolve_device(config.device)
     source = resolve_model(config.model)  # the name checked once, for the whole trial
     check_max_length(source, config.max_length)  # before any work, not as a crash mid-trial

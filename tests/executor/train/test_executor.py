@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -99,3 +101,30 @@ def test_adamw_is_fused_where_supported() -> None:
     assert optimizer.defaults["fused"] is True
     decays = sorted(group["weight_decay"] for group in optimizer.param_groups)
     assert decays == [0.0, 0.1]  # biases and norm weights are not decayed
+
+
+def test_arguments_of_the_wrong_type_are_refused_before_any_work() -> None:
+    """A dict config or a data path was an AttributeError from inside; a report that cannot be called a TypeError
+    at the first evaluation, once the model was built and trained."""
+    config, small = TrainConfig(max_steps=2, eval_every=1, device="cpu"), demo_dataset(n_train=40, n_valid=10, seed=1)
+    for arguments, said in (
+        (({"max_steps": 2}, small), "config must be a TrainConfig, got a dict; pass TrainConfig(**values)"),
+        ((config, "train.csv"), "data must be a TextClassificationData, got a str; pass demo_dataset()"),
+        ((config, None), "data must be a TextClassificationData, got a NoneType"),
+        ((config, small, 5), "report must be a function or None, got 5; pass a function, or leave it out"),
+    ):
+        with pytest.raises(TypeError, match=f"^{re.escape(said)}"):
+            run_trial(*arguments)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^checkpointing must be a Checkpointing or None, got 'ckpt'"):
+        run_trial(config, small, checkpointing="ckpt")  # type: ignore[arg-type]
+
+
+def test_an_exception_the_report_callback_raises_propagates_unchanged() -> None:
+    class Pruned(Exception):
+        pass
+
+    def report(step: int, metrics: dict[str, float]) -> bool:
+        raise Pruned(f"pruned at {step}")
+
+    with pytest.raises(Pruned, match=r"^pruned at 1$"):
+        run_trial(TrainConfig(max_steps=2, eval_every=1, batch_size=8, device="cpu"), demo_dataset(n_train=40, n_valid=10, seed=1), report)
