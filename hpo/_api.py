@@ -319,7 +319,7 @@ def optimize(
         artifact_store=artifact_store, keep_checkpoints=keep_checkpoints, max_retry=max_retry, track=track, warm_start=warm_start,
         warm_start_trials=warm_start_trials, ray=ray, workers=workers, gpus_per_trial=gpus_per_trial, verdict=verdict,
     )
-    options.check_workers_from_python()
+    options.check_python_arguments()
     hooks = RunHooks(on_trial_finished=on_trial_finished)  # checked here: a hook that cannot be called is refused before the study is written
     run = open_run(space, data, options)
     run_prepared(run, hooks)

@@ -149,11 +149,18 @@ class RunOptions(BaseModel):
         check_device(self.device)
         return self
 
-    def check_workers_from_python(self) -> None:
-        """:func:`hpo.optimize`'s ``workers`` needs Ray: the command's ``--workers`` starts its processes itself."""
+    def check_python_arguments(self) -> None:
+        """:func:`hpo.optimize`'s ``workers`` and ``gpus_per_trial`` need Ray (the command's ``--workers`` starts its processes
+        itself, and its parser refuses ``--gpus-per-trial`` without ``--ray``); ``keep_checkpoints`` needs an artifact store."""
         if self.workers is not None and self.ray is False:
             raise UserError(f"workers={self.workers} needs ray (ray=True, or a cluster's address); for worker processes on this "
                             f"machine, run python -m hpo run --workers {self.workers}")
+        if self.gpus_per_trial is not None and self.ray is False:  # else ignored, without a word
+            raise UserError(f"gpus_per_trial={self.gpus_per_trial:g} places trials through Ray: pass ray=True (or a cluster's "
+                            "address), or drop gpus_per_trial")
+        if self.keep_checkpoints and self.artifact_store is None:  # no store: no checkpoint is written to keep
+            raise UserError("keep_checkpoints=True keeps checkpoints in the artifact store, and artifact_store=None writes none; "
+                            "pass an artifact_store directory, or drop keep_checkpoints")
 
     @property
     def url(self) -> str:

@@ -125,6 +125,10 @@ def test_a_search_space_built_in_python_is_checked_as_a_mapping_is(tmp_path: Pat
         ({"track": [None]}, "track entries are a tracker or a tracker and its argument, e.g. ['mlflow', ('tensorboard', 'runs')] (got None)"),
         ({"track": [("tensorboard", None)]}, "(got ('tensorboard', None)); pass entries of that form"),
         ({"space": [1, 2]}, "space must be a YAML file's path, a mapping or an hpo.SearchSpace, got [1, 2]; pass one of them"),
+        # Each ignored before, without a word: no Ray to place GPUs, no store to keep checkpoints in.
+        ({"gpus_per_trial": 1.0}, "gpus_per_trial=1 places trials through Ray: pass ray=True (or a cluster's address), or drop gpus_per_trial"),
+        ({"keep_checkpoints": True, "artifact_store": None}, "keep_checkpoints=True keeps checkpoints in the artifact store, and "
+                                                             "artifact_store=None writes none; pass an artifact_store directory"),
     ],
 )
 def test_python_arguments_the_command_line_would_refuse_are_refused(tmp_path: Path, arguments: dict[str, Any], message: str) -> None:
