@@ -67,8 +67,21 @@ def _review(rng: random.Random) -> tuple[str, int]:
     return text, label
 
 
+def _whole(name: str, value: object, least: int | None = None) -> None:
+    """``value`` is a whole number of at least ``least`` (a bool, a float or a str is none: ``random`` hashes a str as a seed)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a whole number, got {value!r}; pass an int")
+    if least is not None and value < least:
+        raise ValueError(f"{name} must be at least {least}, got {value}")
+
+
 def make_synthetic_reviews(n: int, *, seed: int = 0, label_noise: float = 0.05) -> tuple[list[str], list[int]]:
-    """``n`` synthetic reviews and their labels (1 positive, 0 negative), fixed by ``seed``."""
+    """``n`` synthetic reviews and their labels (1 positive, 0 negative), fixed by ``seed``; ``label_noise``: the
+    fraction of labels flipped, in [0, 1]. A wrong type raises ``TypeError``, a value out of range ``ValueError``."""
+    _whole("n", n, 0)
+    _whole("seed", seed)
+    if isinstance(label_noise, bool) or not isinstance(label_noise, (int, float)) or not 0 <= label_noise <= 1:
+        raise ValueError(f"label_noise must be a fraction in [0, 1], got {label_noise!r}")
     rng = random.Random(seed)
     texts, labels = [], []
     for _ in range(n):
@@ -83,8 +96,11 @@ def make_synthetic_reviews(n: int, *, seed: int = 0, label_noise: float = 0.05) 
 def demo_dataset(n_train: int = 3000, n_valid: int = 400, *, seed: int = 0) -> TextClassificationData:
     """The demo study's data: a train and a validation split of synthetic reviews.
 
-    The validation split is noise-free, so its accuracy measures what the model learned.
+    The validation split is noise-free, so its accuracy measures what the model learned. ``n_train`` and ``n_valid``
+    are whole numbers of rows, at least 2 and 1 (``TypeError`` for another type, ``ValueError`` below that); ``seed`` an int.
     """
+    _whole("n_train", n_train, 2)
+    _whole("n_valid", n_valid, 1)
     train_texts, train_labels = make_synthetic_reviews(n_train, seed=seed)
     valid_texts, valid_labels = make_synthetic_reviews(n_valid, seed=seed + 1_000_003, label_noise=0.0)
     return TextClassificationData(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
 from conftest import write_tsv
 
-from trial_executor import DataError, TextClassificationData, load_text_classification
+from trial_executor import DataError, TextClassificationData, demo_dataset, load_text_classification, make_synthetic_reviews
 
 
 def test_tsv_with_string_labels(tmp_path: Path) -> None:
@@ -309,3 +310,24 @@ def test_data_built_in_python_is_checked_against_its_documented_form(fields: dic
     with pytest.raises(DataError) as raised:
         TextClassificationData(**given)  # type: ignore[arg-type]
     assert str(raised.value) == expected
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "said"),
+    [
+        # Each was a TypeError from inside random ("'float' object cannot be interpreted as an integer"), a guess (True as one
+        # row, then "train_labels holds a single class"), or an error about valid_texts for an n_valid the caller gave.
+        ({"n_train": 1.5}, TypeError, "n_train must be a whole number, got 1.5; pass an int"),
+        ({"n_train": True}, TypeError, "n_train must be a whole number, got True; pass an int"),
+        ({"seed": None}, TypeError, "seed must be a whole number, got None; pass an int"),
+        ({"n_valid": -1}, ValueError, "n_valid must be at least 1, got -1"),
+        ({"n_train": 1}, ValueError, "n_train must be at least 2, got 1"),
+    ],
+)
+def test_demo_dataset_refuses_counts_and_seeds_it_cannot_take_as_they_are(arguments: dict[str, object], error: type, said: str) -> None:
+    with pytest.raises(error, match=f"^{re.escape(said)}$"):
+        demo_dataset(**{"n_train": 40, "n_valid": 10, **arguments})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^seed must be a whole number, got 'a'; pass an int$"):  # random hashed the str
+        make_synthetic_reviews(5, seed="a")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^label_noise must be a fraction in \[0, 1\], got nan$"):
+        make_synthetic_reviews(5, label_noise=float("nan"))
