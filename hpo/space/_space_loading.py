@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import os
 import re
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -342,7 +343,10 @@ def checked(space: SearchSpace, source: str) -> SearchSpace:
 
 
 def load_search_space(path: str | Path = DEFAULT_SPACE) -> SearchSpace:
-    """Read and validate a search-space YAML file."""
+    """Read and validate a search-space YAML file (``str`` or ``Path``; a mapping is :func:`parse_search_space`'s)."""
+    if not isinstance(path, (str, os.PathLike)):  # a dict: a TypeError from inside pathlib named no fix
+        hint = "; for a mapping (the YAML's content) use parse_search_space" if isinstance(path, Mapping) else ""
+        raise SearchSpaceError(f"search space: expected a YAML file's path, got a {type(path).__name__}{hint}")
     path = Path(path)
     if path.exists() and not path.is_file():  # a directory, /dev/null: there, not "not found"
         what = "a directory" if path.is_dir() else "not a regular file"

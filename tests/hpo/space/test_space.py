@@ -9,7 +9,7 @@ import pytest
 import yaml
 from conftest import SMALL_SPACE, assert_one_line_flag_error, run_cli
 
-from hpo import DEFAULT_SPACE, load_search_space
+from hpo import DEFAULT_SPACE, SearchSpaceError, load_search_space
 from hpo.cli._run import main
 
 
@@ -386,3 +386,12 @@ def test_a_space_path_that_is_no_file_says_what_it_is(tmp_path: Path) -> None:
     for path, what in ((tmp_path, "a directory"), (Path("/dev/null"), "not a regular file")):
         with pytest.raises(SearchSpaceError, match=f"^search space {path} is {what}; pass a YAML file with --space"):
             load_search_space(path)
+
+
+def test_load_search_space_given_no_path_names_what_it_takes() -> None:
+    """A mapping was a TypeError from inside pathlib ("expected str, bytes or os.PathLike object, not dict")."""
+    with pytest.raises(SearchSpaceError, match=r"^search space: expected a YAML file's path, got a dict; for a mapping \(the YAML's "
+                                               r"content\) use parse_search_space$"):
+        load_search_space({"params": {}})  # type: ignore[arg-type]
+    with pytest.raises(SearchSpaceError, match=r"^search space: expected a YAML file's path, got a NoneType$"):
+        load_search_space(None)  # type: ignore[arg-type]
