@@ -130,7 +130,10 @@ def _goal(directions: list[str]) -> str:
 
 def _other_data(study_name: str, stored: dict[str, Any], fingerprint: str, now: dict[str, Any] | None) -> OtherDataError:
     source = stored.get(DATA_SOURCE_ATTR)
-    ran_on = "" if source is None else f": it ran with {data_flags(source)}"
+    # None: a TextClassificationData given in Python (no flags name it), or a study older than stored flags. The demo
+    # reviews tried in its place (a verdict given no data) are no guess to let stand unexplained.
+    ran_on = (": it names no data file to read again (it was made on data given in Python, or before data files were "
+              "stored), so pass that same data" if source is None else f": it ran with {data_flags(source)}")
     if source is not None and now is not None and data_flags(now) != data_flags(source):  # a flag left at its default too
         ran_on += f", this run with {data_flags(now)}"
     return OtherDataError(

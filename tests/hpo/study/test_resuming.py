@@ -121,3 +121,18 @@ def test_a_study_on_a_local_model_directory_resumes_from_any_working_directory(
     monkeypatch.chdir(work)
     assert run_main([*common, "--space", "space.yaml", "--model", "./my-bert", "--n-trials", "4"]) == 0
     assert hpo.load(storage=url).user_attrs[SEARCH_SPACE_ATTR] == stored
+
+
+def test_a_verdict_given_no_data_on_a_study_made_on_data_given_in_python_says_to_pass_it(tmp_path: Path) -> None:
+    """Such a study names no file to read again: the demo reviews were tried in its place, and refused as "different data"
+    with no word on why they were read or what to pass."""
+    from hpo._api import open_existing, open_run
+    from hpo.study._options import RunOptions
+
+    options = RunOptions(storage=f"sqlite:///{tmp_path / 'py.db'}", study_name="py", device="cpu", artifact_store=None)
+    made = open_run(SMALL_SPACE, DATA, options, announce=None).prepared
+    with pytest.raises(hpo.UserError, match=rf"^study 'py' was created on different data \(fingerprint {made.data.fingerprint}, now \w+\): "
+                                            r"it names no data file to read again \(it was made on data given in Python, or before data "
+                                            r"files were stored\), so pass that same data; rerun with its original data"):
+        open_existing(None, None, options)
+    assert open_existing(None, DATA, options).data.fingerprint == made.data.fingerprint
