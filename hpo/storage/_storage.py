@@ -63,10 +63,16 @@ class StorageError(UserError):
     """The storage URL is malformed, unsupported or unreachable."""
 
 
+def _require_str(url: object, alternative: str = "") -> None:
+    if not isinstance(url, str):  # from Python: one line, not an AttributeError deep in the factory
+        raise StorageError(f"storage must be a database URL (a str){' ' * bool(alternative)}{alternative}, got {url!r}; "
+                           f"pass e.g. 'sqlite:///{DEFAULT_SQLITE_FILE}'")
+
+
 def resolve_storage_url(url: str | None) -> str:
     """``--storage`` if given, else ``$HPO_STORAGE``, else a SQLite file in the working directory."""
-    if url is not None and not isinstance(url, str):  # from Python: one line, not an AttributeError deep in the factory
-        raise StorageError(f"storage must be a database URL (a str) or None, got {url!r}; pass e.g. 'sqlite:///hpo-studies.db'")
+    if url is not None:
+        _require_str(url, "or None")
     if url is not None and not url.strip():  # not "no storage": '' read $HPO_STORAGE, a study elsewhere than asked
         raise StorageError(f"storage URL is empty; give one such as sqlite:///{DEFAULT_SQLITE_FILE}, or None for ${STORAGE_ENV} or that file")
     return url or os.environ.get(STORAGE_ENV) or f"sqlite:///{DEFAULT_SQLITE_FILE}"
@@ -190,8 +196,10 @@ def check_storage_url(url: str, *, wait_for_server: bool = False) -> None:
     A server that answers but drops the connection (restarting, terminating connections) is
     waited for with the storage's bounded backoff; one that refuses it (nothing listening)
     fails at once, unless ``wait_for_server``: a worker whose parent reached the database
-    knows the URL is right, so a refusal there is a restart.
+    knows the URL is right, so a refusal there is a restart. A ``url`` that is no str (a ``Path``, ``None``: see
+    :func:`resolve_storage_url`) is a :class:`StorageError` too.
     """
+    _require_str(url)
     if url.lower().startswith(GRPC_SCHEME):
         _check_proxy(*_parse_grpc(url), wait_for_server=wait_for_server)
         return

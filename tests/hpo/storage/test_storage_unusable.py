@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ import optuna
 import pytest
 import sqlalchemy
 
-from hpo import create_storage
+from hpo import StorageError, create_storage
 from hpo.cli._parsing import run_guarded
 from hpo.storage._db_errors import is_lost_connection
 from hpo.storage._retrying_storage import StorageFailedError
@@ -158,3 +159,12 @@ def test_a_sqlite_path_that_is_no_database_is_refused_before_it_is_opened(tmp_pa
         check_storage_url(f"sqlite:///{tmp_path}")
     (tmp_path / "empty.db").touch()  # SQLite makes a database of an empty file
     check_storage_url(f"sqlite:///{tmp_path / 'empty.db'}")
+
+
+def test_create_storage_given_no_url_string_is_one_line(tmp_path: Path) -> None:
+    """hpo.create_storage(Path(...)) was an AttributeError ('PosixPath' object has no attribute 'lower'), None another."""
+    for given in (tmp_path / "s.db", None):
+        with pytest.raises(StorageError, match=rf"^storage must be a database URL \(a str\), got {re.escape(repr(given))}; "
+                                               r"pass e\.g\. 'sqlite:///hpo-studies\.db'$"):
+            create_storage(given)  # type: ignore[arg-type]
+    assert not (tmp_path / "s.db").exists()
