@@ -202,6 +202,9 @@ class TrainConfig(BaseModel):
         if self.eval_every == 0 and self.eval_every_samples is not None:  # else the samples' interval, silently
             unmet.append("eval_every 0 evaluates only at the end and eval_every_samples every so many samples: set "
                          "eval_every_samples to null to evaluate only at the end, or drop eval_every")
+        if self.early_stopping_patience is not None and self.eval_interval_steps == 0:  # one evaluation: never stops early
+            unmet.append("early_stopping_patience counts evaluations, and eval_every 0 evaluates only at the end: set "
+                         "eval_every (or eval_every_samples) above 0, or early_stopping_patience to null")
         if unmet:
             raise ValueError("; ".join(unmet))
         return self

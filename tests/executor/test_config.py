@@ -51,6 +51,15 @@ def test_evaluating_only_at_the_end_and_every_so_many_samples_is_refused() -> No
     assert TrainConfig(eval_every=0).eval_interval_steps == 0 and TrainConfig(eval_every=7, eval_every_samples=64, batch_size=32).eval_interval_steps == 2
 
 
+def test_early_stopping_with_only_the_final_evaluation_is_refused() -> None:
+    """One evaluation never stops a trial early: the patience was accepted and silently did nothing."""
+    with pytest.raises(ValueError, match=r"^early_stopping_patience counts evaluations, and eval_every 0 evaluates only at the end: "
+                                         r"set eval_every \(or eval_every_samples\) above 0, or early_stopping_patience to null$"):
+        TrainConfig(eval_every=0, early_stopping_patience=2)
+    assert TrainConfig(eval_every=0, eval_every_samples=None, early_stopping_patience=None).eval_interval_steps == 0
+    assert TrainConfig(eval_every=5, early_stopping_patience=2).early_stopping_patience == 2
+
+
 def test_values_are_kept_as_given_and_the_config_is_frozen() -> None:
     config = TrainConfig(learning_rate=1, fp_precision="none", max_length="auto")
     values = config.to_dict()
