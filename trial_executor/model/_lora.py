@@ -49,6 +49,8 @@ def apply_lora(model: PreTrainedModel, config: TrainConfig) -> PreTrainedModel:
     except ImportError:
         raise LoraUnavailableError(INSTALL_HINT) from None
     targets = lora_targets(model.config.model_type, config.lora_target_modules)
+    if (problem := _targets_missing(model, config.model, targets)) is not None:  # not peft's error from deep inside
+        raise ValueError(problem)
     head = TARGETS.get(model.config.model_type, (None, ["classifier", "score"]))[1]
     alpha = config.lora_alpha if config.lora_alpha is not None else 2 * config.lora_rank
     lora = LoraConfig(
@@ -93,6 +95,11 @@ def lora_target_problem(model: str, target_modules: str | None) -> str | None:
         return str(err)
     with torch.device("meta"):
         built = AutoModelForSequenceClassification.from_config(config)
+    return _targets_missing(built, model, targets)
+
+
+def _targets_missing(built: torch.nn.Module, model: str, targets: list[str]) -> str | None:
+    """Which of ``targets`` name no module of ``built`` (the model called ``model``), as one line naming its linear layers."""
     names = [name for name, _ in built.named_modules()]
     missing = [t for t in targets if not any(name == t or name.endswith(f".{t}") for name in names)]  # peft's rule
     if not missing:

@@ -142,3 +142,11 @@ def test_target_modules_a_model_lacks_are_refused_before_the_study_is_written(tm
     from trial_executor.model import lora_target_problem
 
     assert lora_target_problem("tiny-distilbert", None) is None  # the architecture's own targets (q_lin, v_lin)
+
+
+def test_run_trial_with_target_modules_the_model_lacks_is_one_value_error() -> None:
+    """Called directly (no study to check them first), peft's NoMatchingPeftModuleError came from deep inside."""
+    config = TrainConfig(finetune="lora", lora_target_modules="nope_mod", max_steps=2, eval_every=0, batch_size=8, max_length=32, device="cpu")
+    with pytest.raises(ValueError, match=r"^lora_target_modules: nope_mod names no module of model 'tiny-bert'; name some of its linear "
+                                         r"layers \(classifier, dense, key, query, value\)$"):
+        run_trial(config, demo_dataset(n_train=40, n_valid=10, seed=1))
