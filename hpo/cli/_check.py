@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size", type=at_least(1), action="append", default=None,
         help="rows per step; repeat for several (default: 8 on the CPU, 32 and 256 on CUDA)",
     )
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="(default: %(default)s)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where the speed test runs (default: %(default)s)")
     parser.add_argument("--steps", type=at_least(1), default=None, help="timed steps per precision (default: 3 on the CPU, 20 on CUDA)")
     parser.add_argument(
         "--warmup", type=at_least(0), default=None,

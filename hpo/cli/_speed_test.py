@@ -31,7 +31,7 @@ from trial_executor.batches import (
     round_up,
     window_rows,
 )
-from trial_executor.device import CpuWait, DeviceLag, Knobs, peak_memory_mb, release_memory, reset_peak_memory
+from trial_executor.device import CpuWait, DeviceLag, Knobs, oom_in, peak_memory_mb, release_memory, reset_peak_memory
 from trial_executor.precision import global_state_kept
 from trial_executor.train import TrainStep, build_step, release_compiled
 
@@ -204,7 +204,9 @@ def speed_test(
             reset_peak_memory(device)
             try:
                 timing = _time_steps(policy, config, device, batch_size, seq_len, warmup, steps, seed, knobs)
-            except (torch.OutOfMemoryError, MemoryError):
+            except Exception as err:
+                if oom_in(err) is None:  # the CPU allocator's is a plain RuntimeError: --batch-size 10**12 was a traceback
+                    raise
                 release_memory(device)
                 rows.append(SpeedRow(precision, note=f"out of memory at batch size {batch_size}"))
                 continue

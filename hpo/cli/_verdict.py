@@ -44,7 +44,7 @@ PROG = command_prog("verdict")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(PROG, __doc__)
-    parser.add_argument("--study-name", default=None, help="the study (default: the storage's only study)")
+    parser.add_argument("--study-name", default=None, help="the study whose trial is re-trained (default: the storage's only study)")
     add_storage_argument(parser, "database URL the study lives in")
     parser.add_argument("--seeds", type=at_least(2), default=DEFAULT_VERDICT_SEEDS,
                         help=f"paired seeds per precision, 2 to {MAX_VERDICT_SEEDS} (default: %(default)s)")

@@ -152,7 +152,10 @@ def export_best_model(study: optuna.Study, store_path: str, directory: Path) -> 
                 f"the best model of study {study.study_name!r} (trial {kept['trial']}) is not in the artifact store; "
                 "pass the --artifact-store the study ran with"
             ) from None
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # under a file, in /proc, read-only: was a traceback
+            raise UserError(f"cannot create --save-model {directory}: {err.strerror}; pass a new or empty directory that can be made there") from None
         with tarfile.open(archive) as tar:
             tar.extractall(directory, filter="data")
     return kept

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 from hpo._errors import UserError
@@ -74,6 +75,10 @@ def check_heartbeat(interval: int, grace_period: int) -> None:
     restart) leaves a gap of two intervals. A shorter grace period would have other workers
     fail and re-queue trials that are alive and training.
     """
+    # Each beat is a timed wait: a longer one overflows it (the heartbeat thread died with a traceback mid-run).
+    longest = int(threading.TIMEOUT_MAX)
+    if interval > longest:
+        raise UserError(f"--heartbeat-interval {interval} is longer than the longest wait this machine can time ({longest} s); pass a shorter one")
     if grace_period <= 2 * interval:
         raise UserError(
             f"--grace-period {grace_period} is not longer than two --heartbeat-interval {interval} ({2 * interval} s): "

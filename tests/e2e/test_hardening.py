@@ -42,6 +42,16 @@ def test_a_grace_period_a_missed_beat_would_outlast_is_refused_before_anything_i
     assert not db.exists()
 
 
+def test_a_heartbeat_interval_too_long_to_wait_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It passed, and the heartbeat thread died mid-run with an OverflowError traceback (its wait cannot be timed).
+    db, huge = tmp_path / "s.db", str(10**20)
+    assert main(["--storage", f"sqlite:///{db}", "--heartbeat-interval", huge, "--grace-period", str(10**21)]) == 2
+    assert f"--heartbeat-interval {huge} is longer than the longest wait this machine can time" in _one_error_line(capsys)
+    assert not db.exists()
+
+
 def test_the_heartbeat_rule_accepts_room_for_one_missed_beat() -> None:
     check_heartbeat(30, 120)  # the defaults
     check_heartbeat(1, 3)  # the tests' fast heartbeat

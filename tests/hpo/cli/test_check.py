@@ -48,6 +48,13 @@ def test_check_times_only_the_precisions_asked_for(capsys: pytest.CaptureFixture
     assert rows[1][-1].strip() == "capture_step: CUDA graphs are CUDA only, not cpu; the step runs eager"
 
 
+def test_a_batch_the_host_cannot_hold_is_out_of_memory_on_its_row(capsys: pytest.CaptureFixture[str]) -> None:
+    # The CPU allocator's failure is a RuntimeError, not a MemoryError: it was a traceback, not the row a GPU's OOM gets.
+    flags = ["--device", "cpu", "--model", "tiny-bert", "--steps", "1", "--warmup", "0", "--seq-len", "16", "--precision", "fp32"]
+    assert main([*flags, "--batch-size", str(10**12)]) == 0
+    assert f"| fp32 | - | - | - | - | - | out of memory at batch size {10**12} |" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [

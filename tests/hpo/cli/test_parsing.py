@@ -24,3 +24,15 @@ def test_ray_given_an_empty_value_is_refused_not_taken_for_a_cluster_started_her
     assert list(tmp_path.iterdir()) == []  # no study file, no cluster's files
     assert build_parser().parse_args(["--ray"]).ray == ""  # bare: a cluster started here
     assert build_parser().parse_args(["--ray", "auto"]).ray == "auto"
+
+
+@pytest.mark.parametrize("command", ["run", "status", "best", "export", "report", "verdict", "check", "dashboard", "proxy"])
+def test_every_flag_s_help_says_what_it_does_not_only_its_default(command: str) -> None:
+    # check's --device said only "(default: auto)".
+    import importlib
+    import re
+
+    parser = importlib.import_module(f"hpo.cli._{command}").build_parser()
+    for action in parser._actions:
+        said = re.sub(r"\(default: [^)]*\)", "", action.help or "").strip()
+        assert len(said) > 10, f"{command} {action.option_strings}: {action.help!r}"

@@ -72,6 +72,10 @@ def test_the_best_model_replaces_the_previous_and_best_save_model_writes_it(tmp_
         assert line in capfd.readouterr().err and not (tmp_path / "new").exists()
     assert hpo_main(["best", "--study-name", "b", "--storage", url, "--artifact-store", str(store), "--save-model", str(tmp_path / "b.db")]) == 2
     assert f"--save-model {tmp_path / 'b.db'} is a file, not a directory" in capfd.readouterr().err
+    # Where no directory can be made (under a file, in /proc): one line, not a traceback.
+    for where, why in ((tmp_path / "b.db" / "sub", "Not a directory"), (Path("/proc/hpo-best-model"), "No such file or directory")):
+        assert hpo_main(["best", "--study-name", "b", "--storage", url, "--artifact-store", str(store), "--save-model", str(where)]) == 2
+        assert f"cannot create --save-model {where}: {why}; pass a new or empty directory" in capfd.readouterr().err
     # A better trial whose model was not kept (run without an artifact store): the kept one is not the best's.
     best = study.best_trial
     study.add_trial(optuna.trial.create_trial(params=best.params, distributions=best.distributions, value=2.0))
