@@ -218,8 +218,7 @@ def _run_workers(run: Run, argv: Sequence[str], args: argparse.Namespace, stop: 
             print(f"{PROG}: worker {index} exited with {exit_described(code)}", file=sys.stderr, flush=True)
     # The others (or its own retry) finished the budget: the study is whole, the fault was recovered.
     if max(codes) == 0 or budget_met(run, explained=all(code == 0 or errors.said_why(i) for i, code in enumerate(codes))):
-        print(run_summary(study, run.prepared.url, run.options.n_trials, names), flush=True)
-        _print_stored_verdict(run)
+        _print_summary_and_verdict(run)
         return 0
     return max(codes)
 
@@ -230,9 +229,15 @@ def _nothing_left(run: Run) -> int:
     if run.cluster is not None:
         run.cluster.shutdown()  # a cluster started here
     print(_start_line(run), flush=True)
-    print(run_summary(run.prepared.study, run.prepared.url, run.options.n_trials, run.prepared.space.objective_names), flush=True)
-    _print_stored_verdict(run)
+    _print_summary_and_verdict(run)
     return 0
+
+
+def _print_summary_and_verdict(run: Run) -> None:
+    """The end of a run whose trials ran elsewhere (its workers), or not at all: the summary, then the stored verdict."""
+    prepared = run.prepared
+    print(run_summary(prepared.study, prepared.url, run.options.n_trials, prepared.space.objective_names), flush=True)
+    _print_stored_verdict(run)
 
 
 def _print_stored_verdict(run: Run) -> None:

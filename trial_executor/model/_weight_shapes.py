@@ -46,11 +46,11 @@ def check_head_fits(model: str, num_labels: int) -> None:
     path = Path(source.path)
     if source.preset or not path.is_dir():
         return
-    config = copy.deepcopy(saved_config(source.path, source.signature))
+    saved = saved_config(source.path, source.signature)
+    config = copy.deepcopy(saved)
     config.num_labels = num_labels
     if not any(not in_body for *_, in_body in _mismatches(path, config, _check_weights(path), _safetensors_header)):
         return
-    saved = saved_config(source.path, source.signature)
     labels = ", ".join(str(name) for _, name in sorted((saved.id2label or {}).items()))
     raise ModelNotFoundError(
         f"model directory {path} has a head trained for {saved.num_labels} labels ({labels}), and the data has {num_labels}; "
