@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("hpo", "trial_executor")
 # The executor's torch-free contract: the only modules of trial_executor outside a concept package.
-EXECUTOR_CONTRACT = ("trial_executor._caches", "trial_executor._deferred", "trial_executor._precisions", "trial_executor._config", "trial_executor._result", "trial_executor._failures")
+EXECUTOR_CONTRACT = ("trial_executor._caches", "trial_executor._heap", "trial_executor._deferred", "trial_executor._precisions", "trial_executor._config", "trial_executor._result", "trial_executor._failures")
 # Each layer may import the ones before it, never one after it (a module's layer: its longest match).
 LAYERS = [
     *EXECUTOR_CONTRACT,

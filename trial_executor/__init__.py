@@ -26,6 +26,7 @@ from trial_executor._config import (
 )
 from trial_executor._deferred import deferred_names
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
+from trial_executor._heap import heap_frozen
 from trial_executor._precisions import MIXED_PRECISION
 from trial_executor._result import CPU_CONTENDED_ABOVE, ProgressFn, StepProgress, TrialResult
 from trial_executor.data import (
@@ -111,6 +112,7 @@ __all__ = [
     "clear_caches",
     "demo_dataset",
     "hardware_metadata",
+    "heap_frozen",
     "hold_out_size",
     "load_text_classification",
     "lora_available",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForSequenceClassification, BertConfig, PretrainedConfig
 
-from trial_executor import PRECISIONS, PRESETS, PrecisionPolicy, TrainConfig, UnsupportedPrecisionError
+from trial_executor import PRECISIONS, PRESETS, PrecisionPolicy, TrainConfig, UnsupportedPrecisionError, heap_frozen
 from trial_executor.batches import (
     TOKEN_MULTIPLE,
     Batch,
@@ -192,7 +192,9 @@ def speed_test(
     config = model_config(model)
     rows: list[SpeedRow] = []
     reference: float | None = None
-    with global_state_kept():  # each precision sets the TF32 and cuDNN flags; the caller's come back
+    # The caller's TF32 and cuDNN flags come back (each precision sets them); release_memory's collections walk
+    # what the precisions made, not the libraries.
+    with global_state_kept(), heap_frozen():
         for precision in [p for p in PRECISIONS if p in precisions]:
             try:
                 policy = PrecisionPolicy.resolve(precision, device)

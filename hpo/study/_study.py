@@ -47,7 +47,7 @@ from hpo.study._outcomes import (
 )
 from hpo.study._resuming import check_resumable, study_attrs, study_seed
 from hpo.study._workers import defer_second_signal, end_deferral, second_signal_in
-from trial_executor import TextClassificationData
+from trial_executor import TextClassificationData, heap_frozen
 
 MAX_CONSECUTIVE_FAILURES = 3
 # How often a worker with no budget left to start checks whether the running trials of others finished or died.
@@ -318,7 +318,8 @@ def _optimize(
     """``study.optimize``, not stopped by a trial another worker's sweep failed under this one (its heartbeat stale in an
     outage past the grace period; Optuna's tell then raises). A second signal re-queues the trial ``running()`` names."""
     try:
-        study.optimize(objective, timeout=timeout, callbacks=[after_trial], catch=(Exception,))
+        with heap_frozen():  # the collections between trials walk what the trials made, not the libraries and data
+            study.optimize(objective, timeout=timeout, callbacks=[after_trial], catch=(Exception,))
     except BaseException as err:
         end_deferral(raise_owed=False)  # a tell that failed: a second signal it deferred is raised at the next poll
         if (trial_id := running()) is not None and second_signal_in(err):

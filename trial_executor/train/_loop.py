@@ -21,6 +21,7 @@ import torch
 
 from trial_executor._config import TrainConfig
 from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
+from trial_executor._heap import heap_frozen
 from trial_executor._result import ProgressFn, StepProgress, TrialResult
 from trial_executor.batches import Batch
 from trial_executor.data import TextClassificationData
@@ -112,31 +113,33 @@ def run_trial(
     bound_native_caches()
     policy = PrecisionPolicy.resolve(config.fp_precision, device)
     failure: Exception | None = None
-    try:
-        with global_state_kept():  # the caller's TF32 and cuDNN flags come back after the trial
-            policy.apply_global_state(cudnn_benchmark=config.cudnn_benchmark)
-            return _train(config, source, data, report, device, policy, checkpointing, stop_requested, progress)
-    except NonFiniteLossError as err:
-        failure = NonFiniteLossError(err.step, err.detail)
-    except TrialInterrupted as err:
-        failure = TrialInterrupted(err.step, err.checkpoint)
-    except Exception as err:
-        oom = oom_in(err)
-        if oom is None:
-            raise
-        failure = TrialOutOfMemoryError(
-            config.batch_size, config.grad_accum_steps,
-            f"out of memory at batch_size {config.batch_size} on {device.type}: {type(oom).__name__}: {str(oom)[:200]}",
-        )
-        del oom  # its traceback holds _train's frames, and with them the model
-    finally:
-        # _train's model, optimizer and batches are unreachable once it returns; compiled graphs
-        # and CUDA-graph pools would keep them (and their memory) alive.
-        release_compiled()
-        release_memory(device)
-    # Raised outside the except blocks: a chained exception's traceback would keep _train's
-    # frames, and with them the model and optimizer, alive.
-    raise failure
+    # The releases below walk what the trial made, not every object the libraries and the caller hold.
+    with heap_frozen():
+        try:
+            with global_state_kept():  # the caller's TF32 and cuDNN flags come back after the trial
+                policy.apply_global_state(cudnn_benchmark=config.cudnn_benchmark)
+                return _train(config, source, data, report, device, policy, checkpointing, stop_requested, progress)
+        except NonFiniteLossError as err:
+            failure = NonFiniteLossError(err.step, err.detail)
+        except TrialInterrupted as err:
+            failure = TrialInterrupted(err.step, err.checkpoint)
+        except Exception as err:
+            oom = oom_in(err)
+            if oom is None:
+                raise
+            failure = TrialOutOfMemoryError(
+                config.batch_size, config.grad_accum_steps,
+                f"out of memory at batch_size {config.batch_size} on {device.type}: {type(oom).__name__}: {str(oom)[:200]}",
+            )
+            del oom  # its traceback holds _train's frames, and with them the model
+        finally:
+            # _train's model, optimizer and batches are unreachable once it returns; compiled graphs
+            # and CUDA-graph pools would keep them (and their memory) alive.
+            release_compiled()
+            release_memory(device)
+        # Raised outside the except blocks: a chained exception's traceback would keep _train's
+        # frames, and with them the model and optimizer, alive.
+        raise failure
 
 
 def _train(
