@@ -75,14 +75,16 @@ def _given_blank(args: Sequence[str], options: Sequence[str]) -> bool:
     return False
 
 
-def at_least(low: int) -> Callable[[str], int]:
-    """An ``argparse`` type for a whole number of ``low`` or more."""
+def at_least(low: int, most: int | None = None) -> Callable[[str], int]:
+    """An ``argparse`` type for a whole number of ``low`` or more (and ``most`` or fewer, when given)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if most is not None and not low <= value <= most:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {most}, got {value}")
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
         return value

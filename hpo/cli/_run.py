@@ -39,7 +39,7 @@ from hpo.study._outcomes import was_interrupted
 from hpo.study._ray_workers import WorkerLostError
 from hpo.study._run_checks import check_gpus
 from hpo.study._study import TooManyFailuresError
-from hpo.study._verdict import cut_short_line, nothing_left, verdict_after_budget, verdict_due
+from hpo.study._verdict import MAX_VERDICT_SEEDS, cut_short_line, nothing_left, verdict_after_budget, verdict_due
 from hpo.study._warm_start import DEFAULT_WARM_START_TRIALS
 from hpo.study._workers import (
     StopSignal,
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"how many of --warm-start's best trials to run (default: {DEFAULT_WARM_START_TRIALS})",
     )
     parser.add_argument(
-        "--verdict", type=at_least(2), default=None, metavar="SEEDS",
+        "--verdict", type=at_least(2, MAX_VERDICT_SEEDS), default=None, metavar="SEEDS",
         help="once the budget is reached, re-train the best trial per precision with SEEDS paired seeds "
              "(python -m hpo verdict; default: the space's verdict: section, else none)",
     )

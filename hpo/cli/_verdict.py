@@ -37,7 +37,7 @@ from hpo.study._options import RunOptions
 from hpo.study._study import TooManyFailuresError
 from hpo.study._verdict import DEFAULT_VERDICT_SEEDS, MAX_VERDICT_SEEDS
 from hpo.study._workers import StopSignal
-from trial_executor import DEVICES
+from trial_executor import DEVICES, PRECISIONS
 
 PROG = command_prog("verdict")
 
@@ -46,9 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(PROG, __doc__)
     parser.add_argument("--study-name", default=None, help="the study whose trial is re-trained (default: the storage's only study)")
     add_storage_argument(parser, "database URL the study lives in")
-    parser.add_argument("--seeds", type=at_least(2), default=DEFAULT_VERDICT_SEEDS,
+    parser.add_argument("--seeds", type=at_least(2, MAX_VERDICT_SEEDS), default=DEFAULT_VERDICT_SEEDS,
                         help=f"paired seeds per precision, 2 to {MAX_VERDICT_SEEDS} (default: %(default)s)")
-    parser.add_argument("--precisions", nargs="+", default=None, metavar="P",
+    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=None, metavar="P",
                         help="precisions to compare, fp32 among them (default: those the study's space searches, else all; "
                              "unsupported ones are listed, not run)")
     parser.add_argument("--trial", type=at_least(0), default=None, help="re-train this trial (default: the best)")

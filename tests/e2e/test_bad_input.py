@@ -66,7 +66,7 @@ MULTI_OBJECTIVE_SPACE = ROOT / "search_spaces" / "multi_objective.yaml"
 CASES: dict[str, tuple[Any, str]] = {
     "seed above 2^32-1": (lambda c: ["--seed", str(2**32)], "--seed 4294967296 is outside 0..4294967295 (2^32 - 1); pass a seed in that range"),
     "negative seed": (lambda c: ["--seed", "-1"], "--seed -1 is outside 0..4294967295"),
-    "verdict of 31 seeds": (lambda c: ["--verdict", "31"], "--verdict must be between 2 and 30 paired seeds, got 31"),
+    "verdict of 31 seeds": (lambda c: ["--verdict", "31"], "argument --verdict: must be between 2 and 30, got 31"),
     "verdict on a space without fp32": (
         lambda c: ["--verdict", "2", "--space", _space(c, params={"fp_precision": {"type": "categorical", "choices": ["bf16", "fp16"]}})],
         "the space's fp_precision choices ['bf16', 'fp16'] lack fp32, which a verdict compares every precision with; add fp32"),

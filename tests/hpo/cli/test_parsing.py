@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import assert_one_line_flag_error
 
+from hpo.__main__ import main as hpo_main
 from hpo.cli._run import build_parser
 from hpo.run import main as run_main
 
@@ -36,3 +38,22 @@ def test_every_flag_s_help_says_what_it_does_not_only_its_default(command: str) 
     for action in parser._actions:
         said = re.sub(r"\(default: [^)]*\)", "", action.help or "").strip()
         assert len(said) > 10, f"{command} {action.option_strings}: {action.help!r}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["run", "--verdict", "31"], "argument --verdict: must be between 2 and 30, got 31"),
+        (["verdict", "--seeds", "31"], "argument --seeds: must be between 2 and 30, got 31"),
+        (["verdict", "--precisions", "fp32", "fp8"], "argument --precisions: invalid choice: 'fp8'"),
+    ],
+)
+def test_a_value_outside_a_flag_s_range_is_refused_before_the_storage_is_opened(
+    argv: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # They were checked once the study was open (a missing storage was named first) or its data read (a Data: line first).
+    def command(flags: list[str]) -> int:
+        return hpo_main([*argv, *flags])
+
+    assert_one_line_flag_error(command, ["--storage", f"sqlite:///{tmp_path / 'missing.db'}"], expected, capsys)
+    assert list(tmp_path.iterdir()) == []
