@@ -21,6 +21,7 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
+from hpo._errors import UserError
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, port, run_storage_command
 from hpo.reporting._dashboard import address, is_loopback, make_dashboard_server
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR, existing_artifact_store
@@ -41,8 +42,9 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--port", type=port, default=DEFAULT_PORT, help="port to listen on (default: %(default)s)")
     parser.add_argument(
-        "--artifact-store", default=DEFAULT_ARTIFACT_DIR,
-        help="the studies' artifact directory (python -m hpo.run --artifact-store), for the trials' artifacts (default: %(default)s)",
+        "--artifact-store", default=None,
+        help="the studies' artifact directory (python -m hpo.run --artifact-store), for the trials' artifacts "
+             f"(default: {DEFAULT_ARTIFACT_DIR}, when it exists)",
     )
     return parser
 
@@ -56,15 +58,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body(args: argparse.Namespace, url: str) -> int:
         storage = open_existing_storage(url)
-        artifacts = existing_artifact_store(args.artifact_store)
+        store_path = args.artifact_store or DEFAULT_ARTIFACT_DIR
+        artifacts = existing_artifact_store(store_path)
+        if artifacts is None and args.artifact_store is not None:  # a mistyped path served on with a warning
+            raise UserError(f"no artifact store at {store_path} (--artifact-store); pass the directory the study ran with, "
+                            "or leave the flag out")
         server = make_dashboard_server(storage, args.host, args.port, artifacts, PROG)
         if not is_loopback(args.host):
-            print(f"warning: the dashboard has no authentication and listens on {args.host}:{args.port}: anyone who reaches it "
+            print(f"{PROG}: warning: the dashboard has no authentication and listens on {args.host}:{args.port}: anyone who reaches it "
                   "can read and change the studies; use --host 127.0.0.1 with an SSH tunnel, or a private network", file=sys.stderr)
         if artifacts is None:
-            print(f"warning: no artifact store at {args.artifact_store}; trials' artifacts are not shown "
+            print(f"{PROG}: warning: no artifact store at {store_path}; trials' artifacts are not shown "
                   "(pass the --artifact-store the study ran with)", file=sys.stderr)
-        shown = f"artifacts in {args.artifact_store}" if artifacts is not None else "no artifacts"
+        shown = f"artifacts in {store_path}" if artifacts is not None else "no artifacts"
         print(f"Serving optuna-dashboard for {mask_url(url)} ({shown}) at {address(args.host, args.port)}  (Ctrl-C to stop)", flush=True)
         signal.signal(signal.SIGTERM, _stop)
         try:

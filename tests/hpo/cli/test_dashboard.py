@@ -203,7 +203,7 @@ def test_dashboard_off_loopback_warns_in_one_line(tmp_path: Path) -> None:
     finally:
         err = dashboard.stop()
     lines = [line for line in err.splitlines() if line.strip()]
-    assert lines[0].startswith(f"warning: the dashboard has no authentication and listens on 0.0.0.0:{port}")
+    assert lines[0].startswith(f"python -m hpo dashboard: warning: the dashboard has no authentication and listens on 0.0.0.0:{port}")
     assert lines[1:] == ["python -m hpo dashboard: stopped"]  # named the way it was started
 
 
@@ -228,3 +228,17 @@ def test_a_storage_gone_while_serving_is_one_line_per_error_not_a_traceback_per_
         "deleted while in use (not a lost connection, so not retried); restore the file, then rerun to resume",
         "python -m hpo dashboard: stopped",
     ]
+
+
+def test_an_artifact_store_given_but_missing_is_refused_before_serving(tmp_path: Path) -> None:
+    # A mistyped --artifact-store served the study on with a warning, every trial's artifacts missing from its pages.
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    optuna.create_study(study_name="s", storage=url)
+    missing = tmp_path / "artifcats"
+    done = subprocess.run([sys.executable, "-m", "hpo", "dashboard", "--storage", url, "--port", str(free_port()),
+                           "--artifact-store", str(missing)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=60)  # served on, it would time out
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (f"python -m hpo dashboard: error: no artifact store at {missing} (--artifact-store); pass the directory "
+                           "the study ran with, or leave the flag out\n")
+    assert not missing.exists()
