@@ -110,6 +110,10 @@ def test_the_task_comes_from_the_labels_or_the_choice_and_labels_stay_as_given(t
         ("a,0.5\nb,1e999\n", "auto", r"line 3 has label \"1e999\", which is not a finite number"),
         ("a,1.0\nb,2.0\n", "auto", r"labels are whole numbers written with decimals .*set task: regression"),
         ("a,0.5\nb,1.5\n", "classification", r"has label 0\.5; task classification takes integers or names; set task: regression"),
+        # Numbers are named as the file writes them (the errors showed 1000.0 and 100.0).
+        ("a,1e3\nb,2\n", "classification", r"line 2 has label 1e3; task classification takes integers or names"),
+        ("a,1E2\nb,pos\n", "auto", r"labels mix numbers with decimals and strings: 1E2 \(.*line 2\) and \"pos\""),
+        ("a,1.00\nb,2\n", "auto", r"labels are whole numbers written with decimals \(1\.00, .*line 2\)"),
         ("a,x||y\nb,y\n", "multi_label", r"line 2 has an empty label in \"x\|\|y\""),
         ("a,x|x\nb,y\n", "multi_label", r"line 2 has label \"x\" twice"),
         ("a,1|x\nb,y\n", "multi_label", r"labels mix integers and strings: 1 \(.*line 2\) and '[xy]'"),

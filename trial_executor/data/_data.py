@@ -28,6 +28,7 @@ from trial_executor.data._values import (
     as_names,
     as_number,
     check_one_kind,
+    example_of,
     label_kind,
     label_names,
     label_set,
@@ -194,11 +195,12 @@ def _columns(
             empty.append(number)  # its label unread: a spreadsheet's trailing row of empty cells is an empty text too
             continue
         read = label_set if multi_label else label_value
-        label = read(row.get(label_column), where, name=label_column in records.name_columns)
+        cell = row.get(label_column)
+        label = read(cell, where, name=label_column in records.name_columns)
         rows.texts.append(text)
         rows.labels.append(label)
         rows.places.append(where)
-        rows.examples.setdefault(label_kind(label), (label, where))
+        rows.examples.setdefault(label_kind(label), (example_of(label, cell), where))
         if rows.pairs is not None and pair is not None:
             rows.pairs.append(pair)
     if empty and empty_text == "fail":

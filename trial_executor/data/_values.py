@@ -46,6 +46,16 @@ def _shown(value: Any) -> str:
         return repr(value)[:60]
 
 
+def example_of(label: Label, cell: Any) -> Label:
+    """``label`` as its file writes it, for the errors that name it: a number read from text keeps its text (``1e3``)."""
+    return cell if isinstance(label, float) and isinstance(cell, str) else label
+
+
+def _shown_as(kind: str, example: Label) -> str:
+    """An :func:`example_of` a label of ``kind``: a number kept as its text is shown as written (1e3, not 1000.0)."""
+    return example if kind == NUMBER and isinstance(example, str) else _shown(example)
+
+
 def _kind_name(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
@@ -186,7 +196,7 @@ def label_kind(label: Label) -> str:
 def _mix_error(examples: dict[str, tuple[Label, str]], first: str, second: str, fix: str) -> DataError:
     (a, a_at), (b, b_at) = examples[first], examples[second]
     return DataError(
-        f"labels mix {_KIND_WORDS[first]} and {_KIND_WORDS[second]}: {_shown(a)} ({a_at}) and {_shown(b)} ({b_at}); {fix}"
+        f"labels mix {_KIND_WORDS[first]} and {_KIND_WORDS[second]}: {_shown_as(first, a)} ({a_at}) and {_shown_as(second, b)} ({b_at}); {fix}"
     )
 
 
@@ -211,13 +221,13 @@ def check_one_kind(examples: dict[str, tuple[Label, str]]) -> None:
 def resolve_task(requested: str, examples: dict[str, tuple[Label, str]], labels: Iterable[Label]) -> str:
     """The task ``labels`` are for: ``requested``, or with ``auto`` what the labels say unambiguously.
 
-    ``examples`` maps each label kind seen to one label and where it is (for the errors).
+    ``examples`` maps each label kind seen to one label (:func:`example_of`) and where it is (for the errors).
     """
     numbers = examples.get(NUMBER)
     if requested == CLASSIFICATION and (numbers or SET in examples):
         label, where = numbers or examples[SET]
         fix = "set task: regression for numeric targets" if numbers else "set task: multi_label for label sets"
-        raise DataError(f"{where} has label {_shown(label)}; task classification takes integers or names; {fix}")
+        raise DataError(f"{where} has label {_shown_as(NUMBER if numbers else SET, label)}; task classification takes integers or names; {fix}")
     if requested == REGRESSION and (STRING in examples or SET in examples):
         label, where = examples.get(STRING) or examples[SET]
         raise DataError(f"{where} has label {_shown(label)}, not a number; task regression needs one number per row")
@@ -230,7 +240,7 @@ def resolve_task(requested: str, examples: dict[str, tuple[Label, str]], labels:
         # 1.0 and 2.0 may be classes saved as floats or whole-valued targets: the user says which.
         if not any(isinstance(x, float) and not x.is_integer() for x in labels):
             raise DataError(
-                f"labels are whole numbers written with decimals ({_shown(numbers[0])}, {numbers[1]}); "
+                f"labels are whole numbers written with decimals ({_shown_as(NUMBER, numbers[0])}, {numbers[1]}); "
                 "set task: regression to predict them as numbers, or write them as integers for classes"
             )
         return REGRESSION
