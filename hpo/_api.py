@@ -326,8 +326,8 @@ def optimize(
     return run.prepared.study
 
 
-def load(study_name: str = DEFAULT_STUDY_NAME, storage: str | None = None) -> optuna.Study:
-    """An existing study (``storage`` as in :func:`optimize`); a missing study or SQLite file raises :class:`hpo.UserError`."""
+def load(study_name: str | None = DEFAULT_STUDY_NAME, storage: str | None = None) -> optuna.Study:
+    """An existing study, ``None`` for the storage's only one (``storage`` as in :func:`optimize`); :class:`hpo.UserError` if none."""
     url = resolve_storage_url(storage)
     return load_existing_study(open_existing_storage(url), url, study_name)
 

@@ -157,3 +157,12 @@ def test_cli_unknown_model_is_one_line(tmp_path: Path, capfd: pytest.CaptureFixt
     err = capfd.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "no-such-model" in err, err
     assert not (tmp_path / "x.db").exists()
+
+
+def test_load_without_a_name_reads_the_storage_s_only_study_and_lists_several(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    optuna.create_study(study_name="first", storage=url)
+    assert hpo.load(None, url).study_name == "first"
+    optuna.create_study(study_name="second", storage=url)
+    with pytest.raises(hpo.UserError, match=r"first.*second"):
+        hpo.load(None, url)
