@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 _lock = threading.Lock()
 _depth = 0
+_ours = False  # whether the outermost block froze the heap (not a caller that had frozen it already)
 
 
 @contextlib.contextmanager
@@ -25,18 +26,22 @@ def heap_frozen() -> Iterator[None]:
     was made since it began, the trials' models among it: a trial takes one full collection, at the
     block's start, and a caller running trials one after another inside one block none.
     When the outermost block ends (nested, or entered from several threads), those objects are collected
-    as before: nothing the caller holds is kept from the collector past the block.
+    as before: nothing the caller holds is kept from the collector past the block. A caller that froze
+    its heap itself (``gc.freeze()``, as a server does before it forks) keeps its freeze as it is: the
+    block then freezes and unfreezes nothing.
     """
-    global _depth
+    global _depth, _ours
     with _lock:
         if _depth == 0:
-            gc.collect()  # what is garbage already is freed now, not kept for the block's length
-            gc.freeze()
+            _ours = gc.get_freeze_count() == 0
+            if _ours:
+                gc.collect()  # what is garbage already is freed now, not kept for the block's length
+                gc.freeze()
         _depth += 1
     try:
         yield
     finally:
         with _lock:
             _depth -= 1
-            if _depth == 0:
+            if _depth == 0 and _ours:
                 gc.unfreeze()

@@ -36,3 +36,23 @@ def test_collections_inside_heap_frozen_free_what_the_trials_made_and_the_caller
     gc.collect()
     assert held_ref() is None  # nothing the caller held is kept from the collector past the block
 
+
+
+def test_a_heap_the_caller_froze_itself_keeps_its_freeze_as_it_was() -> None:
+    # A server freezes its heap before it forks (copy-on-write); the block's end unfroze all of it.
+    held, held_ref = _cycle()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with heap_frozen():
+            made, made_ref = _cycle()
+            del made
+            release_memory(torch.device("cpu"))
+            assert made_ref() is None
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+    del held
+    gc.collect()
+    assert held_ref() is None
