@@ -334,7 +334,7 @@ def _hold_out(path: Path, rows: _Rows, fraction: float, rng: random.Random, stra
     """``rows`` split into training and a hold-out of ``fraction`` of them, by class where ``stratify``. Training keeps
     file order, as does the stratified hold-out; the random one keeps its drawn order, as it always has (a study made
     with it must see the very same data again)."""
-    if isinstance(fraction, (bool, str)) or not 0 < fraction < 1:  # '0.2' from Python: a TypeError from the comparison
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:  # '0.2': no TypeError
         raise DataError(f"--valid-fraction must be a number between 0 and 1, got {fraction!r}")
     n_valid = hold_out_size(len(rows.texts), fraction)
     if len(rows.texts) - n_valid < 2:  # the fraction is the fix where the rows would leave two to train on at a lower one

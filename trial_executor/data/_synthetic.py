@@ -80,7 +80,9 @@ def make_synthetic_reviews(n: int, *, seed: int = 0, label_noise: float = 0.05) 
     fraction of labels flipped, in [0, 1]. A wrong type raises ``TypeError``, a value out of range ``ValueError``."""
     _whole("n", n, 0)
     _whole("seed", seed)
-    if isinstance(label_noise, bool) or not isinstance(label_noise, (int, float)) or not 0 <= label_noise <= 1:
+    if isinstance(label_noise, bool) or not isinstance(label_noise, (int, float)):
+        raise TypeError(f"label_noise must be a number, got {label_noise!r}; pass a fraction in [0, 1]")
+    if not 0 <= label_noise <= 1:
         raise ValueError(f"label_noise must be a fraction in [0, 1], got {label_noise!r}")
     rng = random.Random(seed)
     texts, labels = [], []

@@ -331,11 +331,13 @@ def test_demo_dataset_refuses_counts_and_seeds_it_cannot_take_as_they_are(argume
         make_synthetic_reviews(5, seed="a")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"^label_noise must be a fraction in \[0, 1\], got nan$"):
         make_synthetic_reviews(5, label_noise=float("nan"))
+    with pytest.raises(TypeError, match=r"^label_noise must be a number, got '0.1'; pass a fraction in \[0, 1\]$"):
+        make_synthetic_reviews(5, label_noise="0.1")  # type: ignore[arg-type]
 
 
 def test_a_valid_fraction_that_is_no_number_is_one_data_error(tmp_path: Path) -> None:
     """valid_fraction='0.2' from Python was a TypeError ("'<' not supported between instances of 'int' and 'str')."""
     path = write_tsv(tmp_path / "t.tsv", [(f"row {i}", i % 2) for i in range(20)])
-    for fraction, said in (("0.2", "'0.2'"), (1.5, "1.5")):
+    for fraction, said in (("0.2", "'0.2'"), (None, "None"), ([0.2], "[0.2]"), (1.5, "1.5")):
         with pytest.raises(DataError, match=rf"^--valid-fraction must be a number between 0 and 1, got {re.escape(said)}$"):
             load_text_classification(path, text_column="sentence", valid_fraction=fraction)  # type: ignore[arg-type]
