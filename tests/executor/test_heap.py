@@ -49,8 +49,8 @@ def test_a_heap_the_caller_froze_itself_keeps_its_freeze_as_it_was() -> None:
             del made
             release_memory(torch.device("cpu"))
             assert made_ref() is None
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
+            assert gc.get_freeze_count() <= frozen  # nothing frozen on top (a frozen object freed by its refcount leaves)
+        assert 0 < gc.get_freeze_count() <= frozen  # and nothing unfrozen
     finally:
         gc.unfreeze()
     del held
