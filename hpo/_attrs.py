@@ -152,10 +152,9 @@ BEST_MODEL_ATTR = "best_model"
 VERDICT_ATTR = "precision_verdict"  # the last verdict's table (hpo.reporting._verdict.Verdict.to_dict())
 
 
-def record_result(trial: optuna.Trial, result: TrialResult) -> None:
-    """Store what the executor measured as the trial's user attrs (:data:`RESULT_ATTRS`)."""
-    for key, value_of in RESULT_ATTRS.items():
-        trial.set_user_attr(key, value_of(result))
+def result_attrs(result: TrialResult) -> dict[str, Any]:
+    """What the executor measured, as the trial's user attrs (:data:`RESULT_ATTRS`), to be stored together."""
+    return {key: value_of(result) for key, value_of in RESULT_ATTRS.items()}
 
 
 def config_of(trial: FrozenTrial) -> dict[str, Any]:

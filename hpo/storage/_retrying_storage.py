@@ -42,7 +42,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,6 +65,7 @@ from hpo.storage._db_errors import (
     sqlite_error_in,
 )
 from hpo.storage._sqlite_lock import sqlite_file_lock
+from hpo.storage._trial_attrs import WRITE_TOGETHER, write_user_attrs
 from hpo.storage._url_secrets import mask_url
 from hpo.storage._write_tokens import WriteTokens
 
@@ -243,6 +244,11 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
 
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
         self._call("set_trial_user_attr", lambda: self._cache.set_trial_user_attr(trial_id, key, value))
+
+    def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
+        """Several user attrs of one running trial in one transaction, all of them or (an error) none; retried whole,
+        as an upsert is (:mod:`hpo.storage._trial_attrs`)."""
+        self._call(WRITE_TOGETHER, lambda: write_user_attrs(self._rdb, trial_id, attrs))
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
         self._call("set_trial_system_attr", lambda: self._cache.set_trial_system_attr(trial_id, key, value))

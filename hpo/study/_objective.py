@@ -38,12 +38,13 @@ from hpo._attrs import (
     SKIP_DETAIL_ATTR,
     SKIP_REASON_ATTR,
     WORKER_ATTR,
-    record_result,
+    result_attrs,
     verdict_trial_of,
 )
 from hpo.space._measures import MEASUREMENTS, constraint_measure, constraint_violation
 from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError, check_enqueued
+from hpo.storage import set_user_attrs
 from hpo.storage._checkpoints import TrialCheckpoints, remove_told_checkpoint
 from hpo.storage._retrying_storage import storage_failure_in
 from hpo.storage._scratch import remove_dead_workers_scratch
@@ -128,8 +129,7 @@ def _set_constraints(trial: optuna.Trial, space: SearchSpace, result: TrialResul
         violation = constraint_violation(key, limit, value)
         trial.set_constraint(key, violation)
         recorded[key] = {"limit": limit, "value": value, "satisfied": violation <= 0}
-    trial.set_user_attr(CONSTRAINTS_ATTR, recorded)
-    trial.set_user_attr(FEASIBLE_ATTR, all(c["satisfied"] for c in recorded.values()))
+    set_user_attrs(trial, {CONSTRAINTS_ATTR: recorded, FEASIBLE_ATTR: all(c["satisfied"] for c in recorded.values())})
 
 
 def _one_line(err: BaseException) -> str:
@@ -226,10 +226,11 @@ class Objective:
     def _record_end(self, trial: optuna.Trial, precision: str | None) -> None:
         """The trial's hardware and the memory in use after it, whichever way it ended."""
         # tf32_enabled from the trial's precision: the process's own flags are back by now.
+        described: dict[str, Any] = {}
         with contextlib.suppress(RuntimeError):  # --device cuda without CUDA: nothing to describe
-            trial.set_user_attr(HARDWARE_ATTR, hardware_metadata(resolve_device(self.options.device), precision))
+            described[HARDWARE_ATTR] = hardware_metadata(resolve_device(self.options.device), precision)
         # run_trial has released the trial's memory, whichever way it ended.
-        trial.set_user_attr(MEMORY_AFTER_ATTR, self._memory_in_use())
+        set_user_attrs(trial, {**described, MEMORY_AFTER_ATTR: self._memory_in_use()})
 
     def _memory_in_use(self) -> float | None:
         with contextlib.suppress(RuntimeError):  # --device cuda without CUDA
@@ -243,12 +244,9 @@ class Objective:
         original = system_attrs.get("failed_trial")
         # A retry's seed is its predecessor's (its config attr's): a rerun given another --seed could not resume it.
         fell_back, inherited = (trial.user_attrs.get(key) if original is not None else None for key in (OOM_FALLBACK_ATTR, CONFIG_ATTR))
-        if original is not None:
-            # A retry starts with a copy of its predecessor's user attrs: clear what that attempt found.
-            for key in OUTCOME_ATTRS:
-                if key in trial.user_attrs:
-                    trial.set_user_attr(key, None)
-        trial.set_user_attr(WORKER_ATTR, worker_identity(trial.number, self.options.max_retry))
+        # A retry starts with a copy of its predecessor's user attrs: clear what that attempt found.
+        found = {key: None for key in OUTCOME_ATTRS if key in trial.user_attrs} if original is not None else {}
+        set_user_attrs(trial, {**found, WORKER_ATTR: worker_identity(trial.number, self.options.max_retry)})
         check_enqueued(self.space, system_attrs.get("fixed_params") or {})
         params = self.space.suggest(trial)
         seed = inherited.get("seed") if isinstance(inherited, dict) else None
@@ -320,7 +318,7 @@ class Objective:
         return run(smaller, report=self._report(trial, smaller, taken), checkpointing=fresh)
 
     def _finish(self, trial: optuna.Trial, config: TrainConfig, result: TrialResult) -> float | tuple[float, ...]:
-        record_result(trial, result)
+        set_user_attrs(trial, result_attrs(result))  # one transaction, all or none
         if config.max_length == "auto":
             # The length auto chose, per model, on the study (one per model at a fixed max_length_percentile).
             chosen = trial.study.user_attrs.get(MAX_LENGTH_AUTO_ATTR, {})

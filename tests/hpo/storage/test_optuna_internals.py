@@ -10,6 +10,10 @@
   write-token hook);
 - ``RDBStorage._create_new_trial`` re-running its transaction on StorageInternalError only,
   so that an IntegrityError ends it at once.
+``hpo/storage/_trial_attrs.py``: ``_create_scoped_session`` (one transaction, rolled back on an error),
+``check_trial_is_updatable``, ``TrialModel.find_or_raise_by_id``, the ``trial_user_attributes`` table's unique
+(``trial_id``, ``key``) and its ``value_json`` column (its rows are compared with Optuna's own in
+test_trial_attrs.py), and ``Trial._cached_frozen_trial``, the copy ``Trial.user_attrs`` reads.
 Elsewhere in ``hpo``: ``FrozenTrial._trial_id`` (status, liveness, the dashboard's notes, the
 kept best model address trials by storage id) and the ``trial_heartbeats`` table's
 ``trial_id``/``heartbeat`` columns (``hpo status`` reads heartbeat ages in one query).
@@ -119,3 +123,13 @@ def test_the_grpc_client_builds_its_stub_and_trial_cache_in_setup_also_when_unpi
         assert client._cache.grpc_client is client._stub
         assert set(IDEMPOTENT_CALLS) < set(dir(client._stub._stub))  # the stub's methods, by their names
         client.close()
+
+
+def test_a_trials_user_attrs_are_read_from_its_cached_frozen_trial(storage: RetryingStorage) -> None:
+    """set_user_attrs updates that cache after its write, as Trial.set_user_attr does."""
+    trial = optuna.create_study(storage=storage, study_name="cached").ask()
+    trial._cached_frozen_trial.user_attrs["seen"] = 1
+    assert trial.user_attrs == {"seen": 1} and storage.get_trial(trial._trial_id).user_attrs == {}
+    unique = {tuple(c.name for c in constraint.columns) for constraint in models.TrialUserAttributeModel.__table__.constraints
+              if isinstance(constraint, sqlalchemy.UniqueConstraint)}
+    assert ("trial_id", "key") in unique  # the upsert's conflict target

@@ -78,6 +78,7 @@ WRITES: dict[str, Write] = {
     "set_trial_param": Write(_running_trial, lambda s, ids: s.set_trial_param(ids[1], "x", 0.5, FloatDistribution(0, 1))),
     "set_trial_intermediate_value": Write(_running_trial, lambda s, ids: s.set_trial_intermediate_value(ids[1], 3, 0.75)),
     "set_trial_user_attr": Write(_running_trial, lambda s, ids: s.set_trial_user_attr(ids[1], "k", "v")),
+    "set_trial_user_attrs": Write(_running_trial, lambda s, ids: s.set_trial_user_attrs(ids[1], {"k": "v", "n": [1, 2], "none": None})),
     "set_trial_system_attr": Write(_running_trial, lambda s, ids: s.set_trial_system_attr(ids[1], "k", 7)),
     "record_heartbeat": Write(_running_trial, lambda s, ids: s.record_heartbeat(ids[1])),
 }

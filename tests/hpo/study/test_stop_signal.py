@@ -18,7 +18,7 @@ import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo import create_storage, make_objective, open_study, parse_search_space, run_to_budget
-from hpo._attrs import BUDGET_SLOT_ATTR, RESULT_ATTRS, SKIP_REASON_ATTR, STEPS_ATTR
+from hpo._attrs import BUDGET_SLOT_ATTR, MEMORY_AFTER_ATTR, RESULT_ATTRS, SKIP_REASON_ATTR, STEPS_ATTR
 from hpo.study._outcomes import SKIP_OVER_BUDGET
 from hpo.study._workers import StopSignal, defer_second_signal, end_deferral
 from trial_executor import demo_dataset
@@ -158,12 +158,12 @@ FIXED = {"model": "tiny-bert", "batch_size": 16, "max_steps": 3, "eval_every": 0
 FIRST_RESULT = next(iter(RESULT_ATTRS))
 
 
-@pytest.mark.parametrize("second", [_user_attr(STEPS_ATTR), _tell], ids=["its-results", "optunas-tell"])
+@pytest.mark.parametrize("second", [_user_attr(MEMORY_AFTER_ATTR), _tell], ids=["its-last-attrs", "optunas-tell"])
 def test_a_second_signal_in_a_trained_trials_last_writes_ends_the_run_once_it_is_told_not_rerun(
     stop: StopSignal, tmp_path: Path, second: Callable[[str, Any], bool],
 ) -> None:
-    """The first signal once the trial has trained (its results being written), the second in those writes or in Optuna's
-    tell: the trial was failed ``interrupted`` and re-queued, and a rerun trained it again. Now it is told COMPLETE first."""
+    """The first signal once the trial has trained (its results being written, in one statement), the second in its last
+    attrs' write (the memory after it) or in Optuna's tell: the trial was failed ``interrupted`` and re-queued, and a rerun trained it again. Now it is told COMPLETE first."""
     data = demo_dataset(n_train=64, n_valid=16, seed=1)
     space = parse_search_space({"params": {"fp_precision": {"type": "categorical", "choices": ["fp32"]}}, "fixed": FIXED})
     study = open_study(create_storage(f"sqlite:///{tmp_path / 's.db'}"), "s", space, data, seed=0)
