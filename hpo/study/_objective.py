@@ -91,10 +91,7 @@ def executor_config(
 
 
 def _skip(trial: optuna.Trial, reason: str, detail: str, **attrs: Any) -> optuna.TrialPruned:
-    trial.set_user_attr(SKIP_REASON_ATTR, reason)
-    trial.set_user_attr(SKIP_DETAIL_ATTR, detail[:1000])
-    for key, value in attrs.items():
-        trial.set_user_attr(key, value)
+    set_user_attrs(trial, {SKIP_REASON_ATTR: reason, SKIP_DETAIL_ATTR: detail[:1000], **attrs})  # never a reason without its detail
     return optuna.TrialPruned(f"{reason}: {detail}")
 
 
@@ -138,8 +135,7 @@ def _one_line(err: BaseException) -> str:
 
 
 def _interrupted(trial: optuna.Trial, err: TrialInterrupted) -> BaseException:
-    trial.set_user_attr(FAIL_REASON_ATTR, INTERRUPTED)
-    trial.set_user_attr(INTERRUPTED_AT_STEP_ATTR, err.step)
+    set_user_attrs(trial, {FAIL_REASON_ATTR: INTERRUPTED, INTERRUPTED_AT_STEP_ATTR: err.step})
     return TrialFailedError(f"{INTERRUPTED} at step {err.step}; the next run resumes it")
 
 
@@ -307,8 +303,7 @@ class Objective:
         taken = set(trial.storage.get_trial(trial._trial_id).intermediate_values)
         if taken:
             fallback["curve_from_first_attempt_until_step"] = max(taken)
-        trial.set_user_attr(OOM_FALLBACK_ATTR, fallback)
-        trial.set_user_attr(CONFIG_ATTR, smaller.to_dict())
+        set_user_attrs(trial, {OOM_FALLBACK_ATTR: fallback, CONFIG_ATTR: smaller.to_dict()})  # the config that ran with its reason
         if self.checkpoints is not None and checkpointing is not None:  # config.json is the config that ran out of memory
             with contextlib.suppress(OSError):
                 _upload_config(trial, self.checkpoints, smaller, OOM_FALLBACK_CONFIG_FILE)

@@ -30,6 +30,7 @@ from hpo._attrs import (
 )
 from hpo.space._space import SearchSpace
 from hpo.space._trial_values import InvalidTrialError
+from hpo.storage import set_user_attrs
 from hpo.storage._backoff import retry_lost_connection
 from hpo.storage._retry_policy import RetryByTrialPolicy
 from hpo.study._budget import budget_used, take_slot
@@ -306,8 +307,7 @@ def _skip_unstarted(study: optuna.Study, trial: optuna.Trial, reason: str, why: 
     if reason == SKIP_OVER_BUDGET:
         _requeue_if_enqueued(study, trial)
         study.stop()
-    trial.set_user_attr(SKIP_REASON_ATTR, reason)
-    trial.set_user_attr(SKIP_DETAIL_ATTR, why)
+    set_user_attrs(trial, {SKIP_REASON_ATTR: reason, SKIP_DETAIL_ATTR: why})
     raise optuna.TrialPruned(why)
 
 
