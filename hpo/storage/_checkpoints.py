@@ -46,6 +46,7 @@ from hpo._attrs import CHECKPOINT_ATTR, CHECKPOINT_UPLOADING_ATTR, RESUMED_AT_ST
 from hpo._errors import UserError
 from hpo.storage._best_model import drop_final_model, final_model_dir
 from hpo.storage._scratch import scratch_dir
+from hpo.storage._trial_attrs import set_user_attrs
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -188,10 +189,14 @@ class TrialCheckpoints:
         shutil.rmtree(self.scratch, ignore_errors=True)
         if not finished:  # no tell will come to hand its model to keep_if_best, which removes it otherwise
             drop_final_model(self.trial)
-        if finished and self.latest is not None:
-            self.trial.set_user_attr(CHECKPOINT_ATTR, {**self.latest, (KEPT if self.keep else REMOVED_WHEN_TOLD): self.trial.number})
-        if finished and self.trial.user_attrs.get(CHECKPOINT_UPLOADING_ATTR) is not None:
-            self.trial.set_user_attr(CHECKPOINT_UPLOADING_ATTR, None)  # the upload it named is committed or removed
+            return
+        marked: dict[str, Any] = {}
+        if self.latest is not None:
+            marked[CHECKPOINT_ATTR] = {**self.latest, (KEPT if self.keep else REMOVED_WHEN_TOLD): self.trial.number}
+        if self.trial.user_attrs.get(CHECKPOINT_UPLOADING_ATTR) is not None:
+            marked[CHECKPOINT_UPLOADING_ATTR] = None  # the upload it named is committed or removed
+        if marked:
+            set_user_attrs(self.trial, marked)  # one write: a pointer marked to go, its upload no longer in flight
 
 
 def remove_told_checkpoint(trial: FrozenTrial, store: FileSystemArtifactStore) -> None:
