@@ -15,6 +15,7 @@ from _private_postgres import PrivatePostgres
 from optuna.trial import TrialState
 
 from hpo import create_storage
+from hpo.storage import set_user_attrs
 from hpo.storage._backoff import waiting_ends_on
 from hpo.storage._db_errors import StorageFailedError
 from hpo.storage._storage import Heartbeat
@@ -101,6 +102,33 @@ def test_optunas_cache_calling_the_backend_directly_also_waits_out_a_restart(
 
     assert not worker.is_alive() and outcome and not isinstance(outcome[0], BaseException), outcome
     assert f"storage call {_PUBLIC_CALL[private_method]} lost its database connection" in caplog.text
+
+
+def test_a_trials_attrs_written_together_wait_out_a_restart_and_land_whole(
+    private_postgres: PrivatePostgres, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """set_user_attrs goes beside Optuna's cache, straight to the database: retried like every call, all of it stored once."""
+    storage = create_storage(private_postgres.url)
+    trial = optuna.create_study(storage=storage, study_name="together").ask()
+    attrs = {f"result_{i}": {"value": i / 4, "text": f"row {i}"} for i in range(34)}
+    outcome: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            outcome.append(set_user_attrs(trial, attrs))
+        except BaseException as err:  # reported by the assertion below
+            outcome.append(err)
+
+    private_postgres.stop()
+    writer = threading.Thread(target=write)
+    with caplog.at_level(logging.WARNING, logger="hpo.storage"):
+        writer.start()
+        time.sleep(1.5)
+        private_postgres.start()
+        writer.join(timeout=60)
+    assert not writer.is_alive() and outcome == [None], outcome
+    assert "storage call set_trial_user_attrs lost its database connection" in caplog.text
+    assert storage.get_trial(trial._trial_id).user_attrs == attrs == trial.user_attrs
 
 
 def _raised_like_optuna_get_trials_after_a_restart() -> optuna.exceptions.StorageInternalError:
