@@ -25,7 +25,7 @@ from trial_executor._config import (
     TrainConfig,
 )
 from trial_executor._deferred import deferred_names
-from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
+from trial_executor._failures import NonFiniteLossError, TrialInterrupted, TrialOutOfMemoryError, UnsupportedPrecisionError
 from trial_executor._heap import heap_frozen
 from trial_executor._precisions import MIXED_PRECISION
 from trial_executor._result import CPU_CONTENDED_ABOVE, ProgressFn, StepProgress, TrialResult
@@ -50,26 +50,25 @@ if TYPE_CHECKING:
         check_model_name,
     )
     from trial_executor.model import peft_available as lora_available
-    from trial_executor.precision import PrecisionPolicy, UnsupportedPrecisionError, precision_support, tf32_enabled
+    from trial_executor.precision import PrecisionPolicy, precision_support, tf32_enabled
     from trial_executor.train import (
         CHECKPOINT_FILE,
         STOPPED_EARLY_STOPPING,
         STOPPED_PRUNED,
         Checkpointing,
         ReportFn,
-        TrialInterrupted,
         UnusableCheckpointError,
         run_trial,
     )
 
 # The deferred (torch-bound) names, by module: the same names as the block above.
 _TORCH_BOUND = {
-    "trial_executor.train._checkpoint": ("CHECKPOINT_FILE", "Checkpointing", "TrialInterrupted", "UnusableCheckpointError"),
+    "trial_executor.train._checkpoint": ("CHECKPOINT_FILE", "Checkpointing", "UnusableCheckpointError"),
     "trial_executor.device._hardware": ("hardware_metadata", "memory_in_use_mb", "resolve_device"),
     "trial_executor.model._lora": ("LoraUnavailableError", "lora_available"),
     "trial_executor.train._loop": ("STOPPED_EARLY_STOPPING", "STOPPED_PRUNED", "ReportFn", "run_trial"),
     "trial_executor.model._source": ("PRESETS", "ModelLimitError", "ModelNotFoundError", "check_max_length", "check_model_name"),
-    "trial_executor.precision._policy": ("PrecisionPolicy", "UnsupportedPrecisionError", "precision_support", "tf32_enabled"),
+    "trial_executor.precision._policy": ("PrecisionPolicy", "precision_support", "tf32_enabled"),
 }
 __getattr__ = deferred_names(globals(), _TORCH_BOUND, renamed={"lora_available": "peft_available"})
 

@@ -1,9 +1,12 @@
-"""Ways a trial can end that are the config's fault, not a bug: the caller records and moves on; and the chain of
-errors one was raised over (:func:`error_chain`), where a caller finds the error that decides."""
+"""Ways a trial can end that are the config's fault, not a bug, or the caller's stop: the caller records and moves on; and
+the chain of errors one was raised over (:func:`error_chain`), where a caller finds the error that decides.
+
+Torch-free, so that a caller can catch them without importing the training code (a run whose budget is met never does)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 
 def error_chain(err: BaseException) -> Iterator[BaseException]:
@@ -33,3 +36,16 @@ class TrialOutOfMemoryError(RuntimeError):
         self.batch_size = batch_size
         self.grad_accum_steps = grad_accum_steps
         self.detail = detail
+
+
+class UnsupportedPrecisionError(RuntimeError):
+    """The device cannot run the requested precision; the trial must not silently use another."""
+
+
+class TrialInterrupted(RuntimeError):
+    """The caller asked the run to stop (e.g. on SIGTERM); the run saved a checkpoint first if it could."""
+
+    def __init__(self, step: int, checkpoint: Path | None) -> None:
+        super().__init__(f"interrupted at optimizer step {step}")
+        self.step = step
+        self.checkpoint = checkpoint

@@ -17,12 +17,15 @@ import tempfile
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import FrozenTrial
 
+# The training code (torch, transformers' modeling: seconds at start-up) through trial_executor's deferred names, at the first
+# trial: a run whose budget is already met, or whose workers trained it all, never imports it.
+import trial_executor
 from hpo._attrs import (
     CONFIG_ATTR,
     CONSTRAINTS_ATTR,
@@ -54,7 +57,6 @@ from hpo.study._outcomes import INTERRUPTED, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNS
 from hpo.study._workers import defer_second_signal, second_signal_in, stop_on_second_signal
 from trial_executor import (
     METRICS,
-    Checkpointing,
     NonFiniteLossError,
     StepProgress,
     TextClassificationData,
@@ -63,11 +65,10 @@ from trial_executor import (
     TrialOutOfMemoryError,
     TrialResult,
     UnsupportedPrecisionError,
-    hardware_metadata,
-    memory_in_use_mb,
-    resolve_device,
-    run_trial,
 )
+
+if TYPE_CHECKING:
+    from trial_executor import Checkpointing
 
 CONFIG_FILE = "config.json"
 OOM_FALLBACK_CONFIG_FILE = "config-oom-fallback.json"  # the config an oom_fallback retry trained with
@@ -224,13 +225,13 @@ class Objective:
         # tf32_enabled from the trial's precision: the process's own flags are back by now.
         described: dict[str, Any] = {}
         with contextlib.suppress(RuntimeError):  # --device cuda without CUDA: nothing to describe
-            described[HARDWARE_ATTR] = hardware_metadata(resolve_device(self.options.device), precision)
+            described[HARDWARE_ATTR] = trial_executor.hardware_metadata(trial_executor.resolve_device(self.options.device), precision)
         # run_trial has released the trial's memory, whichever way it ended.
         set_user_attrs(trial, {**described, MEMORY_AFTER_ATTR: self._memory_in_use()})
 
     def _memory_in_use(self) -> float | None:
         with contextlib.suppress(RuntimeError):  # --device cuda without CUDA
-            return round(memory_in_use_mb(resolve_device(self.options.device)), 1)
+            return round(trial_executor.memory_in_use_mb(trial_executor.resolve_device(self.options.device)), 1)
         return None
 
     def _configure(self, trial: optuna.Trial) -> tuple[TrainConfig, int | None]:
@@ -290,7 +291,7 @@ class Objective:
 
     def _train(self, trial: optuna.Trial, config: TrainConfig, checkpointing: Checkpointing | None, original: int | None) -> TrialResult:
         shown = functools.partial(self.progress, trial.number) if self.progress is not None else None
-        run = functools.partial(run_trial, data=self.data, stop_requested=self.stop_requested, progress=shown)
+        run = functools.partial(trial_executor.run_trial, data=self.data, stop_requested=self.stop_requested, progress=shown)
         carried = set(trial.storage.get_trial(trial._trial_id).intermediate_values) if original is not None else set()
         try:
             return run(config, report=self._report(trial, config, carried), checkpointing=checkpointing)

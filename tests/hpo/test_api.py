@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ import optuna
 import pytest
 import yaml
 from _tiny_study import TINY
-from conftest import cli_args, run_cli
+from conftest import ROOT, cli_args, run_cli
 from optuna.trial import TrialState
 
 import hpo
@@ -39,6 +41,19 @@ def test_optimize_runs_a_study_from_a_dict_and_in_memory_data_then_load_reads_it
     loaded = hpo.load("nb", storage=storage)
     assert loaded.best_trial.number == again.best_trial.number
     assert (tmp_path / "hpo-artifacts").is_dir()
+    # The same call once more, in a fresh process: the budget is met, nothing trains, and the training code
+    # (transformers' modeling, seconds at start-up) is never imported.
+    code = (
+        "import sys, hpo\nfrom trial_executor import demo_dataset\n"
+        f"hpo.optimize({TINY!r}, demo_dataset(n_train=200, n_valid=64, seed=1), storage={storage!r}, study_name='nb', n_trials=3, "
+        "device='cpu', seed=5, artifact_store=None)\n"
+        "print(sorted(m for m in ('trial_executor.train', 'transformers.modeling_utils') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout
+    assert len(hpo.load("nb", storage=storage).trials) == 3
 
 
 def test_optimize_takes_a_yaml_path_a_data_file_model_and_fix(tmp_path: Path, small_data: Path) -> None:

@@ -5,10 +5,10 @@ The rows themselves (torch-free) are in :mod:`trial_executor._precisions`.
 
 from __future__ import annotations
 
+from trial_executor._failures import UnsupportedPrecisionError
 from trial_executor.precision._policy import (
     GradScalerPolicy,
     PrecisionPolicy,
-    UnsupportedPrecisionError,
     cpu_instructions,
     emulated_precisions,
     global_state_kept,

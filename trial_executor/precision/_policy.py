@@ -16,12 +16,9 @@ from typing import Any
 
 import torch
 
+from trial_executor._failures import UnsupportedPrecisionError
 from trial_executor._precisions import BY_NAME, PRECISIONS, Precision
 from trial_executor.precision._master_weights import MasterWeights
-
-
-class UnsupportedPrecisionError(RuntimeError):
-    """The device cannot run the requested precision; the trial must not silently use another."""
 
 
 def _has_new_tf32_api() -> bool:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from trial_executor._failures import TrialInterrupted
 from trial_executor.train._build import StepParts, build_step
 from trial_executor.train._captured import CapturedStep
-from trial_executor.train._checkpoint import CHECKPOINT_FILE, Checkpointing, TrialInterrupted, UnusableCheckpointError
+from trial_executor.train._checkpoint import CHECKPOINT_FILE, Checkpointing, UnusableCheckpointError
 from trial_executor.train._compiled import CompiledStep, release_compiled
 from trial_executor.train._loop import STOPPED_EARLY_STOPPING, STOPPED_PRUNED, ReportFn, run_trial, seed_everything
 from trial_executor.train._step import TrainStep

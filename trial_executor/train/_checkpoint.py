@@ -37,15 +37,6 @@ _logger = logging.getLogger(__name__)
 _UNWRITABLE: BoundedCache[Path, bool] = BoundedCache("train.unwritable_checkpoint_dirs", size=32)
 
 
-class TrialInterrupted(RuntimeError):
-    """The caller asked the run to stop (e.g. on SIGTERM); the run saved a checkpoint first if it could."""
-
-    def __init__(self, step: int, checkpoint: Path | None) -> None:
-        super().__init__(f"interrupted at optimizer step {step}")
-        self.step = step
-        self.checkpoint = checkpoint
-
-
 @dataclass(frozen=True)
 class Checkpointing:
     """Where a run saves its latest checkpoint and what it resumes from.

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from trial_executor._config import TrainConfig
-from trial_executor._failures import NonFiniteLossError, TrialOutOfMemoryError
+from trial_executor._failures import NonFiniteLossError, TrialInterrupted, TrialOutOfMemoryError
 from trial_executor._heap import heap_frozen
 from trial_executor._result import ProgressFn, StepProgress, TrialResult
 from trial_executor.batches import Batch
@@ -45,7 +45,6 @@ from trial_executor.precision import PrecisionPolicy, global_state_kept
 from trial_executor.train._build import TrialParts, build_trial
 from trial_executor.train._checkpoint import (
     Checkpointing,
-    TrialInterrupted,
     UnusableCheckpointError,
     restore_trial,
     save_checkpoint,
