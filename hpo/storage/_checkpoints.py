@@ -195,8 +195,7 @@ class TrialCheckpoints:
             marked[CHECKPOINT_ATTR] = {**self.latest, (KEPT if self.keep else REMOVED_WHEN_TOLD): self.trial.number}
         if self.trial.user_attrs.get(CHECKPOINT_UPLOADING_ATTR) is not None:
             marked[CHECKPOINT_UPLOADING_ATTR] = None  # the upload it named is committed or removed
-        if marked:
-            set_user_attrs(self.trial, marked)  # one write: a pointer marked to go, its upload no longer in flight
+        set_user_attrs(self.trial, marked)  # one write: a pointer marked to go, its upload no longer in flight
 
 
 def remove_told_checkpoint(trial: FrozenTrial, store: FileSystemArtifactStore) -> None:

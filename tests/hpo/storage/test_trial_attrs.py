@@ -108,7 +108,9 @@ def test_a_storage_without_the_batch_takes_them_one_by_one() -> None:
     assert study.trials[0].user_attrs == {"a": 1, "b": {"c": [2]}} == trial.user_attrs
 
 
-def test_no_attrs_is_no_write(storage: RetryingStorage, study: optuna.Study) -> None:
+def test_no_attrs_is_no_write_even_on_a_finished_trial(storage: RetryingStorage, study: optuna.Study) -> None:
     trial = study.ask()
-    set_user_attrs(trial, {})
-    assert storage.get_trial(trial._trial_id).user_attrs == {}
+    study.tell(trial, 0.5)
+    commits = _commits(storage)
+    set_user_attrs(trial, {})  # as the per-key loop of another storage: nothing, and nothing refused
+    assert commits == [] and storage.get_trial(trial._trial_id).user_attrs == {}
