@@ -57,6 +57,26 @@ def test_a_study_survives_a_database_restart(private_postgres: PrivatePostgres) 
     assert all(t.user_attrs == {"seen_0": 0, "seen_1": 1, "seen_2": 2} for t in study.get_trials())
 
 
+def _through_a_restart(server: PrivatePostgres, call: Callable[[], object], outage: float) -> object:
+    """``call()`` in a thread started with the server down, which comes back ``outage`` seconds later: its value or its error."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as err:  # the caller's assertion reports it
+            outcome.append(err)
+
+    server.stop()
+    worker = threading.Thread(target=run)
+    worker.start()
+    time.sleep(outage)
+    server.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive() and len(outcome) == 1, "the call never returned"
+    return outcome[0]
+
+
 # Each public call that makes Optuna's _CachedStorage call a private RDBStorage method (named by
 # the key) or the heartbeat interface: the retry must cover what runs beneath the cache.
 _CACHE_CALLS: dict[str, Callable[[Any, int, int], object]] = {
@@ -83,24 +103,11 @@ def test_optunas_cache_calling_the_backend_directly_also_waits_out_a_restart(
     study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
     running_trial_id = storage.create_new_trial(study._study_id)
     storage.get_all_trials(study._study_id)  # the cache knows the running trial, as after Study.ask
-    outcome: list[object] = []
-
-    def call() -> None:
-        try:
-            outcome.append(_CACHE_CALLS[private_method](storage, study._study_id, running_trial_id))
-        except BaseException as err:  # reported by the assertion below
-            outcome.append(err)
-
-    private_postgres.stop()
-    worker = threading.Thread(target=call)
+    # Optuna retries trial creation itself, for up to 8 s; the outage must outlast that.
+    outage = 9 if private_method == "_create_new_trial" else 1.5
     with caplog.at_level(logging.WARNING, logger="hpo.storage"):
-        worker.start()
-        # Optuna retries trial creation itself, for up to 8 s; the outage must outlast that.
-        time.sleep(9 if private_method == "_create_new_trial" else 1.5)
-        private_postgres.start()
-        worker.join(timeout=60)
-
-    assert not worker.is_alive() and outcome and not isinstance(outcome[0], BaseException), outcome
+        outcome = _through_a_restart(private_postgres, lambda: _CACHE_CALLS[private_method](storage, study._study_id, running_trial_id), outage)
+    assert not isinstance(outcome, BaseException), outcome
     assert f"storage call {_PUBLIC_CALL[private_method]} lost its database connection" in caplog.text
 
 
@@ -111,22 +118,9 @@ def test_a_trials_attrs_written_together_wait_out_a_restart_and_land_whole(
     storage = create_storage(private_postgres.url)
     trial = optuna.create_study(storage=storage, study_name="together").ask()
     attrs = {f"result_{i}": {"value": i / 4, "text": f"row {i}"} for i in range(34)}
-    outcome: list[BaseException | None] = []
-
-    def write() -> None:
-        try:
-            outcome.append(set_user_attrs(trial, attrs))
-        except BaseException as err:  # reported by the assertion below
-            outcome.append(err)
-
-    private_postgres.stop()
-    writer = threading.Thread(target=write)
     with caplog.at_level(logging.WARNING, logger="hpo.storage"):
-        writer.start()
-        time.sleep(1.5)
-        private_postgres.start()
-        writer.join(timeout=60)
-    assert not writer.is_alive() and outcome == [None], outcome
+        outcome = _through_a_restart(private_postgres, lambda: set_user_attrs(trial, attrs), 1.5)
+    assert outcome is None, outcome
     assert "storage call set_trial_user_attrs lost its database connection" in caplog.text
     assert storage.get_trial(trial._trial_id).user_attrs == attrs == trial.user_attrs
 
