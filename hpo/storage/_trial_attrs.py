@@ -47,15 +47,11 @@ def set_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
 def write_user_attrs(rdb: RDBStorage, trial_id: int, attrs: Mapping[str, Any]) -> None:
     """Upsert ``attrs`` as user attrs of the running trial ``trial_id`` in one transaction (the storage's retries are the caller's)."""
     rows = [{"trial_id": trial_id, "key": key, "value_json": json.dumps(value)} for key, value in attrs.items()]
-    upsert = _UPSERTS.get(rdb.engine.name)
+    upsert = _UPSERTS[rdb.engine.name]  # the two dialects create_storage opens
     with _create_scoped_session(rdb.scoped_session, True) as session:
         trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
         rdb.check_trial_is_updatable(trial_id, trial.state)
         if not rows:
-            return
-        if upsert is None:  # a dialect this project does not open: Optuna's write per key, still in one transaction
-            for key, value in attrs.items():
-                rdb._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
             return
         statement = upsert(models.TrialUserAttributeModel).values(rows)
         table = models.TrialUserAttributeModel
