@@ -59,7 +59,8 @@ def _sync(device: torch.device) -> None:
 
 def run_variant(variant: str, precision: str, args: argparse.Namespace) -> dict[str, Any]:
     """Time ``variant``'s step in ``precision``: first steps apart, then ``args.steps`` steps, the host's share, the loss."""
-    from hpo.cli._speed_test import _executor_step, model_config
+    from hpo.cli._check_models import model_config
+    from hpo.cli._speed_test import _executor_step
     from trial_executor import PrecisionPolicy
     from trial_executor.batches import window_rows
 

@@ -57,7 +57,7 @@ def _setup(model_name: str, device: torch.device) -> tuple[list[torch.nn.Paramet
     """The model's parameters with seeded gradients (norm above the clip), and the learning rate as a device tensor."""
     from transformers import AutoModelForSequenceClassification
 
-    from hpo.cli._speed_test import model_config
+    from hpo.cli._check_models import model_config
 
     torch.manual_seed(0)
     model = AutoModelForSequenceClassification.from_config(model_config(model_name)).to(device)

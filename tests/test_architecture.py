@@ -175,6 +175,22 @@ def test_checking_a_model_name_does_not_import_modeling_code() -> None:
     assert _python_prints(code, HF_HUB_OFFLINE="1") == "['torch']"
 
 
+def test_reading_the_flags_of_hpo_check_and_dashboard_imports_neither_torch_nor_the_dashboard() -> None:
+    # `hpo check --help` and a mistyped flag took 5-10 s on 2 cores (the parser listed its models through torch);
+    # `hpo dashboard --help` 2-4 s (optuna-dashboard imports scikit-learn). A check or a dashboard that runs still loads them.
+    code = (
+        "import contextlib, io, sys\n"
+        "from hpo.cli import _check, _dashboard\n"
+        "calls = [(_check.main, ['--help']), (_check.main, ['--model', 'bert-base']), (_check.main, ['--precision', 'fp8']),\n"
+        "         (_dashboard.main, ['--help']), (_dashboard.main, ['--port', 'x'])]\n"
+        "for main, flags in calls:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+        "        try:\n            main(flags)\n        except SystemExit as stop:\n            assert stop.code in (0, 2), stop.code\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'optuna_dashboard', 'sklearn') if m in sys.modules))\n"
+    )
+    assert _python_prints(code) == "[]"
+
+
 def test_checking_the_machine_and_a_trials_knobs_imports_no_transformers_or_dynamo() -> None:
     # What a run's precision check, `hpo check` before it times anything and a refused precision do:
     # resolve the device, ask which precisions it runs, read its metadata, decide a config's knobs.

@@ -38,17 +38,11 @@ from trial_executor.data import (
     load_text_classification,
     make_synthetic_reviews,
 )
+from trial_executor.model import PRESETS, ModelLimitError, ModelNotFoundError, check_max_length, check_model_name
 
 if TYPE_CHECKING:
     from trial_executor.device import hardware_metadata, memory_in_use_mb, resolve_device
-    from trial_executor.model import (
-        PRESETS,
-        LoraUnavailableError,
-        ModelLimitError,
-        ModelNotFoundError,
-        check_max_length,
-        check_model_name,
-    )
+    from trial_executor.model import LoraUnavailableError
     from trial_executor.model import peft_available as lora_available
     from trial_executor.precision import PrecisionPolicy, precision_support, tf32_enabled
     from trial_executor.train import (
@@ -67,7 +61,6 @@ _TORCH_BOUND = {
     "trial_executor.device._hardware": ("hardware_metadata", "memory_in_use_mb", "resolve_device"),
     "trial_executor.model._lora": ("LoraUnavailableError", "lora_available"),
     "trial_executor.train._loop": ("STOPPED_EARLY_STOPPING", "STOPPED_PRUNED", "ReportFn", "run_trial"),
-    "trial_executor.model._source": ("PRESETS", "ModelLimitError", "ModelNotFoundError", "check_max_length", "check_model_name"),
     "trial_executor.precision._policy": ("PrecisionPolicy", "precision_support", "tf32_enabled"),
 }
 __getattr__ = deferred_names(globals(), _TORCH_BOUND, renamed={"lora_available": "peft_available"})

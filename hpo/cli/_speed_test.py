@@ -14,13 +14,14 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoModelForSequenceClassification, BertConfig, PretrainedConfig
+from transformers import AutoModelForSequenceClassification, PretrainedConfig
 
-from trial_executor import PRECISIONS, PRESETS, PrecisionPolicy, TrainConfig, UnsupportedPrecisionError, heap_frozen
+from hpo.cli._check_models import model_config
+from trial_executor import PRECISIONS, PrecisionPolicy, TrainConfig, UnsupportedPrecisionError, heap_frozen
 from trial_executor.batches import (
     TOKEN_MULTIPLE,
     Batch,
@@ -34,25 +35,6 @@ from trial_executor.batches import (
 from trial_executor.device import CpuWait, DeviceLag, Knobs, oom_in, peak_memory_mb, release_memory, reset_peak_memory
 from trial_executor.precision import global_state_kept
 from trial_executor.train import TrainStep, build_step, release_compiled
-
-_SMALL_VOCAB = 8192
-
-
-def _small_bert() -> PretrainedConfig:
-    # Wide enough that matmuls, not per-op overhead, dominate a step (unlike tiny-bert's 64), shallow
-    # enough that the default check takes seconds per precision on 2 CPU cores.
-    return BertConfig(
-        vocab_size=_SMALL_VOCAB, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024
-    )
-
-
-# Random-init configs only: no download, and the weights do not change the speed of a step.
-CHECK_MODELS: dict[str, Callable[[], PretrainedConfig]] = {
-    **{name: (lambda build=build: build(_SMALL_VOCAB)) for name, build in PRESETS.items()},
-    "small-bert": _small_bert,
-    "bert-base-random": BertConfig,  # BertConfig's defaults are bert-base: 12 layers, 768 hidden, 110M parameters
-}
-DEFAULT_CHECK_MODEL = "small-bert"
 
 
 @dataclass(frozen=True)
@@ -75,12 +57,6 @@ class SpeedRow:
         if self.host_ms_per_step is None or not self.ms_per_step:
             return None
         return self.host_ms_per_step / self.ms_per_step
-
-
-def model_config(name: str) -> PretrainedConfig:
-    config = CHECK_MODELS[name]()
-    config.num_labels = 2
-    return config
 
 
 def _sync(device: torch.device) -> None:

@@ -13,7 +13,6 @@ from typing import IO, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import optuna
-import optuna_dashboard
 from optuna.artifacts import FileSystemArtifactStore
 
 from hpo._errors import UserError
@@ -104,6 +103,10 @@ def make_dashboard_server(
     """A bound (not yet serving) HTTP server running optuna-dashboard's WSGI app; call ``serve_forever``.
 
     A failed request is said on stderr once per distinct error, as one line starting with ``prog``."""
+    # Imported here: optuna-dashboard imports scikit-learn (through optuna.importance), over a second that
+    # --help, a mistyped flag and a bad storage URL need not wait for.
+    import optuna_dashboard
+
     # Served through a view of the storage whose nested user attrs read as one row per leaf.
     app = optuna_dashboard.wsgi(ReadableStorage(storage), artifact_store=artifacts)
     app = _with_one_line_errors(app, _FailedRequests(sys.stderr, prog))

@@ -18,6 +18,7 @@ from hpo.space._fixes import canonical_precision, local_directory
 from hpo.space._params import SearchSpaceError
 from hpo.space._space import DEFAULT_SPACE, FINETUNE_SPACE, SearchSpace
 from hpo.space._space_loading import checked, load_search_space, parse_search_space
+from trial_executor import PRESETS
 
 SpaceLike = str | Path | Mapping[str, Any] | SearchSpace
 
@@ -52,8 +53,6 @@ def choose_space(model: str | None) -> SpaceChoice:
     """Fine-tuning ranges for a pretrained ``model`` (a directory, a hub id, an alias), the demo's for a preset or none."""
     if model is None:
         return SpaceChoice(DEFAULT_SPACE, "the demo space: no --model or --space given")
-    from trial_executor import PRESETS  # transformers: only a run that names a model pays for it here
-
     if model in PRESETS:
         return SpaceChoice(DEFAULT_SPACE, f"{model} is a from-config preset, trained from random weights; --space to choose another")
     return SpaceChoice(

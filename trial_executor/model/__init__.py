@@ -1,10 +1,11 @@
 """The model: names resolved once per trial, loading by name or directory, the worker's pretrained cache, LoRA, saving, and the forward a trial trains through.
 
-Checking a model name (``_source``) reads configs only, and whether varlen attention can run
-(``_varlen``) asks torch only. The other names import transformers'
-modeling code (seconds at start-up) and are imported on first use, through ``__getattr__``
-below, so a process that only checks names (a study's driver, ``--workers`` and Ray parents,
-a bad ``--model``) never pays for it. Type checkers read them from the ``TYPE_CHECKING`` block.
+Checking a model name (``_source``) reads configs only and imports neither torch nor
+transformers' modeling code. The other names import one of them (seconds at start-up:
+whether varlen attention can run, ``_varlen``, asks torch; the rest need the modeling code)
+and are imported on first use, through ``__getattr__`` below, so a process that only checks
+names (a study's driver, ``--workers`` and Ray parents, a bad ``--model``, ``hpo check``'s
+flags) never pays for them. Type checkers read them from the ``TYPE_CHECKING`` block.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from trial_executor.model._source import (
     resolve_model,
     usable_positions,
 )
-from trial_executor.model._varlen import varlen_attention_available
 
 if TYPE_CHECKING:
     from trial_executor.model._forward import (
@@ -47,8 +47,9 @@ if TYPE_CHECKING:
     )
     from trial_executor.model._packed import PackedBertClassifier, supports_packed_forward
     from trial_executor.model._saving import save_final_model
+    from trial_executor.model._varlen import varlen_attention_available
 
-# The deferred (modeling-code) names, by module: the same names as the block above.
+# The deferred (torch and modeling-code) names, by module: the same names as the block above.
 _MODELING = {
     "trial_executor.model._forward": ("PaddingMaskForward", "enable_activation_checkpointing", "select_forward", "uses_token_types"),
     "trial_executor.model._loading": ("load_model", "preload_model", "train_wordpiece_tokenizer"),
@@ -56,6 +57,7 @@ _MODELING = {
                                    "parameter_counts", "peft_available", "trainable_state_dict"),
     "trial_executor.model._packed": ("PackedBertClassifier", "supports_packed_forward"),
     "trial_executor.model._saving": ("save_final_model",),
+    "trial_executor.model._varlen": ("varlen_attention_available",),
 }
 __getattr__ = deferred_names(globals(), _MODELING)
 
