@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
-import socket
 import struct
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
 
 from trial_executor._caches import BoundedCache
+from trial_executor.model._hub import hub_config_unavailable
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
@@ -270,38 +268,15 @@ def _safetensors_header(file: Path) -> dict[str, dict[str, object]]:
 def _check_source(name: str) -> None:
     if Path(name).exists() or name.startswith((".", "/", "~")):
         raise ModelNotFoundError(f"model {name!r} is not a directory; pass a directory saved with save_pretrained or a preset ({', '.join(PRESETS)})")
-    from transformers import AutoConfig
-
-    try:
-        AutoConfig.from_pretrained(name, local_files_only=True)  # already in the local HF cache
+    why = hub_config_unavailable(name)
+    if why is None:
         return
-    except (OSError, ValueError):
-        pass
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-    why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
-    if not offline and _hub_reachable():
-        try:
-            AutoConfig.from_pretrained(name)
-            return
-        except (OSError, ValueError):
-            why = "it is not on the hub"
     close = difflib.get_close_matches(name, [*PRESETS, *ALIASES], n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise ModelNotFoundError(
         f"model {name!r} could not be loaded ({why}); {hint}use a preset ({', '.join(PRESETS)}), an alias "
         f"({', '.join(ALIASES)}) or a local directory saved with save_pretrained"
     )
-
-
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    # One quick connection instead of the hub client's retries (tens of seconds) when offline.
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
-    try:
-        socket.create_connection((endpoint.hostname or "huggingface.co", port), timeout=timeout).close()
-    except OSError:
-        return False
-    return True
 
 
 # What a model's config and weights say, by (path, directory signature): once per process and

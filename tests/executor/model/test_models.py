@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import http.server
 import json
+import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 
 from trial_executor import ModelLimitError, ModelNotFoundError, TrainConfig, check_model_name, demo_dataset, run_trial
 from trial_executor.model import ModelSource, resolve_model
@@ -49,6 +55,59 @@ def test_unknown_models_name_the_fix(name: str, expected: str) -> None:
     with pytest.raises(ModelNotFoundError, match=expected) as info:
         check_model_name(name)
     assert "save_pretrained" in str(info.value)
+
+
+def test_a_hub_id_in_the_local_cache_is_taken_offline_and_a_mistyped_one_is_refused_without_loading_torch(tmp_path: Path) -> None:
+    # The cache as huggingface_hub lays it out: refs/main names the snapshot that holds config.json.
+    load_model("tiny-bert", ["a", "b"], ["some text"])[0].config.save_pretrained(tmp_path / "hub" / "models--acme--tiny" / "snapshots" / "c0ffee")
+    (tmp_path / "hub" / "models--acme--tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--acme--tiny" / "refs" / "main").write_text("c0ffee")
+    code = (
+        "import sys\n"
+        "from trial_executor import ModelNotFoundError, check_model_name\n"
+        "try:\n    check_model_name('acme/tinny')\nexcept ModelNotFoundError as err:\n    print(err)\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+        "check_model_name('acme/tiny')\n"
+        "print('taken')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    refused, imported, taken = done.stdout.strip().splitlines()
+    assert refused.startswith("model 'acme/tinny' could not be loaded (HF_HUB_OFFLINE is set)")
+    assert imported == "[]" and taken == "taken"  # the typo answered before transformers (and torch) were imported
+
+
+class _NoModelsHere(http.server.BaseHTTPRequestHandler):
+    """A hub on loopback that holds no model: 404 for every request."""
+
+    def do_GET(self) -> None:
+        self.send_error(404)
+
+    do_HEAD = do_GET
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_hub_id_neither_cached_nor_on_the_hub_and_an_unreachable_hub_say_which(tmp_path: Path) -> None:
+    code = (
+        "import os\n"
+        "from trial_executor import ModelNotFoundError, check_model_name\n"
+        "for endpoint in (os.environ['HF_ENDPOINT'], 'http://hub.invalid'):\n"
+        "    os.environ['HF_ENDPOINT'] = endpoint\n"
+        "    try:\n        check_model_name('acme/nothing')\n    except ModelNotFoundError as err:\n        print(err)\n"
+    )
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NoModelsHere) as hub:
+        threading.Thread(target=hub.serve_forever, daemon=True).start()
+        env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+        env |= {"PYTHONPATH": str(ROOT), "HF_HUB_CACHE": str(tmp_path), "HF_ENDPOINT": f"http://127.0.0.1:{hub.server_address[1]}"}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        hub.shutdown()
+    assert done.returncode == 0, done.stderr
+    served, unreachable = done.stdout.strip().splitlines()
+    assert served.startswith("model 'acme/nothing' could not be loaded (it is not on the hub); use a preset")
+    assert unreachable.startswith("model 'acme/nothing' could not be loaded (the hub cannot be reached); use a preset")
 
 
 def test_directory_without_config_is_refused(tmp_path: Path) -> None:

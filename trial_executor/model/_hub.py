@@ -1,0 +1,56 @@
+"""A hub id: whether ``from_pretrained`` can read its config, from the local HF cache or from a reachable hub.
+
+The cache is looked up through huggingface_hub (the cache transformers reads) without importing
+transformers, which imports torch (seconds): a mistyped name found nowhere on this machine is
+answered at once. transformers reads the config only where one is there to read.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from urllib.parse import urlparse
+
+
+def hub_config_unavailable(name: str) -> str | None:
+    """Why hub id ``name``'s config cannot be read (``"HF_HUB_OFFLINE is set"``, ``"the hub cannot be reached"``,
+    ``"it is not on the hub"``); ``None`` when it can, from the local HF cache or from the hub."""
+    if _config_in_hub_cache(name):
+        from transformers import AutoConfig
+
+        try:
+            AutoConfig.from_pretrained(name, local_files_only=True)
+            return None
+        except (OSError, ValueError):
+            pass
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return "HF_HUB_OFFLINE is set"
+    if not _hub_reachable():
+        return "the hub cannot be reached"
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(name)
+        return None
+    except (OSError, ValueError):
+        return "it is not on the hub"
+
+
+def _config_in_hub_cache(name: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except ValueError:  # not a repo id at all (HFValidationError): transformers would refuse it too
+        return False
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    # One quick connection instead of the hub client's retries (tens of seconds) when offline.
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((endpoint.hostname or "huggingface.co", port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
