@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpo._errors import UserError
 from hpo._ranking import best_trials
+from hpo.cli._check_models import CHECK_MODELS
 from hpo.reporting import PrecisionRow, StudyReport, build_report
 from hpo.space import (
     CONSTRAINT_KEYS,
@@ -46,14 +47,12 @@ from trial_executor._deferred import deferred_names
 
 if TYPE_CHECKING:
     from hpo._api import RunHooks, load, optimize, verdict
-    from hpo.cli._check_models import CHECK_MODELS
     from hpo.cli._speed_test import SpeedRow, speed_test
     from hpo.study._objective import executor_config, make_objective
 
 # The deferred (torch-bound) names, by module: the same names as the block above.
 _TORCH_BOUND = {
     "hpo._api": ("RunHooks", "load", "optimize", "verdict"),
-    "hpo.cli._check_models": ("CHECK_MODELS",),
     "hpo.cli._speed_test": ("SpeedRow", "speed_test"),
     "hpo.study._objective": ("executor_config", "make_objective"),
 }

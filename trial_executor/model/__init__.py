@@ -1,11 +1,12 @@
 """The model: names resolved once per trial, loading by name or directory, the worker's pretrained cache, LoRA, saving, and the forward a trial trains through.
 
-Checking a model name (``_source``) reads configs only and imports neither torch nor
-transformers' modeling code. The other names import one of them (seconds at start-up:
-whether varlen attention can run, ``_varlen``, asks torch; the rest need the modeling code)
-and are imported on first use, through ``__getattr__`` below, so a process that only checks
-names (a study's driver, ``--workers`` and Ray parents, a bad ``--model``, ``hpo check``'s
-flags) never pays for them. Type checkers read them from the ``TYPE_CHECKING`` block.
+Checking a model name (``_source``) reads configs, never modeling code: a preset, an alias or
+a name found nowhere imports neither transformers nor torch; a directory or a cached hub id
+imports transformers' config code (and with it torch) to read its config. The other names
+import torch (whether varlen attention can run, ``_varlen``) or the modeling code (seconds at
+start-up) and are imported on first use, through ``__getattr__`` below, so a process that only
+checks names (a study's driver, ``--workers`` and Ray parents, a bad ``--model``, ``hpo
+check``'s flags) never pays for them. Type checkers read them from the ``TYPE_CHECKING`` block.
 """
 
 from __future__ import annotations
