@@ -13,27 +13,27 @@ from urllib.parse import urlparse
 
 
 def hub_config_unavailable(name: str) -> str | None:
-    """Why hub id ``name``'s config cannot be read (``"HF_HUB_OFFLINE is set"``, ``"the hub cannot be reached"``,
-    ``"it is not on the hub"``); ``None`` when it can, from the local HF cache or from the hub."""
-    if _config_in_hub_cache(name):
-        from transformers import AutoConfig
+    """Why hub id ``name``'s config cannot be read (``"HF_HUB_OFFLINE is set"`` or ``"TRANSFORMERS_OFFLINE is set"``,
+    ``"the hub cannot be reached"``, ``"it is not on the hub"``); ``None`` when it can, from the local HF cache or the hub."""
+    from huggingface_hub import is_offline_mode  # what transformers obeys: HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE
 
-        try:
-            AutoConfig.from_pretrained(name, local_files_only=True)
-            return None
-        except (OSError, ValueError):
-            pass
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        return "HF_HUB_OFFLINE is set"
+    if _config_in_hub_cache(name) and _config_reads(name, local_files_only=True):
+        return None
+    if is_offline_mode():
+        return f"{'HF_HUB_OFFLINE' if os.environ.get('HF_HUB_OFFLINE') else 'TRANSFORMERS_OFFLINE'} is set"
     if not _hub_reachable():
         return "the hub cannot be reached"
+    return None if _config_reads(name) else "it is not on the hub"
+
+
+def _config_reads(name: str, **options: bool) -> bool:
     from transformers import AutoConfig
 
     try:
-        AutoConfig.from_pretrained(name)
-        return None
+        AutoConfig.from_pretrained(name, **options)
     except (OSError, ValueError):
-        return "it is not on the hub"
+        return False
+    return True
 
 
 def _config_in_hub_cache(name: str) -> bool:

@@ -110,6 +110,16 @@ def test_a_hub_id_neither_cached_nor_on_the_hub_and_an_unreachable_hub_say_which
     assert unreachable.startswith("model 'acme/nothing' could not be loaded (the hub cannot be reached); use a preset")
 
 
+def test_transformers_offline_is_offline_mode_too_and_named_as_the_reason(tmp_path: Path) -> None:
+    # transformers obeys TRANSFORMERS_OFFLINE as it does HF_HUB_OFFLINE; the check tried the hub and blamed it instead.
+    code = "from trial_executor import ModelNotFoundError, check_model_name\ntry:\n    check_model_name('acme/nothing')\nexcept ModelNotFoundError as err:\n    print(err)\n"
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env |= {"PYTHONPATH": str(ROOT), "HF_HUB_CACHE": str(tmp_path), "HF_ENDPOINT": "http://hub.invalid", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("model 'acme/nothing' could not be loaded (TRANSFORMERS_OFFLINE is set); use a preset"), done.stdout
+
+
 def test_directory_without_config_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ModelNotFoundError, match=r"has no config\.json"):
         check_model_name(str(tmp_path))
