@@ -13,10 +13,9 @@ import functools
 import json
 import logging
 import math
-import tempfile
+import shutil
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -50,7 +49,7 @@ from hpo.space._trial_values import InvalidTrialError, check_enqueued
 from hpo.storage import set_user_attrs
 from hpo.storage._checkpoints import TrialCheckpoints, remove_told_checkpoint
 from hpo.storage._retrying_storage import storage_failure_in
-from hpo.storage._scratch import remove_dead_workers_scratch
+from hpo.storage._scratch import remove_dead_workers_scratch, scratch_dir
 from hpo.study._liveness import worker_identity
 from hpo.study._options import RunOptions
 from hpo.study._outcomes import INTERRUPTED, SKIP_NON_FINITE, SKIP_OOM, SKIP_UNSUPPORTED, TrialFailedError
@@ -97,11 +96,15 @@ def _skip(trial: optuna.Trial, reason: str, detail: str, **attrs: Any) -> optuna
 
 
 def _upload_config(trial: optuna.Trial, store: FileSystemArtifactStore, config: TrainConfig, name: str = CONFIG_FILE) -> None:
-    # The trial's resolved config as a file artifact: optuna-dashboard lists it under the trial's Artifacts.
-    with tempfile.TemporaryDirectory(prefix=f"hpo-trial-{trial.number}-config-") as scratch:
-        path = Path(scratch) / name
+    # The trial's resolved config as a file artifact: optuna-dashboard lists it under the trial's Artifacts. Its scratch
+    # carries the worker's key, so a worker killed mid-upload leaves none for good: the next worker here sweeps it.
+    scratch = scratch_dir(trial.number, "config")
+    try:
+        path = scratch / name
         path.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
         upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial, mimetype="application/json")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _result_value(result: TrialResult, name: str) -> float:
