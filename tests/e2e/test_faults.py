@@ -18,13 +18,13 @@ import pytest
 from _read_only import ReadOnlyDirectory
 from conftest import ROOT, cli_args
 from optuna.trial import FrozenTrial, TrialState
-from test_workers import LONG_TRIALS, _assert_resumed, _running_with_checkpoint, _space, _trials, _wait_for
+from test_workers import LONG_TRIALS, _assert_resumed, _held_with_checkpoint, _space, _trials
 
 from hpo.cli._run import main as run_main
 
 ONE_TRIAL = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 1}}  # checkpoints at steps 10, 20, 30, 40
-# The tests that strike once a checkpoint is seen (polled every 0.2 s; a kill, a Ctrl-C, a read-only
-# store): on a loaded machine a one-epoch trial could pass its last checkpoint, or end, first.
+# The tests that strike once a checkpoint is seen (a kill, a Ctrl-C, a read-only store) hold the trial there with its
+# worker stopped (_held_with_checkpoint); two epochs leave it steps to train after all but its last checkpoints.
 TWO_EPOCHS = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 2}}  # checkpoints at steps 10, 20, ..., 80
 
 
@@ -57,8 +57,8 @@ def test_a_sigkilled_worker_rerun_at_once_with_default_settings_recovers_its_tri
     temp.mkdir()
     worker = _start(args, tmp_path, {"TMPDIR": str(temp)})
     try:
-        victim = _wait_for(pg_database, "killed", _running_with_checkpoint)
-        worker.send_signal(signal.SIGKILL)
+        with _held_with_checkpoint(pg_database, "killed", lambda _: worker.pid) as victim:
+            worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
     finally:
         worker.kill()
@@ -86,8 +86,8 @@ def test_ctrl_c_ends_the_run_with_one_line_and_requeues_the_trial(small_data: Pa
                     "--artifact-store", str(tmp_path / "artifacts"))
     worker = _start(args, tmp_path, start_new_session=True)
     try:
-        _wait_for(url, "ctrl-c", _running_with_checkpoint)
-        os.killpg(worker.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
+        with _held_with_checkpoint(url, "ctrl-c", lambda _: worker.pid):
+            os.killpg(worker.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
         out, err = worker.communicate(timeout=120)
     finally:
         worker.kill()
@@ -110,8 +110,8 @@ def test_an_artifact_store_turning_read_only_mid_run_costs_checkpoints_not_the_t
         args = cli_args(url, _space(tmp_path, TWO_EPOCHS), small_data, "--study-name", "ro", "--n-trials", "2", "--artifact-store", str(store.path))
         worker = _start(args, tmp_path)
         try:
-            first = _wait_for(url, "ro", _running_with_checkpoint)
-            store.freeze()
+            with _held_with_checkpoint(url, "ro", lambda _: worker.pid) as first:
+                store.freeze()
             out, err = worker.communicate(timeout=300)
         finally:
             worker.kill()

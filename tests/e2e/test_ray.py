@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SMALL_SPACE, cli_args, run_cli
 from optuna.trial import FrozenTrial, TrialState
-from test_workers import LONG_TRIALS, _assert_resumed, _running_with_checkpoint, _space, _trials, _wait_for
+from test_workers import LONG_TRIALS, _assert_resumed, _held_with_checkpoint, _running_with_checkpoint, _space, _trials, _wait_for
 
 import hpo
 from hpo._api import WorkerJob, resolve_data, resolve_space, run_job
@@ -68,14 +68,18 @@ def _ray_args(url: str, data: Path, tmp_path: Path, name: str, address: str, spa
 
 def _strike(
     url: str, name: str, args: list[str], tmp_path: Path, strike: Callable[[subprocess.Popen[str], FrozenTrial], None],
+    *, hold: bool = True,
 ) -> tuple[FrozenTrial, str, str, int]:
-    """Start the driver, ``strike`` it once a trial runs with a checkpoint; that trial, its output and exit code."""
+    """Start the driver, ``strike`` it once a trial runs with a checkpoint (``hold``: with that trial's Ray worker stopped
+    until the strike is done); that trial, its output and exit code."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     driver = subprocess.Popen([sys.executable, "-m", "hpo.run", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        victim = _wait_for(url, name, _running_with_checkpoint)
-        strike(driver, victim)
+        held = (_held_with_checkpoint(url, name, lambda t: t.user_attrs["worker"]["pid"]) if hold
+                else contextlib.nullcontext(_wait_for(url, name, _running_with_checkpoint)))
+        with held as victim:
+            strike(driver, victim)
         out, err = driver.communicate(timeout=400)
     finally:
         driver.kill()
@@ -169,7 +173,7 @@ def test_a_second_signal_kills_the_workers_then_their_trials_are_failed_and_requ
         os.killpg(driver.pid, signal.SIGTERM)
 
     try:
-        victim, out, err, code = _strike(pg_database, "ray-twice", args, tmp_path, twice)
+        victim, out, err, code = _strike(pg_database, "ray-twice", args, tmp_path, twice, hold=False)  # it stops the worker for good
     finally:
         for pid in frozen:  # killed by Ray already, unless the driver failed before it could
             with contextlib.suppress(ProcessLookupError):

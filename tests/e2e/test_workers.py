@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,31 @@ def _running_with_checkpoint(trial: FrozenTrial) -> bool:
     return trial.state == TrialState.RUNNING and bool(trial.user_attrs.get("checkpoint"))
 
 
+@contextlib.contextmanager
+def _held_with_checkpoint(url: str, name: str, pid_of: Callable[[FrozenTrial], int], timeout: float = 240) -> Iterator[FrozenTrial]:
+    """A trial running with a checkpoint, held there: its worker (``pid_of(trial)``) is stopped (SIGSTOP) until the block
+    ends (SIGCONT). Between a read of the database and a signal, a fast machine's trial could pass its last checkpoint or
+    end (92 steps took 0.75 s on a 2-core EPYC): the trial is read again once its worker is stopped. A signal sent in the
+    block lands when it ends; SIGKILL lands at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = _wait_for(url, name, _running_with_checkpoint, timeout=max(1.0, deadline - time.monotonic()))
+        pid = pid_of(seen)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            held = next((t for t in _trials(url, name) if t.number == seen.number), None)
+        except Exception:  # SQLite: the worker was stopped inside a write
+            held = None
+        if held is not None and _running_with_checkpoint(held):
+            break
+        os.kill(pid, signal.SIGCONT)
+    try:
+        yield held
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
 def _finished(trials: list[FrozenTrial]) -> int:
     return sum(counts_toward_budget(t) for t in trials)
 
@@ -99,8 +124,8 @@ def test_a_killed_worker_trial_is_retried_from_its_checkpoint(pg_database: str, 
     launcher = subprocess.Popen([sys.executable, "-m", "hpo.run", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     try:
-        victim = _wait_for(pg_database, "kill", _running_with_checkpoint)
-        os.kill(victim.user_attrs["worker"]["pid"], signal.SIGKILL)
+        with _held_with_checkpoint(pg_database, "kill", lambda t: t.user_attrs["worker"]["pid"]) as victim:
+            os.kill(victim.user_attrs["worker"]["pid"], signal.SIGKILL)
         out, err = launcher.communicate(timeout=600)
     finally:
         launcher.kill()
@@ -166,11 +191,11 @@ def test_workers_stop_with_their_launcher_killed_or_signalled_and_leave_their_tr
                                 stderr=subprocess.DEVNULL, start_new_session=True)
     workers: list[int] = []
     try:
-        victim = _wait_for(pg_database, "orphans", _running_with_checkpoint)
-        workers = _children(launcher.pid)
-        assert len(workers) == 2 and victim.user_attrs["worker"]["pid"] in workers
-        launcher.kill()
-        launcher.wait(timeout=10)
+        with _held_with_checkpoint(pg_database, "orphans", lambda t: t.user_attrs["worker"]["pid"]) as victim:
+            workers = _children(launcher.pid)
+            assert len(workers) == 2 and victim.user_attrs["worker"]["pid"] in workers
+            launcher.kill()
+            launcher.wait(timeout=10)
         deadline = time.monotonic() + 90
         while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -206,8 +231,8 @@ def test_sigterm_checkpoints_fails_and_requeues_the_trial_then_a_rerun_resumes_i
                     "--artifact-store", str(tmp_path / "artifacts"))
     worker = _start(args, tmp_path, tmp_path / "worker.log")
     try:
-        _wait_for(pg_database, "term", _running_with_checkpoint)
-        worker.send_signal(signal.SIGTERM)
+        with _held_with_checkpoint(pg_database, "term", lambda _: worker.pid):
+            worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=120) == 143
     finally:
         worker.kill()
