@@ -275,7 +275,7 @@ def _run_here(run: Run, quiet: bool, stop: StopSignal) -> int:
 
     def finished(trial: FrozenTrial, finished: int) -> None:
         seen[0] = finished
-        progress.trial_finished(trial_line(trial, names), finished, best_so_far(study, names))
+        progress.trial_finished(trial_line(trial, names), finished, best_so_far(study, names, ended_by=trial))
         if was_interrupted(trial):
             interrupted.append(trial.number)
             if (step := stop_checkpoint_lost(trial)) is not None:

@@ -33,7 +33,11 @@ def finished_when(trials: list[FrozenTrial], trial: FrozenTrial) -> int:
 def budget_used(study: optuna.Study) -> tuple[int, list[FrozenTrial]]:
     """Finished trials counting toward the budget, and the running trials holding a slot of it (a verdict trial, outside
     the budget, holds none: its runner takes slots of a budget of its own)."""
-    trials = study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
+    return budget_of(study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING)))
+
+
+def budget_of(trials: list[FrozenTrial]) -> tuple[int, list[FrozenTrial]]:
+    """:func:`budget_used` of ``trials`` (the study's finished and running trials)."""
     held = [t for t in trials
             if t.state == TrialState.RUNNING and t.user_attrs.get(BUDGET_SLOT_ATTR) == t.number and not is_verdict_trial(t)]
     return sum(counts_toward_budget(t) for t in trials), held

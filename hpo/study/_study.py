@@ -33,7 +33,7 @@ from hpo.space._trial_values import InvalidTrialError
 from hpo.storage import set_user_attrs
 from hpo.storage._backoff import retry_lost_connection
 from hpo.storage._retry_policy import RetryByTrialPolicy
-from hpo.study._budget import budget_used, take_slot
+from hpo.study._budget import FINISHED, budget_of, budget_used, finished_when, take_slot
 from hpo.study._known_good import origins_of, space_entries
 from hpo.study._liveness import fail_and_requeue, fail_dead_local_trials, lost_retries, releasable
 from hpo.study._lock import study_lock
@@ -354,9 +354,10 @@ def run_to_budget(
         nonlocal failures
         if on_told is not None:
             on_told(trial)
-        finished, held = budget_used(study)  # held: by other workers' running trials, this one has ended
-        if on_trial_finished is not None:
-            on_trial_finished(trial, finished)
+        trials = study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
+        finished, held = budget_of(trials)  # held: by other workers' running trials, this one has ended
+        if on_trial_finished is not None:  # the study's position when it ended: other workers' trials may have ended since
+            on_trial_finished(trial, finished_when(trials, trial))
         interrupted = was_interrupted(trial)
         if interrupted or drew_unsupported(trial):
             retry_lost_connection("re-queuing a trial", lambda: _queue_again(study, trial, max_retry))

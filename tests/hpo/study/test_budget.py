@@ -11,7 +11,7 @@ from typing import TypeVar
 import optuna
 import pytest
 from _proxy_process import free_port, serve, stop
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from hpo import create_storage, parse_search_space
 from hpo._attrs import is_baseline, skip_reason_of
@@ -137,3 +137,20 @@ def test_a_second_retry_of_a_trial_runs_and_is_no_copy_of_the_first(tmp_path: Pa
     second_retry = study.get_trials()[2]
     assert (second_retry.state, skip_reason_of(second_retry), second_retry.params) == (TrialState.COMPLETE, None, {"x": 0.5})
     assert len(study.get_trials()) == 3  # nothing sampled in its place
+
+
+def test_a_trial_is_reported_at_the_studys_position_when_it_ended_not_when_its_worker_read_it(tmp_path: Path) -> None:
+    # Another worker's trial that ends after ours but before our worker reads the study must not raise our trial's
+    # count: with --workers, its line would show [2/3] while the other worker's, printed first or later, also says [2/3].
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    study = optuna.create_study(storage=create_storage(url), study_name="p")
+    other_worker = optuna.load_study(study_name="p", storage=create_storage(url))
+    seen: list[tuple[int, int]] = []
+
+    def another_worker_ends_a_trial(_: FrozenTrial) -> None:
+        if len(other_worker.trials) < 2:
+            other_worker.tell(other_worker.ask(), 0.0)
+
+    run_to_budget(study, lambda trial: trial.suggest_float("x", 0, 1), n_trials=3, on_told=another_worker_ends_a_trial,
+                  on_trial_finished=lambda trial, finished: seen.append((trial.number, finished)))
+    assert seen == [(0, 1), (2, 3)]  # trial 1 (the other worker's) ended second, after trial 0 and before its line
