@@ -7,7 +7,7 @@ once here and read through the helpers below, never as a string literal elsewher
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -241,11 +241,27 @@ def is_majority_class(trial: FrozenTrial) -> bool:
     return bool(trial.user_attrs.get(MAJORITY_CLASS_ATTR))
 
 
-# Said wherever majority-class trials are listed (status, report, a trial's line).
+# Said wherever majority-class trials are listed (status, report, the verdict), unless their rates clear them.
 MAJORITY_CLASS_HINT = (
     "the learning rate range may be too high for this model (a pretrained model wants ~1e-5..3e-4: "
     "search_spaces/finetune.yaml), or the training too short for its rate"
 )
+FINE_TUNING_TOP_RATE = 3e-4  # search_spaces/finetune.yaml's highest: no model here collapses for a rate this low
+
+
+def majority_class_hint(trials: Iterable[FrozenTrial], *, short: bool = False) -> str:
+    """Why ``trials`` (majority-class ones) learned nothing, as far as their learning rates tell: too high a rate or too
+    short a training (:data:`MAJORITY_CLASS_HINT`), or, when no rate is above fine-tuning's, too short a training only.
+    ``short``: the words for one trial's line."""
+    rates = [config_or_params(t).get("learning_rate") for t in trials]
+    low = bool(rates) and all(isinstance(r, (int, float)) and r <= FINE_TUNING_TOP_RATE for r in rates)
+    if short:
+        return "the training was likely too short for its learning rate" if low else \
+            "the learning rate may be too high, or the training too short for it"
+    if low:
+        return (f"their learning rates (at most {max(rates):.3g}) are no higher than fine-tuning's (~1e-5..3e-4): "
+                "the training was likely too short for them (more max_steps or epochs)")
+    return MAJORITY_CLASS_HINT
 
 
 def trials_per_gpu_of(trial: FrozenTrial) -> int:

@@ -15,7 +15,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import (
     CUDA_SETUP_MB,
-    MAJORITY_CLASS_HINT,
     MEMORY_KEPT_REPORTED_MB,
     PEAK_MEMORY_ATTR,
     SKIP_REASON_ATTR,
@@ -31,6 +30,7 @@ from hpo._attrs import (
     is_host_limited,
     is_majority_class,
     is_verdict_trial,
+    majority_class_hint,
     paid_first_use,
     ran_emulated,
     skip_reason_of,
@@ -338,7 +338,8 @@ def summary_lines(report: StudyReport) -> list[str]:
     if report.majority_class:
         lines.append(
             f"Majority-class trials (predicted one class, or scored exactly the majority share: they learned nothing, "
-            f"so their precision's accuracy says nothing): {', '.join(map(str, report.majority_class))}; {MAJORITY_CLASS_HINT}."
+            f"so their precision's accuracy says nothing): {', '.join(map(str, report.majority_class))}; "
+            f"{majority_class_hint(t for t in report.trials if t.number in report.majority_class)}."
         )
     if report.shared_gpu:
         lines.append(

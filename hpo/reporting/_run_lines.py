@@ -20,6 +20,7 @@ from hpo._attrs import (
     is_feasible,
     is_majority_class,
     is_verdict_trial,
+    majority_class_hint,
     skip_reason_of,
     startup_seconds_of,
 )
@@ -78,7 +79,7 @@ def trial_line(trial: FrozenTrial, names: Sequence[str]) -> str:
                      "its samples/s are partly theirs)")
     if is_majority_class(trial):
         # Too high a rate collapses a model onto one class; too few steps at a low one never leave it.
-        parts.append("(majority class: learned nothing; the learning rate may be too high, or the training too short for it)")
+        parts.append(f"(majority class: learned nothing; {majority_class_hint([trial], short=True)})")
     if not is_feasible(trial):
         parts.append(f"(violates {', '.join(k for k, c in attrs[CONSTRAINTS_ATTR].items() if not c['satisfied'])})")
     return "  ".join(parts)

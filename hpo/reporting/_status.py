@@ -10,12 +10,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo._attrs import (
-    MAJORITY_CLASS_HINT,
     WORKER_ATTR,
     is_cpu_contended,
     is_host_limited,
     is_majority_class,
     is_verdict_trial,
+    majority_class_hint,
     skip_reason_of,
     stored_data_source,
 )
@@ -51,6 +51,7 @@ class StudyStatus:
     host_limited: list[int] = field(default_factory=list)  # trials whose device waited for the host
     cpu_contended: list[int] = field(default_factory=list)  # trials whose threads waited for cores other processes held
     majority_class: list[int] = field(default_factory=list)  # trials that never left the majority class
+    majority_class_hint: str = ""  # why, as far as their learning rates tell (hpo._attrs.majority_class_hint)
     verdict: dict[str, int] = field(default_factory=dict)  # verdict trials by state (hpo verdict), not counted
     data: str | None = None  # the data flags it last ran with (None: data given in Python, or a study made elsewhere)
 
@@ -82,6 +83,7 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     status.host_limited = sorted(t.number for t in trials if is_host_limited(t))
     status.cpu_contended = sorted(t.number for t in trials if is_cpu_contended(t))
     status.majority_class = sorted(t.number for t in trials if is_majority_class(t))
+    status.majority_class_hint = majority_class_hint(t for t in trials if is_majority_class(t))
     status.verdict = dict(Counter(t.state.name.lower() for t in trials if is_verdict_trial(t)))
     source = stored_data_source(study)
     status.data = None if source is None else data_flags(source)
@@ -140,7 +142,7 @@ def status_lines(status: StudyStatus) -> list[str]:
         lines.append(f"  CPU-contended: trials {shown_trials} (other processes held the cores; speed not the precision's)")
     if status.majority_class:
         shown_trials = ", ".join(map(str, status.majority_class))
-        lines.append(f"  majority class: trials {shown_trials} (predicted one class: learned nothing); {MAJORITY_CLASS_HINT}")
+        lines.append(f"  majority class: trials {shown_trials} (predicted one class: learned nothing); {status.majority_class_hint}")
     if status.verdict:
         by_state = ", ".join(f"{state} {n}" for state, n in sorted(status.verdict.items()))
         lines.append(f"  verdict trials: {sum(status.verdict.values())}: {by_state} (not counted against --n-trials)")

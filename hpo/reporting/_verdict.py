@@ -30,6 +30,7 @@ from hpo._attrs import (
     is_cpu_contended,
     is_host_limited,
     is_majority_class,
+    majority_class_hint,
     paid_first_use,
     ran_emulated,
     stored_verdict,
@@ -163,10 +164,10 @@ def build_verdict(study: optuna.Study, source_trial: int, seeds: list[int], prec
     scale, unit = (100.0, "points") if direction == "maximize" and metric not in MINIMIZED_METRICS else (1.0, "")
     by_precision = _latest_attempts([t for t in trials if int(verdict_trial_of(t)["seed"]) in seeds])
     fp32 = by_precision.get("fp32", {})
-    rows = []
+    rows, hint = [], majority_class_hint(trials)  # they re-train one config: one learning rate
     for precision in precisions:
         row = _row(precision, by_precision.get(precision, {}), fp32, metric, scale, objectives)
-        rows.append(PrecisionVerdict(**{**asdict(row), "line": verdict_line(row, metric, unit, direction == "maximize")}))
+        rows.append(PrecisionVerdict(**{**asdict(row), "line": verdict_line(row, metric, unit, direction == "maximize", hint=hint)}))
     hardware = [hardware_of(t) for t in trials if hardware_of(t)]
     devices = sorted({f"{h.get('device_name')} ({h.get('device_type')}, torch {h.get('torch_version')})" for h in hardware})
     return Verdict(study.study_name, source_trial, metric, unit, list(seeds), rows, dict(unsupported), devices)
@@ -178,8 +179,9 @@ def _signed(value: float, unit: str) -> str:
     return f"{value:+.2f}" if unit == "points" else f"{value:+.3g}"
 
 
-def verdict_line(row: PrecisionVerdict, metric: str, unit: str, higher_is_better: bool) -> str:
-    """One line: '<p>: 2.40x faster, 0.51x memory, accuracy -0.10 points (95% CI -0.60..+0.40): no measurable loss'."""
+def verdict_line(row: PrecisionVerdict, metric: str, unit: str, higher_is_better: bool, *, hint: str = MAJORITY_CLASS_HINT) -> str:
+    """One line: '<p>: 2.40x faster, 0.51x memory, accuracy -0.10 points (95% CI -0.60..+0.40): no measurable loss'.
+    ``hint``: why its trials learned nothing, if they did (:func:`hpo._attrs.majority_class_hint`)."""
     if row.precision == "fp32":
         return "fp32: the reference" + _notes(row) + _caveats(row)
     if row.paired_seeds == 0:
@@ -195,7 +197,7 @@ def verdict_line(row: PrecisionVerdict, metric: str, unit: str, higher_is_better
     change = f"{metric} {_signed(row.difference, unit)}{' ' + unit if unit else ''}"
     if row.learned_nothing:  # equal scores of models that learned nothing say nothing of the precision
         return (f"{row.precision}: {speed}{memory}; no verdict on {metric}: in every seed both {row.precision} and fp32 "
-                f"learned nothing (majority class); {MAJORITY_CLASS_HINT}") + _notes(row)
+                f"learned nothing (majority class); {hint}") + _notes(row)
     if not row.interval:
         return f"{row.precision}: {speed}{memory}, {change} (one paired seed: no interval)" + _notes(row) + _caveats(row)
     low, high = row.interval

@@ -42,6 +42,35 @@ def test_a_majority_class_trial_line_names_both_causes() -> None:
     assert "(majority class: learned nothing; the learning rate may be too high, or the training too short for it)" in line
 
 
+def test_majority_class_trials_at_fine_tuning_rates_are_said_to_be_too_short_not_too_fast(tmp_path: Path) -> None:
+    """TREC's 50 classes on MiniLM, 20 steps at 5.5e-5 and 1.9e-4: the hint blamed a learning rate range that was
+    finetune.yaml's own. A rate above 3e-4 among them keeps both causes."""
+    from hpo._attrs import MAJORITY_CLASS_ATTR, MAJORITY_CLASS_HINT
+    from hpo.reporting._report import build_report, summary_lines
+    from hpo.reporting._status import status_lines, study_status
+
+    def study_at(*rates: float) -> optuna.Study:
+        study = optuna.create_study(storage=f"sqlite:///{tmp_path / f'{len(rates)}-{rates[-1]}.db'}", direction="maximize")
+        study.set_user_attr("search_space", {"objective": {"metric": "accuracy", "direction": "maximize"}})
+        distribution = optuna.distributions.FloatDistribution(1e-6, 1e-2, log=True)
+        for rate in rates:
+            study.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.11, user_attrs={MAJORITY_CLASS_ATTR: True},
+                                                      params={"learning_rate": rate}, distributions={"learning_rate": distribution}))
+        study.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.6, params={"learning_rate": 1e-2},
+                                                  distributions={"learning_rate": distribution}))  # learned: not counted
+        return study
+
+    low = study_at(5.477e-5, 1.861e-4)
+    too_short = "their learning rates (at most 0.000186) are no higher than fine-tuning's (~1e-5..3e-4): the training was likely too short"
+    assert too_short in "\n".join(summary_lines(build_report(low, "sqlite")))
+    assert too_short in "\n".join(status_lines(study_status(low._storage, low)))
+    assert trial_line(low.trials[0], ["accuracy"]).endswith("(majority class: learned nothing; the training was likely too short for its learning rate)")
+    high = study_at(5.477e-5, 2e-3)
+    assert MAJORITY_CLASS_HINT in "\n".join(summary_lines(build_report(high, "sqlite")))
+    assert MAJORITY_CLASS_HINT in "\n".join(status_lines(study_status(high._storage, high)))
+    assert "the learning rate may be too high, or the training too short for it" in trial_line(high.trials[1], ["accuracy"])
+
+
 def test_an_over_budget_placeholder_is_shown_and_counted_as_not_run_everywhere() -> None:
     """A worker that started a trial when the budget was already held printed 'trial 6 PRUNED accuracy=None',
     and the summary, status and report counted it as pruned: '5 of 5 finished (5 complete, 1 pruned)'."""

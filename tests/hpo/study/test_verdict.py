@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -169,10 +170,12 @@ def test_verdict_pairs_seeds_across_two_workers_survives_a_sigkill_and_its_inter
 
 
 def _verdict_trial(precision: str, seed: int, accuracy: float, speed: float, *, state: TrialState = TrialState.COMPLETE,
-                   host_limited: bool = False, majority_class: bool = False, cpu_contended: bool = False) -> optuna.trial.FrozenTrial:
+                   host_limited: bool = False, majority_class: bool = False, cpu_contended: bool = False,
+                   config: dict[str, Any] | None = None) -> optuna.trial.FrozenTrial:
     attrs = {"verdict_trial": {"of_trial": 0, "precision": precision, "seed": seed, "seed_index": seed},
              "throughput_samples_per_s": speed, "peak_memory_mb": 100.0 if precision == "fp32" else 60.0,
-             "host_limited": host_limited, "majority_class": majority_class, "cpu_contended": cpu_contended}
+             "host_limited": host_limited, "majority_class": majority_class, "cpu_contended": cpu_contended,
+             **({"config": config} if config else {})}
     value = accuracy if state == TrialState.COMPLETE else None
     return optuna.trial.create_trial(state=state, value=value, user_attrs=attrs)
 
@@ -234,6 +237,17 @@ def test_trials_that_learned_nothing_give_no_accuracy_verdict() -> None:
     # bf16 learned in seed 1 where fp32 did not: a real difference, with the seed that learned nothing named.
     assert not rows["bf16"].learned_nothing and "accuracy +19.00 points (95% CI" in rows["bf16"].line
     assert rows["bf16"].line.endswith(f"[majority class (learned nothing) in trials {rows['bf16'].trials['0']}]")
+
+    # Re-trained at a fine-tuning rate, the verdict blames the training's length alone.
+    retrained = optuna.create_study(direction="maximize")
+    retrained.set_user_attr("search_space", {"objective": {"metric": "accuracy", "direction": "maximize"}})
+    retrained.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.52))
+    for seed in (0, 1):
+        for precision in ("fp32", "fp16"):
+            retrained.add_trial(_verdict_trial(precision, seed, 0.52, 100.0, majority_class=True, config={"learning_rate": 2e-5}))
+    fp16 = next(r for r in build_verdict(retrained, 0, [0, 1], ["fp32", "fp16"], {}).rows if r.precision == "fp16")
+    assert fp16.line.endswith("learned nothing (majority class); their learning rates (at most 2e-05) are no higher than "
+                              "fine-tuning's (~1e-5..3e-4): the training was likely too short for them (more max_steps or epochs)")
 
 
 def test_the_space_verdict_section_is_checked_and_not_part_of_the_stored_space() -> None:
