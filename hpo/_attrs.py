@@ -258,6 +258,9 @@ def majority_class_hint(trials: Iterable[FrozenTrial], *, short: bool = False) -
     if short:
         return "the training was likely too short for its learning rate" if low else \
             "the learning rate may be too high, or the training too short for it"
+    if low and len(set(rates)) == 1:
+        return (f"the learning rate ({rates[0]:.3g}) is no higher than fine-tuning's (~1e-5..3e-4): "
+                "the training was likely too short for it (more max_steps or epochs)")
     if low:
         return (f"their learning rates (at most {max(rates):.3g}) are no higher than fine-tuning's (~1e-5..3e-4): "
                 "the training was likely too short for them (more max_steps or epochs)")

@@ -22,7 +22,15 @@ import optuna
 from hpo._errors import UserError
 from hpo._files import write_whole
 from hpo.cli._parsing import Parser, add_storage_argument, command_prog, exit_code_of, run_storage_command
-from hpo.reporting._export import best_document, best_json, best_space, best_space_yaml, best_yaml, trial_entry
+from hpo.reporting._export import (
+    best_document,
+    best_json,
+    best_space,
+    best_space_yaml,
+    best_yaml,
+    learned_nothing_note,
+    trial_entry,
+)
 from hpo.storage._best_model import export_best_model
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._inspect import load_existing_study, objective_names, open_existing_storage
@@ -70,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.artifact_store is not None and args.save_model is None:  # else ignored without a word
             raise UserError("--artifact-store is where --save-model finds the model; add --save-model DIR, or drop it")
         study = load_existing_study(open_existing_storage(url), url, args.study_name)
+        if (note := learned_nothing_note(study)) is not None:  # on stderr: the output stays a config to paste or parse
+            print(f"{PROG}: note: {note}", file=sys.stderr)
         if args.save_model is not None:
             return _save_model(study, args)
         if args.format == "space":

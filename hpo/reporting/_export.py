@@ -13,7 +13,7 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial
 
-from hpo._attrs import config_of, config_or_params, stored_space
+from hpo._attrs import config_of, config_or_params, is_majority_class, majority_class_hint, stored_space
 from hpo._errors import UserError
 from hpo._ranking import best_trials, why_no_best
 from hpo.space._space import RESERVED_KEYS
@@ -103,6 +103,16 @@ def best_document_trials(study: optuna.Study) -> list[FrozenTrial]:
     if not best:
         raise UserError(f"study {study.study_name!r} has no best trial: {why_no_best(study)}; run more trials with `python -m hpo run`")
     return best
+
+
+def learned_nothing_note(study: optuna.Study) -> str | None:
+    """Said beside ``best``'s output when its best trial(s) learned nothing (majority class): a config not worth reusing."""
+    flagged = [t for t in best_trials(study) if is_majority_class(t)]
+    if not flagged:
+        return None
+    numbers = ", ".join(str(t.number) for t in flagged)
+    return (f"trial{'s' * (len(flagged) > 1)} {numbers} learned nothing (majority class: one class predicted for every row): "
+            f"no configuration worth reusing; {majority_class_hint(flagged)}")
 
 
 def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

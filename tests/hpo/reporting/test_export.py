@@ -39,3 +39,25 @@ def test_best_as_json_is_json_even_where_a_value_is_not_finite(tmp_path: Path, c
     document = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"not JSON: {name}"))
     assert document["pareto_front"][0]["values"] == {"value_0": 0.5, "value_1": None}
     assert document["pareto_front"][0]["trial_seed"] == 3
+
+
+def test_best_says_on_stderr_when_its_best_trial_learned_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """TREC on MiniLM, 20 steps: the best trial predicted the majority class for every row, and `best` handed its config
+    over to reuse without a word. The note goes to stderr: stdout stays YAML or JSON to paste or parse."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = optuna.create_study(study_name="trec", storage=url, direction="maximize")
+    rate = optuna.distributions.FloatDistribution(1e-6, 1e-2, log=True)
+    for value, majority in ((0.11, True), (0.098, False)):
+        study.add_trial(optuna.trial.create_trial(params={"learning_rate": 5.477e-5}, distributions={"learning_rate": rate},
+                                                  value=value, user_attrs={"majority_class": majority}))
+    assert hpo_main(["best", "--storage", url, "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["trial"] == 0
+    assert captured.err == (
+        "python -m hpo.best: note: trial 0 learned nothing (majority class: one class predicted for every row): no configuration "
+        "worth reusing; the learning rate (5.48e-05) is no higher than fine-tuning's (~1e-5..3e-4): the training was likely too "
+        "short for it (more max_steps or epochs)\n"
+    )
+    study.add_trial(optuna.trial.create_trial(params={"learning_rate": 1e-4}, distributions={"learning_rate": rate}, value=0.6))
+    assert hpo_main(["best", "--storage", url]) == 0
+    assert capsys.readouterr().err == ""  # a best trial that learned: nothing to say

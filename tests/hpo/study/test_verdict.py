@@ -246,8 +246,8 @@ def test_trials_that_learned_nothing_give_no_accuracy_verdict() -> None:
         for precision in ("fp32", "fp16"):
             retrained.add_trial(_verdict_trial(precision, seed, 0.52, 100.0, majority_class=True, config={"learning_rate": 2e-5}))
     fp16 = next(r for r in build_verdict(retrained, 0, [0, 1], ["fp32", "fp16"], {}).rows if r.precision == "fp16")
-    assert fp16.line.endswith("learned nothing (majority class); their learning rates (at most 2e-05) are no higher than "
-                              "fine-tuning's (~1e-5..3e-4): the training was likely too short for them (more max_steps or epochs)")
+    assert fp16.line.endswith("learned nothing (majority class); the learning rate (2e-05) is no higher than "
+                              "fine-tuning's (~1e-5..3e-4): the training was likely too short for it (more max_steps or epochs)")
 
 
 def test_the_space_verdict_section_is_checked_and_not_part_of_the_stored_space() -> None:
