@@ -16,7 +16,7 @@ from optuna.trial import FrozenTrial
 from hpo._attrs import config_of, config_or_params, is_majority_class, majority_class_hint, stored_space
 from hpo._errors import UserError
 from hpo._ranking import best_trials, why_no_best
-from hpo.space._space import RESERVED_KEYS
+from hpo.space._params import RESERVED_KEYS
 from hpo.storage._inspect import objective_names
 
 # Leading columns of an export, before params and user attributes.

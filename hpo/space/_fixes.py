@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpo._errors import suggest_key
-from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError, same_choice
+from hpo.space._params import RESERVED_KEYS, CategoricalParam, FloatParam, IntParam, SearchSpaceError, same_choice
 from trial_executor import PRECISION_ALIASES, TrainConfig
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:
                     f"{flag}: it is already fixed in the space (fixed.{name}: {space.fixed[name]!r}); to change it, "
                     f"copy the space's YAML, edit fixed.{name} and pass the copy with --space and a new --study-name"
                 )
-            raise SearchSpaceError(f"{flag}: not a searched parameter of the space{suggest_key(name, list(space.params))}")
+            raise SearchSpaceError(_not_searched(space, name))
         value = _parse_value(name, space.params[name], text)
         try:
             TrainConfig(**{**space.fixed, name: value})
@@ -75,6 +75,17 @@ def parse_fixes(space: SearchSpace, items: list[str]) -> dict[str, Any]:
             raise SearchSpaceError(f"{flag} is given two values, {fixes[name]!r} and {value!r}; keep one")
         fixes[name] = value
     return fixes
+
+
+def _not_searched(space: SearchSpace, name: str) -> str:
+    """Why ``--fix NAME`` names nothing the space searches: a run flag, a setting the space leaves at its default, or a typo."""
+    flag = _flag(name)
+    if name in RESERVED_KEYS:
+        return f"{flag}: set per run: pass {RESERVED_KEYS[name]} instead"
+    if name in TrainConfig.field_names():  # --fix pins a searched value; the rest of a trial's config is the space's
+        return (f"{flag}: not searched by the space, which leaves it at its default ({name}: {TrainConfig.defaults()[name]!r}); "
+                f"to set it, copy the space's YAML, add fixed.{name} and pass the copy with --space and a new --study-name")
+    return f"{flag}: not a searched parameter of the space{suggest_key(name, list(space.params))}"
 
 
 def _matches(name: str, choice: Any, text: str) -> bool:

@@ -16,6 +16,8 @@ class SearchSpaceError(UserError):
 
 
 Choice = str | int | float | bool
+# Set per run or per trial from the command line, never searched or fixed in a space.
+RESERVED_KEYS = {"seed": "--seed", "device": "--device", "cache_dir": "--cache-dir"}
 
 
 class _Membership(Strict):

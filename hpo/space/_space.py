@@ -20,8 +20,6 @@ from trial_executor import METRICS, PRECISIONS, TASK_METRICS, TASKS
 DEFAULT_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
 # The space a pretrained model gets when none is given: learning rates for fine-tuning, not for random init.
 FINETUNE_SPACE = DEFAULT_SPACE.parent / "finetune.yaml"
-# Set per run or per trial from the command line, never searched or fixed in a space.
-RESERVED_KEYS = {"seed": "--seed", "device": "--device", "cache_dir": "--cache-dir"}
 
 
 Param = Annotated[CategoricalParam | FloatParam | IntParam, Field(discriminator="type")]

@@ -18,10 +18,9 @@ from hpo._errors import did_you_mean, suggest_key
 from hpo._process import usable_cpus
 from hpo.space._fixes import as_choice, canonical_precision, same_choice_of
 from hpo.space._measures import CONSTRAINT_KEYS, OBJECTIVE_NAMES, NamedObjective, Objective, unmeetable_constraint
-from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
+from hpo.space._params import RESERVED_KEYS, CategoricalParam, FloatParam, IntParam, SearchSpaceError
 from hpo.space._space import (
     DEFAULT_SPACE,
-    RESERVED_KEYS,
     HyperbandPrunerSpec,
     Param,
     PrunerSpec,

@@ -32,6 +32,9 @@ def test_values_take_the_params_type_and_bounds() -> None:
         ("batch_size=17", "--fix batch_size=17: not one of the choices [16, 32]"),
         ("batchsize=16", "--fix batchsize: not a searched parameter of the space (did you mean 'batch_size'?)"),
         ("epochs=2", "--fix epochs: it is already fixed in the space (fixed.epochs: 1); to change it, copy the space's YAML"),
+        ("warmup_ratio=0.2", "--fix warmup_ratio: not searched by the space, which leaves it at its default (warmup_ratio: 0.1); "
+                             "to set it, copy the space's YAML, add fixed.warmup_ratio and pass the copy with --space"),
+        ("seed=3", "--fix seed: set per run: pass --seed instead"),
         ("learning_rate=0.1", "--fix learning_rate=0.1: outside the searched range [0.0005, 0.002]"),
         ("learning_rate=fast", "--fix learning_rate=fast: expected a number"),
         ("batch_size", "--fix 'batch_size': expected NAME=VALUE"),
@@ -126,7 +129,8 @@ def test_the_message_names_the_flags_the_user_typed() -> None:
     from hpo.space._resolving import resolve_space
 
     fixed_precision = _space(params={k: v for k, v in SMALL_SPACE["params"].items() if k != "fp_precision"})
-    with pytest.raises(SearchSpaceError, match=r"^--fix fp_precision \(or --mixed-precision\): not a searched parameter of the space"):
+    with pytest.raises(SearchSpaceError, match=r"^--fix fp_precision \(or --mixed-precision\): not searched by the space, which leaves it at its default "
+                                              r"\(fp_precision: 'fp32'\); to set it"):
         fixed_precision.parse_fixes(["fp_precision=bf16"])
     with pytest.raises(SearchSpaceError, match=r"^--model tiny-distilbert and --fix model both pick the model; pass one of them$"):
         resolve_space(SMALL_SPACE, model="tiny-distilbert", fix=["model=tiny-bert"])
