@@ -59,7 +59,7 @@ def build_parser() -> Parser:
     return parser
 
 
-def _save_model(study: optuna.Study, args: argparse.Namespace) -> int:
+def _save_model(study: optuna.Study, args: argparse.Namespace) -> None:
     if args.format != "yaml":  # the model's directory gets its config as YAML; a --format would be silently ignored
         raise UserError(f"--format {args.format} prints the best trial; --save-model writes its model: pass one of them")
     directory = Path(args.save_model)
@@ -68,7 +68,6 @@ def _save_model(study: optuna.Study, args: argparse.Namespace) -> int:
     document = {"study": study.study_name, **trial_entry(trial, objective_names(study))}
     write_whole(directory / BEST_CONFIG_FILE, best_yaml(document), "the best trial's config")
     print(f"Wrote the model of trial {kept['trial']} ({kept['model']}) and {BEST_CONFIG_FILE} to {directory}")
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,15 +77,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.artifact_store is not None and args.save_model is None:  # else ignored without a word
             raise UserError("--artifact-store is where --save-model finds the model; add --save-model DIR, or drop it")
         study = load_existing_study(open_existing_storage(url), url, args.study_name)
-        if (note := learned_nothing_note(study)) is not None:  # on stderr: the output stays a config to paste or parse
-            print(f"{PROG}: note: {note}", file=sys.stderr)
         if args.save_model is not None:
-            return _save_model(study, args)
-        if args.format == "space":
+            _save_model(study, args)
+        elif args.format == "space":
             print(best_space_yaml(study, best_space(study)), end="")
-            return 0
-        document = best_document(study)
-        print(best_yaml(document) if args.format == "yaml" else best_json(document), end="")
+        else:
+            document = best_document(study)
+            print(best_yaml(document) if args.format == "yaml" else best_json(document), end="")
+        if (note := learned_nothing_note(study)) is not None:  # on stderr, once all went well: stdout stays the config
+            print(f"{PROG}: note: {note}", file=sys.stderr)
         return 0
 
     return run_storage_command(PROG, build_parser(), argv, body)

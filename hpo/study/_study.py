@@ -345,7 +345,7 @@ def run_to_budget(
     :class:`TooManyFailuresError` after several failures in a row. Stops after the current trial once ``stop_requested()``;
     a trial it interrupted is re-queued (up to ``max_retry`` times) so that the next run resumes it; a second signal once
     its trial has trained ends the run after the tell (:func:`defer_second_signal`). ``on_trial_finished(trial, finished)``
-    gets each ended trial and the study's count toward the budget; ``on_told(trial)`` gets it first (``Objective.told``).
+    gets each ended trial and the study's count toward the budget as it ended; ``on_told(trial)`` gets it first.
     """
     failures, stopping = 0, stop_requested or (lambda: False)
     running: list[int | None] = [None]  # the id of the trial this worker runs (None: handed back, the budget full)

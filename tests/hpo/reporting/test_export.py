@@ -58,6 +58,9 @@ def test_best_says_on_stderr_when_its_best_trial_learned_nothing(tmp_path: Path,
         "worth reusing; the learning rate (5.48e-05) is no higher than fine-tuning's (~1e-5..3e-4): the training was likely too "
         "short for it (more max_steps or epochs)\n"
     )
+    assert hpo_main(["best", "--storage", url, "--format", "space"]) == 2  # no stored config: refused
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error:" in err  # a refusal is its one line: no note beside it
     study.add_trial(optuna.trial.create_trial(params={"learning_rate": 1e-4}, distributions={"learning_rate": rate}, value=0.6))
     assert hpo_main(["best", "--storage", url]) == 0
     assert capsys.readouterr().err == ""  # a best trial that learned: nothing to say
