@@ -246,7 +246,7 @@ MAJORITY_CLASS_HINT = (
     "the learning rate range may be too high for this model (a pretrained model wants ~1e-5..3e-4: "
     "search_spaces/finetune.yaml), or the training too short for its rate"
 )
-FINE_TUNING_TOP_RATE = 3e-4  # search_spaces/finetune.yaml's highest: no model here collapses for a rate this low
+FINE_TUNING_TOP_RATE = 3e-4  # search_spaces/finetune.yaml's highest: at or below it, a rate is no likely cause of a collapse onto one class
 
 
 def majority_class_hint(trials: Iterable[FrozenTrial], *, short: bool = False) -> str:
