@@ -8,7 +8,6 @@ bad enqueued trial fails with a ``fail_reason`` and the worker goes on to the ne
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import logging
@@ -312,9 +311,11 @@ class Objective:
             with contextlib.suppress(OSError):
                 _upload_config(trial, self.checkpoints, smaller, OOM_FALLBACK_CONFIG_FILE)
         _logger.warning("trial %d ran out of memory at batch size %d; retrying with %s", trial.number, config.batch_size, fallback)
-        # A fresh start: the checkpoint to resume from, if any, belongs to the larger batch.
-        fresh = dataclasses.replace(checkpointing, resume_from=None) if checkpointing else None
-        return run(smaller, report=self._report(trial, smaller, taken), checkpointing=fresh)
+        # It goes on from the first attempt's last checkpoint: the half batch trains the same rows at every step (not so at
+        # an odd batch size or with length grouping: the executor refuses the checkpoint, and on_unusable says it starts over).
+        result = run(smaller, report=self._report(trial, smaller, taken), checkpointing=checkpointing and checkpointing.going_on())
+        trial.set_user_attr(OOM_FALLBACK_ATTR, {**fallback, "resumed_at_step": result.resumed_at_step})
+        return result
 
     def _finish(self, trial: optuna.Trial, config: TrainConfig, result: TrialResult) -> float | tuple[float, ...]:
         set_user_attrs(trial, result_attrs(result))  # one transaction, all or none

@@ -56,6 +56,12 @@ class Checkpointing:
     # the run then starts at step 0. Without it, that :class:`UnusableCheckpointError` ends the run.
     on_unusable: Callable[[UnusableCheckpointError], None] | None = None
 
+    def going_on(self) -> Checkpointing:
+        """This checkpointing for another run of the same work (``oom_fallback``'s half batch, say): it resumes from the
+        checkpoint this run saved last, else from the one this run resumed from."""
+        latest = self.directory / CHECKPOINT_FILE
+        return dataclasses.replace(self, resume_from=latest if latest.is_file() else self.resume_from)
+
 
 class UnusableCheckpointError(ValueError):
     """A checkpoint that cannot be resumed: unreadable (truncated, not a checkpoint), or saved by another config or data."""
@@ -106,9 +112,28 @@ def save_checkpoint(state: dict[str, Any], checkpointing: Checkpointing) -> Path
     return path
 
 
+# How a config cuts an optimizer step's rows into micro-batches (and evaluation's rows into batches): see micro_batch_split.
+_SPLIT_FIELDS = frozenset({"batch_size", "grad_accum_steps", "eval_batch_size"})
+
+
+def micro_batch_split(saved: dict[str, Any], wanted: dict[str, Any]) -> int | None:
+    """Into how many of ``wanted``'s micro-batches each of ``saved``'s is cut, where the two configs train the same rows
+    at every optimizer step (``oom_fallback``'s half batch, say); ``None`` where they do not.
+
+    Without length grouping an epoch's batches are its shuffled rows taken ``batch_size`` at a time, so a batch of 16
+    is exactly the rows of two batches of 8 in a row: with the same rows per step (batch x accumulation), a checkpoint
+    saved at one split resumes at the other. With length grouping, batches of another size hold other rows.
+    """
+    (batch, accum), (to_batch, to_accum) = ((c["batch_size"], c["grad_accum_steps"]) for c in (saved, wanted))
+    if saved["length_grouping"] or wanted["length_grouping"] or batch % to_batch or batch * accum != to_batch * to_accum:
+        return None
+    return batch // to_batch
+
+
 def load_checkpoint(path: Path, config: dict[str, Any], data_fingerprint: str) -> dict[str, Any]:
     """The state saved at ``path``; :class:`UnusableCheckpointError` for a file that is none, or one saved by a run with
-    another config (naming the first field that differs) or data."""
+    another config (naming the first field that differs; the same rows per step cut into other micro-batches do not
+    count, see :func:`micro_batch_split`) or data."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # EOFError (empty), OSError or RuntimeError (truncated), UnpicklingError (garbage)
@@ -119,7 +144,9 @@ def load_checkpoint(path: Path, config: dict[str, Any], data_fingerprint: str) -
     # Fields added since the checkpoint was written count at their defaults.
     saved = {k: v for k, v in {**TrainConfig.defaults(), **state["config"]}.items() if k not in ignored}
     wanted = {k: v for k, v in config.items() if k not in ignored}
-    differs = next((k for k in sorted(saved.keys() | wanted.keys()) if saved.get(k) != wanted.get(k)), None)
+    if micro_batch_split(saved, wanted) is not None:
+        ignored |= _SPLIT_FIELDS
+    differs = next((k for k in sorted(saved.keys() | wanted.keys()) if k not in ignored and saved.get(k) != wanted.get(k)), None)
     if differs is not None:
         raise UnusableCheckpointError(f"checkpoint {path} was saved by a run with {differs}={saved.get(differs)!r}, "
                                       f"not {wanted.get(differs)!r}; it cannot be resumed")
@@ -157,6 +184,9 @@ def restore_trial(
     if "early_stopping" in state:  # older checkpoints: the count starts again
         stopping.best_score, stopping.evals_since_best = state["early_stopping"]["best_score"], state["early_stopping"]["evals_since_best"]
     run = RunProgress.from_dict(state["progress"])
+    # Saved at another cut of the same rows: the epoch's position in this run's micro-batches (its end stays its end).
+    split = micro_batch_split({**TrainConfig.defaults(), **state["config"]}, config.to_dict()) or 1
+    run.next_batch = min(run.next_batch * split, parts.micro_per_epoch)
     restore_rng_states(state["rng"])
     parts.train_step.loss_sum.fill_(run.window_loss)
     run.window_loss = 0.0  # handed to the step: a later checkpoint must not carry it again

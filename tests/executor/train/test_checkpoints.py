@@ -107,6 +107,45 @@ def test_a_checkpoint_that_cannot_be_resumed_starts_the_run_over_where_its_calle
             assert "seed=0, not 1" in said[0]
 
 
+def test_a_checkpoint_resumes_where_the_same_rows_per_step_are_cut_into_smaller_micro_batches(tmp_path: Path) -> None:
+    """oom_fallback's half batch: saved at 16 x 1, resumed at 8 x 2 from the same step, on the rows the run at 16 would
+    train next (its epoch position doubled: 7 batches of 16 rows are 14 of 8), across an epoch's end (100 rows)."""
+    data = demo_dataset(n_train=100, n_valid=40, seed=1)
+    config = TrainConfig(epochs=2, batch_size=16, eval_every=3, device="cpu")
+    half = config.replace(batch_size=8, grad_accum_steps=2, eval_batch_size=config.eval_batch_size // 2)
+
+    def interrupted(cfg: TrainConfig, after: int, directory: Path, resume_from: Path | None = None) -> tuple[Path, dict]:
+        calls = {"n": 0}
+
+        def stop() -> bool:
+            calls["n"] += 1
+            return calls["n"] >= after
+
+        with pytest.raises(TrialInterrupted) as caught:
+            run_trial(cfg, data, checkpointing=Checkpointing(directory, resume_from=resume_from), stop_requested=stop)
+        return caught.value.checkpoint, torch.load(caught.value.checkpoint, weights_only=False)
+
+    at_five, _ = interrupted(config, 5, tmp_path / "a")
+    _, straight = interrupted(config, 11, tmp_path / "b")
+    _, resumed = interrupted(half, 6, tmp_path / "c", resume_from=at_five)  # steps 6..11
+    assert (straight["step"], resumed["step"]) == (11, 11)
+    ran, went_on = straight["progress"], resumed["progress"]
+    # The same rows: as many, with as many real tokens (padding differs with the batch), in the same epoch.
+    assert (went_on["epoch"], went_on["samples"], went_on["tokens"]) == (ran["epoch"], ran["samples"], ran["tokens"]) == (1, 164, ran["tokens"])
+    assert (ran["next_batch"], went_on["next_batch"]) == (4, 8)
+    assert went_on["history"][0] == ran["history"][0]  # step 3's evaluation, carried in the checkpoint
+    assert run_trial(half, data, checkpointing=Checkpointing(tmp_path / "d", resume_from=at_five)).resumed_at_step == 5
+
+    # Not the same rows per step, or batches that length grouping fills by the batch's size: refused.
+    for other in (half.replace(grad_accum_steps=1), config.replace(batch_size=32, grad_accum_steps=1)):
+        with pytest.raises(UnusableCheckpointError, match="saved by a run with batch_size=16, not"):
+            run_trial(other, data, checkpointing=Checkpointing(tmp_path / "e", resume_from=at_five))
+    grouped = config.replace(length_grouping=True)
+    at_five_grouped, _ = interrupted(grouped, 5, tmp_path / "f")
+    with pytest.raises(UnusableCheckpointError, match="saved by a run with batch_size=16, not 8"):
+        run_trial(half.replace(length_grouping=True), data, checkpointing=Checkpointing(tmp_path / "g", resume_from=at_five_grouped))
+
+
 def test_a_stop_request_at_the_step_that_prunes_or_stops_early_ends_the_run_as_that(tmp_path: Path) -> None:
     """A stop request (a worker's SIGTERM) that lands on the evaluation that pruned or stopped the run
     early ends it as pruned or early-stopped: interrupted there, its retry would train past that point."""

@@ -122,7 +122,8 @@ def test_oom_fallback_retries_once_with_half_the_batch(tmp_path: Path) -> None:
         run_to_budget(study, objective, 1)
     (trial,) = study.get_trials()
     assert raised == [16] and trial.state == TrialState.COMPLETE
-    assert trial.user_attrs["oom_fallback"] == {"from_batch_size": 16, "to_batch_size": 8, "grad_accum_steps": 2}
+    # No artifact store, no checkpoint: it started over.
+    assert trial.user_attrs["oom_fallback"] == {"from_batch_size": 16, "to_batch_size": 8, "grad_accum_steps": 2, "resumed_at_step": None}
     assert (trial.user_attrs["config"]["batch_size"], trial.user_attrs["config"]["grad_accum_steps"]) == (8, 2)
     assert trial.user_attrs["config"]["eval_batch_size"] == 4  # evaluation may be what ran out of memory: halved too
     assert "skip_reason" not in trial.user_attrs and math.isfinite(trial.value)
@@ -136,25 +137,43 @@ def test_oom_fallback_retries_once_with_half_the_batch(tmp_path: Path) -> None:
     assert last.user_attrs["oom_fallback"]["to_batch_size"] == 8
 
 
-def test_an_oom_fallback_after_an_evaluation_keeps_that_point_and_lists_the_config_it_trained(tmp_path: Path) -> None:
-    """Out of memory at step 2, after step 1 was evaluated and reported: the retry's own report of step 1 was
+@pytest.mark.parametrize("length_grouping", [False, True])
+def test_an_oom_fallback_after_an_evaluation_goes_on_from_its_checkpoint_and_lists_the_config_it_trained(
+    tmp_path: Path, length_grouping: bool, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Out of memory at step 2, after step 1 was evaluated, reported and checkpointed: the half batch trains the same rows
+    per step, so the retry goes on from step 1 (it started over, and trained 3 steps again); with length grouping,
+    batches of 8 hold other rows than halves of 16, and it starts over, said. The retry's own report of step 1 was
     refused by Optuna with a warning, and config.json (the only config artifact) named the batch that ran out."""
     from optuna.artifacts import FileSystemArtifactStore, download_artifact, get_all_artifact_meta
 
     space = parse_search_space({"params": {"fp_precision": {"type": "categorical", "choices": ["fp32"]}},
-                                "fixed": {**FIXED, "eval_every": 1}, "oom_fallback": True})
+                                "fixed": {**FIXED, "eval_every": 1, "length_grouping": length_grouping}, "oom_fallback": True})
     study = open_study(create_storage(f"sqlite:///{tmp_path / 'f.db'}"), "f", space, DATA, seed=0)
     (tmp_path / "store").mkdir()
     store = FileSystemArtifactStore(str(tmp_path / "store"))
     objective = make_objective(space, DATA, base_seed=0, device="cpu", checkpoints=store)
-    with _classifier_hook(MemoryError, over=8, after=1), warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # Optuna's "already reported" would fail the run here
-        run_to_budget(study, objective, 1)
+    half_batches: list[int] = []
+
+    def count_half_batches(module: torch.nn.Module, args: Any, output: torch.Tensor) -> None:
+        if isinstance(module, torch.nn.Linear) and module.out_features == DATA.num_labels and module.training and output.shape[0] == 8:
+            half_batches.append(8)
+
+    counting = torch.nn.modules.module.register_module_forward_hook(count_half_batches)
+    try:
+        with _classifier_hook(MemoryError, over=8, after=1), warnings.catch_warnings(), caplog.at_level(logging.WARNING, logger="hpo"):
+            warnings.simplefilter("error", UserWarning)  # Optuna's "already reported" would fail the run here
+            run_to_budget(study, objective, 1)
+    finally:
+        counting.remove()
     (trial,) = study.get_trials()
     assert trial.state == TrialState.COMPLETE and sorted(trial.intermediate_values) == [1, 2, 3]
-    assert trial.user_attrs["oom_fallback"] == {
-        "from_batch_size": 16, "to_batch_size": 8, "grad_accum_steps": 2, "curve_from_first_attempt_until_step": 1,
-    }
+    fallback = {"from_batch_size": 16, "to_batch_size": 8, "grad_accum_steps": 2, "curve_from_first_attempt_until_step": 1}
+    started_over = "batch_size=16, not 8; it cannot be resumed; it starts over from step 0" in caplog.text
+    if length_grouping:
+        assert trial.user_attrs["oom_fallback"] == {**fallback, "resumed_at_step": None} and len(half_batches) == 6 and started_over
+    else:
+        assert trial.user_attrs["oom_fallback"] == {**fallback, "resumed_at_step": 1} and len(half_batches) == 4 and not started_over
     artifacts = {meta.filename: meta.artifact_id for meta in get_all_artifact_meta(trial, storage=study._storage)}
     assert set(artifacts) == {"config.json", "config-oom-fallback.json"}
     download_artifact(artifact_store=store, file_path=str(tmp_path / "trained.json"), artifact_id=artifacts["config-oom-fallback.json"])
