@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -36,6 +37,7 @@ LONG_TRIALS = {
     "fixed": {"model": "tiny-bert", "epochs": 4, "batch_size": 16, "max_length": 48, "eval_every": 10},
 }
 FAST_HEARTBEAT = ["--heartbeat-interval", "1", "--grace-period", "3"]
+SMALL_DATA_TRAIN_ROWS = 720  # conftest's small_data: 800 rows, less the 10 % hold-out
 
 
 def _space(tmp_path: Path, space: dict[str, Any]) -> Path:
@@ -75,22 +77,34 @@ def _running_with_checkpoint(trial: FrozenTrial) -> bool:
     return trial.state == TrialState.RUNNING and bool(trial.user_attrs.get("checkpoint"))
 
 
+def _checkpointed_with_steps_left(trial: FrozenTrial) -> bool:
+    """Running, with a checkpoint before its last one: its worker has steps left to train. A worker held at its last one
+    may be past its last step, in the final evaluation, where a Ctrl-C or SIGTERM no longer interrupts the trial (it
+    completed: no trial to re-queue) and a killed trial's retry has nothing left to train."""
+    if not _running_with_checkpoint(trial):
+        return False
+    config = trial.user_attrs["config"]
+    total = min(config["epochs"] * math.ceil(SMALL_DATA_TRAIN_ROWS / config["batch_size"]), config["max_steps"] or math.inf)
+    last_checkpoint = (total - 1) // config["eval_every"] * config["eval_every"]
+    return trial.user_attrs["checkpoint"]["step"] < last_checkpoint
+
+
 @contextlib.contextmanager
 def _held_with_checkpoint(url: str, name: str, pid_of: Callable[[FrozenTrial], int], timeout: float = 240) -> Iterator[FrozenTrial]:
-    """A trial running with a checkpoint, held there: its worker (``pid_of(trial)``) is stopped (SIGSTOP) until the block
-    ends (SIGCONT). Between a read of the database and a signal, a fast machine's trial could pass its last checkpoint or
-    end (92 steps took 0.75 s on a 2-core EPYC): the trial is read again once its worker is stopped. A signal sent in the
-    block lands when it ends; SIGKILL lands at once."""
+    """A trial running with a checkpoint and steps left to train, held there: its worker (``pid_of(trial)``) is stopped
+    (SIGSTOP) until the block ends (SIGCONT). Between a read of the database and a signal, a fast machine's trial could pass
+    its last checkpoint or end (92 steps took 0.75 s on a 2-core EPYC): the trial is read again once its worker is stopped.
+    A signal sent in the block lands when it ends; SIGKILL lands at once."""
     deadline = time.monotonic() + timeout
     while True:
-        seen = _wait_for(url, name, _running_with_checkpoint, timeout=max(1.0, deadline - time.monotonic()))
+        seen = _wait_for(url, name, _checkpointed_with_steps_left, timeout=max(1.0, deadline - time.monotonic()))
         pid = pid_of(seen)
         os.kill(pid, signal.SIGSTOP)
         try:
             held = next((t for t in _trials(url, name) if t.number == seen.number), None)
         except Exception:  # SQLite: the worker was stopped inside a write
             held = None
-        if held is not None and _running_with_checkpoint(held):
+        if held is not None and _checkpointed_with_steps_left(held):
             break
         os.kill(pid, signal.SIGCONT)
     try:
