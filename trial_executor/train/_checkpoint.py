@@ -141,8 +141,8 @@ def load_checkpoint(path: Path, config: dict[str, Any], data_fingerprint: str) -
     if not isinstance(state, dict) or not isinstance(state.get("config"), dict) or "data_fingerprint" not in state:
         raise UnusableCheckpointError(f"checkpoint {path} is no checkpoint of a trial (no config or data fingerprint in it)")
     ignored = {"device", "cache_dir"}
-    # Fields added since the checkpoint was written count at their defaults.
-    saved = {k: v for k, v in {**TrainConfig.defaults(), **state["config"]}.items() if k not in ignored}
+    state["config"] = {**TrainConfig.defaults(), **state["config"]}  # fields added since it was written count at their defaults
+    saved = {k: v for k, v in state["config"].items() if k not in ignored}
     wanted = {k: v for k, v in config.items() if k not in ignored}
     if micro_batch_split(saved, wanted) is not None:
         ignored |= _SPLIT_FIELDS
@@ -185,7 +185,7 @@ def restore_trial(
         stopping.best_score, stopping.evals_since_best = state["early_stopping"]["best_score"], state["early_stopping"]["evals_since_best"]
     run = RunProgress.from_dict(state["progress"])
     # Saved at another cut of the same rows: the epoch's position in this run's micro-batches (its end stays its end).
-    split = micro_batch_split({**TrainConfig.defaults(), **state["config"]}, config.to_dict()) or 1
+    split = micro_batch_split(state["config"], config.to_dict()) or 1
     run.next_batch = min(run.next_batch * split, parts.micro_per_epoch)
     restore_rng_states(state["rng"])
     parts.train_step.loss_sum.fill_(run.window_loss)
