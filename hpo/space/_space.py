@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import optuna
+from optuna.trial import FrozenTrial
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from hpo.space._fixes import as_choice, canonical_precision, parse_fixes
 from hpo.space._measures import NamedObjective, Objective, Strict, natural_direction
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
 from hpo.space._pruning import RetryChainPruner
+from hpo.space._sampler import MeasuredStartSampler
 from trial_executor import METRICS, PRECISIONS, TASK_METRICS, TASKS
 
 DEFAULT_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
@@ -282,20 +284,28 @@ class SearchSpace(Strict):
         # Each retry chain judged as one trial: a retry copies its predecessor's rung values.
         return RetryChainPruner(pruner) if pruner is not None else optuna.pruners.NopPruner()
 
-    def build_sampler(self, seed: int) -> optuna.samplers.BaseSampler:
+    def build_sampler(self, seed: int, measured: Callable[[FrozenTrial], bool] | None = None) -> optuna.samplers.BaseSampler:
         """The space's sampler, seeded with ``seed`` (TPE also handles several objectives and constraints).
 
-        With ``fixes`` (``--fix``), those parameters are pinned for this run and still recorded as each trial's params.
+        With ``measured``, TPE's random start lasts until ``n_startup_trials`` finished trials are ``measured``
+        (:class:`MeasuredStartSampler`), not merely finished. With ``fixes`` (``--fix``), those parameters are pinned
+        for this run and still recorded as each trial's params.
         """
         spec = self.sampler
         with warnings.catch_warnings():
             # multivariate, group, constant_liar and PartialFixedSampler are "experimental" in Optuna: our
             # choices, not the user's concern.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.RandomSampler(seed=seed) if isinstance(spec, RandomSamplerSpec) else optuna.samplers.TPESampler(
-                seed=seed, n_startup_trials=spec.n_startup_trials, multivariate=spec.multivariate, group=spec.group,
-                constant_liar=spec.constant_liar,
-            )
+            sampler: optuna.samplers.BaseSampler
+            if isinstance(spec, RandomSamplerSpec):
+                sampler = optuna.samplers.RandomSampler(seed=seed)
+            else:
+                sampler = optuna.samplers.TPESampler(
+                    seed=seed, n_startup_trials=spec.n_startup_trials, multivariate=spec.multivariate, group=spec.group,
+                    constant_liar=spec.constant_liar,
+                )
+                if measured is not None:
+                    sampler = MeasuredStartSampler(sampler, spec.n_startup_trials, measured, seed=seed)
             return optuna.samplers.PartialFixedSampler(self.fixes, sampler) if self.fixes else sampler
 
     def stored_form(self) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from hpo.space._trial_values import InvalidTrialError
 from hpo.storage import set_user_attrs
 from hpo.storage._backoff import retry_lost_connection
 from hpo.storage._retry_policy import RetryByTrialPolicy
-from hpo.study._budget import FINISHED, budget_of, budget_used, finished_when, take_slot
+from hpo.study._budget import FINISHED, budget_of, budget_used, counts_toward_budget, finished_when, take_slot
 from hpo.study._known_good import origins_of, space_entries
 from hpo.study._liveness import fail_and_requeue, fail_dead_local_trials, lost_retries, releasable
 from hpo.study._lock import study_lock
@@ -89,7 +89,8 @@ def open_study(
         storage=storage,
         study_name=study_name,
         directions=space.directions,
-        sampler=space.build_sampler(_sampler_seed(wanted[SEED_ATTR])),
+        # TPE's random start counts trials that trained: an instant skip (a precision this machine cannot run) does not.
+        sampler=space.build_sampler(_sampler_seed(wanted[SEED_ATTR]), measured=counts_toward_budget),
         pruner=space.build_pruner(),
         load_if_exists=True,
     )

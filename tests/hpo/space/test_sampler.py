@@ -1,0 +1,57 @@
+"""TPE's random start counted in trials that trained: real Optuna studies, asked and told as workers do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from hpo import FINETUNE_SPACE, create_storage, load_search_space, open_study
+from trial_executor import demo_dataset
+
+DATA = demo_dataset(n_train=32, n_valid=8, seed=1)
+CATEGORICAL = ("fp_precision", "batch_size", "warmup_ratio", "weight_decay")
+# TPE (constant_liar) records the params it drew from its model on the trial; a random draw records none.
+MODELLED = "tpe:relative_params:0"
+
+
+def _study(tmp_path: Path, name: str, seed: int) -> optuna.Study:
+    storage = create_storage(f"sqlite:///{tmp_path / 'sampler.db'}")
+    return open_study(storage, name, load_search_space(FINETUNE_SPACE), DATA, seed=seed)
+
+
+def _run_one(study: optuna.Study, skip: str | None, value: float) -> optuna.trial.FrozenTrial:
+    """One trial as the objective would end it: skipped (pruned at once, its reason recorded) or complete with ``value``."""
+    space = load_search_space(FINETUNE_SPACE)
+    trial = study.ask()
+    space.suggest(trial)
+    if skip is not None:
+        trial.set_user_attr("skip_reason", skip)
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, value)
+    return study.trials[-1]
+
+
+def test_skipped_trials_do_not_end_the_random_start(tmp_path: Path) -> None:
+    """The fp32 baseline trained, three draws skipped as unsupported on this machine: TPE (n_startup_trials 4) counted
+    four finished trials and modelled the one measured, redrawing the baseline's categorical values."""
+    copies = modelled = 0
+    for seed in range(12):
+        study = _study(tmp_path, f"s{seed}", seed)
+        baseline = _run_one(study, None, 0.6)
+        for _ in range(3):
+            _run_one(study, "unsupported_precision", 0.0)
+        drawn = [_run_one(study, None, 0.5) for _ in range(3)]  # 1, 2, 3 measured: still the random start
+        copies += sum(all(t.params[k] == baseline.params[k] for k in CATEGORICAL) for t in drawn)
+        modelled += sum(MODELLED in t.system_attrs for t in drawn)
+        assert MODELLED in _run_one(study, None, 0.5).system_attrs  # the fifth measured: four before it, TPE models
+    # Random: each draw matches the baseline's four categorical values with chance 1/108.
+    assert (copies, modelled) == (0, 0)
+
+
+def test_a_study_without_skips_models_after_its_fourth_trial_as_before(tmp_path: Path) -> None:
+    study = _study(tmp_path, "plain", 0)
+    trials = [_run_one(study, None, 0.5 + i / 100) for i in range(6)]
+    assert [MODELLED in t.system_attrs for t in trials] == [False] * 4 + [True] * 2
