@@ -4,7 +4,7 @@ Optuna's TPE draws at random until ``n_startup_trials`` trials are COMPLETE or P
 project prunes the trials it skips at once: a precision the machine cannot run (tf32 on a CPU,
 bf16 and tf32 on a T4), a trial started past the budget. On a CPU, a quarter of the random draws
 are tf32: with three of the first four skipped, TPE's model began from one measured trial and
-redrew its categorical values (batch size, warmup, weight decay) in a quarter of the next draws.
+redrew its categorical values (batch size, warmup, weight decay) in a third of the next draws.
 """
 
 from __future__ import annotations
