@@ -31,6 +31,7 @@ from hpo.cli._worker_lines import WorkerErrors, budget_met, without_workers_flag
 from hpo.reporting._progress import StudyProgress, best_so_far
 from hpo.reporting._run_lines import finished_of_budget, run_summary, stop_checkpoint_lost, stopped_line, trial_line
 from hpo.reporting._verdict import Verdict, verdict_table
+from hpo.space._resolving import emulation_note
 from hpo.storage._checkpoints import DEFAULT_ARTIFACT_DIR
 from hpo.storage._storage import STORAGE_ENV, Heartbeat, mask_url
 from hpo.study._budget import finished_count
@@ -350,6 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         study, names = run.prepared.study, run.prepared.space.objective_names
         if (run.cluster is not None or (args.workers or 1) > 1) and nothing_left(study, run.prepared.space, options):
             return _nothing_left(run)
+        if announce is not None and run.cluster is None and (note := emulation_note(run.prepared.space, options.device)):
+            print(f"{PROG}: note: {note}", file=sys.stderr, flush=True)
         if run.cluster is not None:
             print(_start_line(run), flush=True)  # where a resumed study starts, as every run says
             code = run_with_ray(

@@ -148,6 +148,32 @@ def candidate_values(space: SearchSpace, field: str) -> list[Any]:
     return getattr(space.params.get(field), "choices", None) or [space.fixed.get(field, TrainConfig.defaults()[field])]
 
 
+def sampled_precisions(space: SearchSpace) -> list[Any]:
+    """The precisions a trial of this run can get, as written: ``--fix``'s, else the space's choices or fixed value."""
+    pinned = space.fixes.get("fp_precision")
+    return [pinned] if pinned else candidate_values(space, "fp_precision")
+
+
+def emulation_note(space: SearchSpace, device: str, flags: set[str] | None = None) -> str | None:
+    """What a run on a CPU that can sample a precision without native matmul instructions should know first: those trials
+    run emulated (fp16 at 0.07x fp32 on an AMD EPYC without avx512_fp16, benchmarks/RESULTS.md; a tiny model loses less),
+    and their speed says nothing of the precision elsewhere. ``None`` on a GPU, or where no such precision can be sampled.
+    ``flags``: the CPU's instruction flags (default: this machine's)."""
+    from trial_executor import resolve_device
+    from trial_executor.precision import emulated_precisions
+
+    emulated = set(emulated_precisions(resolve_device(device), flags))
+    named = sorted({canonical_precision(p) for p in sampled_precisions(space)} & emulated)
+    if not named:
+        return None
+    which = " and ".join(named)
+    note = (f"this CPU has no matmul instructions for {which}: those trials run emulated (fp16 trained all-MiniLM-L6-v2 at "
+            f"0.07x fp32's speed on an AMD EPYC without them), and their speed says nothing of {which} on a GPU")
+    if "fp_precision" in space.params and "fp_precision" not in space.fixes:  # searched: the user may not have chosen it here
+        note += f"; to leave {which} out, drop {'them' if len(named) > 1 else 'it'} from fp_precision's choices in a copy of the space"
+    return note
+
+
 def check_precisions(space: SearchSpace, device: str | None) -> None:
     """At least one precision the run can sample runs on this machine's ``device``; else :class:`UserError`.
 
@@ -159,8 +185,7 @@ def check_precisions(space: SearchSpace, device: str | None) -> None:
         return
     from trial_executor import precision_support, resolve_device
 
-    pinned = space.fixes.get("fp_precision")
-    sampled = [pinned] if pinned else candidate_values(space, "fp_precision")
+    pinned, sampled = space.fixes.get("fp_precision"), sampled_precisions(space)
     resolved = resolve_device(device)
     support = precision_support(resolved)
     reasons = {p: support.get(canonical_precision(p)) for p in sampled}
