@@ -159,10 +159,12 @@ def emulation_note(space: SearchSpace, device: str, flags: set[str] | None = Non
     run emulated (fp16 at 0.07x fp32 on an AMD EPYC without avx512_fp16, benchmarks/RESULTS.md; a tiny model loses less),
     and their speed says nothing of the precision elsewhere. ``None`` on a GPU, or where no such precision can be sampled.
     ``flags``: the CPU's instruction flags (default: this machine's)."""
-    from trial_executor import resolve_device
+    from trial_executor import precision_support, resolve_device
     from trial_executor.precision import emulated_precisions
 
-    emulated = set(emulated_precisions(resolve_device(device), flags))
+    resolved = resolve_device(device)
+    runs = {name for name, reason in precision_support(resolved).items() if reason is None}  # the rest are skipped, not emulated
+    emulated = set(emulated_precisions(resolved, flags)) & runs
     named = sorted({canonical_precision(p) for p in sampled_precisions(space)} & emulated)
     if not named:
         return None
