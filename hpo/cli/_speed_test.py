@@ -33,7 +33,7 @@ from trial_executor.batches import (
     window_rows,
 )
 from trial_executor.device import CpuWait, DeviceLag, Knobs, oom_in, peak_memory_mb, release_memory, reset_peak_memory
-from trial_executor.precision import global_state_kept
+from trial_executor.precision import emulated_precisions, global_state_kept
 from trial_executor.train import TrainStep, build_step, release_compiled
 
 
@@ -168,6 +168,7 @@ def speed_test(
     config = model_config(model)
     rows: list[SpeedRow] = []
     reference: float | None = None
+    emulated = set(emulated_precisions(device))  # said on their rows: their speed is the emulation's
     # The caller's TF32 and cuDNN flags come back (each precision sets them); release_memory's collections walk
     # what the precisions made, not the libraries.
     with global_state_kept(), heap_frozen():
@@ -197,7 +198,9 @@ def speed_test(
             rows.append(SpeedRow(
                 precision, ms_per_step=per_step * 1000, samples_per_s=batch_size / per_step,
                 speedup=reference / per_step if reference else None, peak_memory_mb=peak, final_loss=loss,
-                note="; ".join(n for n in (timing.refused, "" if math.isfinite(loss) else "loss is not finite", timing.contended) if n),
+                note="; ".join(n for n in (
+                    f"emulated: this CPU has no {precision} matmul instructions" if precision in emulated else "", timing.refused,
+                    "" if math.isfinite(loss) else "loss is not finite", timing.contended) if n),
                 host_ms_per_step=None if timing.host_seconds is None else timing.host_seconds * 1000,
                 device_busy=timing.device_busy,
             ))
