@@ -47,8 +47,9 @@ def test_skipped_trials_do_not_end_the_random_start(tmp_path: Path) -> None:
         copies += sum(all(t.params[k] == baseline.params[k] for k in CATEGORICAL) for t in drawn)
         modelled += sum(MODELLED in t.system_attrs for t in drawn)
         assert MODELLED in _run_one(study, None, 0.5).system_attrs  # the fifth measured: four before it, TPE models
-    # Random: each draw matches the baseline's four categorical values with chance 1/108.
-    assert (copies, modelled) == (0, 0)
+    # Random: each draw matches the baseline's four categorical values with chance 1/108 (0.33 expected in 36; the
+    # sampler's seed mixes in the host and pid, so the draws differ per process); TPE's model copied 13 of 36.
+    assert modelled == 0 and copies <= 3, (copies, modelled)
 
 
 def test_a_study_without_skips_models_after_its_fourth_trial_as_before(tmp_path: Path) -> None:
