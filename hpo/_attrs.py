@@ -258,13 +258,12 @@ def majority_class_hint(trials: Iterable[FrozenTrial], *, short: bool = False) -
     if short:
         return "the training was likely too short for its learning rate" if low else \
             "the learning rate may be too high, or the training too short for it"
-    if low and len(set(rates)) == 1:
-        return (f"the learning rate ({rates[0]:.3g}) is no higher than fine-tuning's (~1e-5..3e-4): "
-                "the training was likely too short for it (more max_steps or epochs)")
-    if low:
-        return (f"their learning rates (at most {max(rates):.3g}) are no higher than fine-tuning's (~1e-5..3e-4): "
-                "the training was likely too short for them (more max_steps or epochs)")
-    return MAJORITY_CLASS_HINT
+    if not low:
+        return MAJORITY_CLASS_HINT
+    one = len(set(rates)) == 1
+    rated = f"the learning rate ({rates[0]:.3g}) is" if one else f"their learning rates (at most {max(rates):.3g}) are"
+    return (f"{rated} no higher than fine-tuning's (~1e-5..3e-4): "
+            f"the training was likely too short for {'it' if one else 'them'} (more max_steps or epochs)")
 
 
 def trials_per_gpu_of(trial: FrozenTrial) -> int:

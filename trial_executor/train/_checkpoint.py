@@ -141,10 +141,11 @@ def load_checkpoint(path: Path, config: dict[str, Any], data_fingerprint: str) -
     if not isinstance(state, dict) or not isinstance(state.get("config"), dict) or "data_fingerprint" not in state:
         raise UnusableCheckpointError(f"checkpoint {path} is no checkpoint of a trial (no config or data fingerprint in it)")
     ignored = {"device", "cache_dir"}
-    state["config"] = {**TrainConfig.defaults(), **state["config"]}  # fields added since it was written count at their defaults
-    saved = {k: v for k, v in state["config"].items() if k not in ignored}
+    # Fields added since the checkpoint was written count at their defaults.
+    saved = {k: v for k, v in {**TrainConfig.defaults(), **state["config"]}.items() if k not in ignored}
     wanted = {k: v for k, v in config.items() if k not in ignored}
-    if micro_batch_split(saved, wanted) is not None:
+    split = micro_batch_split(saved, wanted)
+    if split is not None:
         ignored |= _SPLIT_FIELDS
     differs = next((k for k in sorted(saved.keys() | wanted.keys()) if k not in ignored and saved.get(k) != wanted.get(k)), None)
     if differs is not None:
@@ -152,6 +153,7 @@ def load_checkpoint(path: Path, config: dict[str, Any], data_fingerprint: str) -
                                       f"not {wanted.get(differs)!r}; it cannot be resumed")
     if state["data_fingerprint"] != data_fingerprint:
         raise UnusableCheckpointError(f"checkpoint {path} was saved by a run on other data; it cannot be resumed")
+    state["micro_batch_split"] = split or 1  # this run's micro-batches per saved one (restore_trial maps the position)
     return state
 
 
@@ -185,8 +187,7 @@ def restore_trial(
         stopping.best_score, stopping.evals_since_best = state["early_stopping"]["best_score"], state["early_stopping"]["evals_since_best"]
     run = RunProgress.from_dict(state["progress"])
     # Saved at another cut of the same rows: the epoch's position in this run's micro-batches (its end stays its end).
-    split = micro_batch_split(state["config"], config.to_dict()) or 1
-    run.next_batch = min(run.next_batch * split, parts.micro_per_epoch)
+    run.next_batch = min(run.next_batch * state["micro_batch_split"], parts.micro_per_epoch)
     restore_rng_states(state["rng"])
     parts.train_step.loss_sum.fill_(run.window_loss)
     run.window_loss = 0.0  # handed to the step: a later checkpoint must not carry it again

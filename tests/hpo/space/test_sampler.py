@@ -14,18 +14,18 @@ DATA = demo_dataset(n_train=32, n_valid=8, seed=1)
 CATEGORICAL = ("fp_precision", "batch_size", "warmup_ratio", "weight_decay")
 # TPE (constant_liar) records the params it drew from its model on the trial; a random draw records none.
 MODELLED = "tpe:relative_params:0"
+SPACE = load_search_space(FINETUNE_SPACE)
 
 
 def _study(tmp_path: Path, name: str, seed: int) -> optuna.Study:
     storage = create_storage(f"sqlite:///{tmp_path / 'sampler.db'}")
-    return open_study(storage, name, load_search_space(FINETUNE_SPACE), DATA, seed=seed)
+    return open_study(storage, name, SPACE, DATA, seed=seed)
 
 
 def _run_one(study: optuna.Study, skip: str | None, value: float) -> optuna.trial.FrozenTrial:
     """One trial as the objective would end it: skipped (pruned at once, its reason recorded) or complete with ``value``."""
-    space = load_search_space(FINETUNE_SPACE)
     trial = study.ask()
-    space.suggest(trial)
+    SPACE.suggest(trial)
     if skip is not None:
         trial.set_user_attr("skip_reason", skip)
         study.tell(trial, state=TrialState.PRUNED)
