@@ -91,14 +91,19 @@ _HTTP_REASONS = (
 )
 
 
-def _refused(uri: str, err: Exception) -> UserError:
+def _reason(err: Exception) -> str:
+    """What went wrong, in a few words on one line: MLflow's errors run long, and a server's answer quotes its HTML page."""
     text = str(err).strip()
     reason = next((said for marker, said in _HTTP_REASONS if marker in text), None)
     if reason is None:
         first = text.splitlines()[0] if text else type(err).__name__
-        reason = first.split(". ")[0].rstrip(".")[:200]  # the first sentence: MLflow's explanations run long
+        reason = first.split(". ")[0].rstrip(".")[:200]  # the first sentence
+    return reason
+
+
+def _refused(uri: str, err: Exception) -> UserError:
     return UserError(
-        f"--track mlflow: tracking store {mask_url(uri)} cannot be used: {mask_secrets(reason, uri)}; set $MLFLOW_TRACKING_URI (or --track mlflow URI) "
+        f"--track mlflow: tracking store {mask_url(uri)} cannot be used: {mask_secrets(_reason(err), uri)}; set $MLFLOW_TRACKING_URI (or --track mlflow URI) "
         "to a database such as sqlite:///mlflow.db or a running server such as http://host:5000"
     )
 
@@ -155,6 +160,11 @@ class MlflowTracker:
     def masked(self, text: str) -> str:
         """``text`` (an error of this tracker's) with the tracking URI's password masked."""
         return mask_secrets(text, self.uri)
+
+    @property
+    def destination(self) -> str:
+        """Where this tracker logs, safe to print: the tracking URI with its password masked."""
+        return mask_url(self.uri)
 
     def _experiment(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)
@@ -233,6 +243,11 @@ class TensorBoardTracker:
         """``text`` (an error of this tracker's) as it is: a directory holds no secret."""
         return text
 
+    @property
+    def destination(self) -> str:
+        """Where this tracker logs: the study's directory of trial runs."""
+        return str(self.root)
+
     def start(self, trial: optuna.Trial) -> None:
         path = self.root / f"trial-{trial.number}"
         self.writers[trial.number] = self.writer_class(log_dir=str(path))
@@ -290,8 +305,8 @@ class Tracking:
                 getattr(tracker, what)(*args)
             except Exception as err:
                 self._failed.add((index, number))
-                _logger.warning("%s tracking failed (%s): %s; trial %d is tracked no further", type(tracker).__name__,
-                                what, mask_urls_in(tracker.masked(str(err))), number)
+                _logger.warning("%s tracking to %s failed (%s): %s; trial %d is tracked no further", type(tracker).__name__,
+                                tracker.destination, what, mask_urls_in(tracker.masked(_reason(err))), number)
 
     def start(self, trial: optuna.Trial) -> None:
         self._each("start", trial.number, trial)
