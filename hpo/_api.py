@@ -83,7 +83,7 @@ def prepare_study(
     known_good = [] if earlier is None else warm_start_configurations(space, earlier, options.warm_start_trials)
 
     def open_on(data: TextClassificationData, source: dict[str, Any] | None) -> optuna.Study:
-        return open_study(opened, options.study_name, space, data, options.seed, known_good, source, search=search)
+        return open_study(opened, options.study_name, space, data, options.seed, known_good, source, search=search, device=options.device)
 
     study, data = on_its_own_holdout(open_on, data, data_source, options.holdout, space.task)
     name_objectives(study, space.objective_names)

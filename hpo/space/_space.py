@@ -16,7 +16,7 @@ from hpo.space._fixes import as_choice, canonical_precision, parse_fixes
 from hpo.space._measures import NamedObjective, Objective, Strict, natural_direction
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
 from hpo.space._pruning import RetryChainPruner
-from hpo.space._sampler import MeasuredStartSampler
+from hpo.space._sampler import HidingSampler, MeasuredStartSampler
 from trial_executor import METRICS, PRECISIONS, TASK_METRICS, TASKS
 
 DEFAULT_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
@@ -284,12 +284,15 @@ class SearchSpace(Strict):
         # Each retry chain judged as one trial: a retry copies its predecessor's rung values.
         return RetryChainPruner(pruner) if pruner is not None else optuna.pruners.NopPruner()
 
-    def build_sampler(self, seed: int, measured: Callable[[FrozenTrial], bool] | None = None) -> optuna.samplers.BaseSampler:
+    def build_sampler(
+        self, seed: int, measured: Callable[[FrozenTrial], bool] | None = None, hidden: Callable[[FrozenTrial], bool] | None = None,
+    ) -> optuna.samplers.BaseSampler:
         """The space's sampler, seeded with ``seed`` (TPE also handles several objectives and constraints).
 
         With ``measured``, TPE's random start lasts until ``n_startup_trials`` finished trials are ``measured``
-        (:class:`MeasuredStartSampler`), not merely finished. With ``fixes`` (``--fix``), those parameters are pinned
-        for this run and still recorded as each trial's params.
+        (:class:`MeasuredStartSampler`), not merely finished. With ``hidden``, TPE models the study without the trials
+        it names (:class:`HidingSampler`). With ``fixes`` (``--fix``), those parameters are pinned for this run and
+        still recorded as each trial's params.
         """
         spec = self.sampler
         with warnings.catch_warnings():
@@ -304,6 +307,8 @@ class SearchSpace(Strict):
                     seed=seed, n_startup_trials=spec.n_startup_trials, multivariate=spec.multivariate, group=spec.group,
                     constant_liar=spec.constant_liar,
                 )
+                if hidden is not None:
+                    sampler = HidingSampler(sampler, hidden)
                 if measured is not None:
                     sampler = MeasuredStartSampler(sampler, spec.n_startup_trials, measured, seed=seed)
             return optuna.samplers.PartialFixedSampler(self.fixes, sampler) if self.fixes else sampler

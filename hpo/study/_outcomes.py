@@ -23,10 +23,13 @@ How a trial ends:
 
 import logging
 import re
+from collections.abc import Callable
+from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._attrs import INTERRUPTED, fail_reason_of, skip_reason_of
+from hpo._attrs import INTERRUPTED, config_or_params, fail_reason_of, skip_reason_of
+from hpo.space._fixes import canonical_precision
 
 SKIP_UNSUPPORTED = "unsupported_precision"
 SKIP_NON_FINITE = "non_finite_loss"
@@ -74,3 +77,32 @@ def quiet_trial_failures() -> None:
     logger = logging.getLogger("optuna.study._optimize")
     if not any(isinstance(f, QuietTrialFailures) for f in logger.filters):
         logger.addFilter(QuietTrialFailures())
+
+
+def says_nothing_here(device: str) -> Callable[[FrozenTrial], bool]:
+    """Which trials tell a sampler on this machine's ``device`` nothing of a draw here: placeholders that never trained,
+    and skips of a precision that ``device`` runs (another machine could not: bf16 skipped on a T4, read on an A100).
+
+    A skip of a precision ``device`` cannot run says something here (draw it less) and stays. The device is judged once,
+    when the first such skip is met: a study without skips never imports torch for it.
+    """
+    runnable: set[str] | None = None
+
+    def runs_here(precision: Any) -> bool:
+        nonlocal runnable
+        if runnable is None:
+            from trial_executor import precision_support, resolve_device
+
+            try:
+                runnable = {name for name, reason in precision_support(resolve_device(device)).items() if reason is None}
+            except RuntimeError:  # --device cuda without CUDA: the run is refused before it samples
+                runnable = set()
+        return canonical_precision(precision) in runnable
+
+    def hidden(trial: FrozenTrial) -> bool:
+        reason = skip_reason_of(trial)
+        if reason == SKIP_UNSUPPORTED:
+            return runs_here(config_or_params(trial).get("fp_precision"))
+        return reason in (SKIP_OVER_BUDGET, SKIP_DUPLICATE)
+
+    return hidden

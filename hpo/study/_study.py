@@ -44,6 +44,7 @@ from hpo.study._outcomes import (
     SKIP_OVER_BUDGET,
     SKIP_UNSUPPORTED,
     never_ran,
+    says_nothing_here,
     was_interrupted,
 )
 from hpo.study._resuming import check_resumable, study_attrs, study_seed
@@ -67,6 +68,7 @@ class TooManyFailuresError(RuntimeError):
 def open_study(
     storage: optuna.storages.BaseStorage, study_name: str, space: SearchSpace, data: TextClassificationData, seed: int | None,
     known_good: Sequence[tuple[str, dict[str, Any]]] = (), data_source: dict[str, Any] | None = None, *, search: bool = True,
+    device: str | None = None,
 ) -> optuna.Study:
     """Create the study, or resume it when the search space and data are the ones it was made with.
 
@@ -75,7 +77,8 @@ def open_study(
     (:func:`hpo.study._data.data_source_of`; ``None`` keeps what is stored). ``search=False`` (a
     verdict, which runs no search trial) enqueues none of them: an fp32 baseline enqueued then
     would wait for a run, which may pin another precision with ``--fix``. ``seed``: the run's --seed, ``None`` for the
-    study's own (:func:`study_seed`).
+    study's own (:func:`study_seed`). ``device``: the one this worker trains on, whose sampler models the study
+    without the trials that say nothing of it (:func:`says_nothing_here`); ``None`` models every trial.
     """
     wanted = study_attrs(space, data, data_source)
     try:
@@ -90,7 +93,8 @@ def open_study(
         study_name=study_name,
         directions=space.directions,
         # TPE's random start counts trials that trained: an instant skip (a precision this machine cannot run) does not.
-        sampler=space.build_sampler(_sampler_seed(wanted[SEED_ATTR]), measured=counts_toward_budget),
+        sampler=space.build_sampler(_sampler_seed(wanted[SEED_ATTR]), measured=counts_toward_budget,
+                                    hidden=None if device is None else says_nothing_here(device)),
         pruner=space.build_pruner(),
         load_if_exists=True,
     )

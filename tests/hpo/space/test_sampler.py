@@ -56,3 +56,65 @@ def test_a_study_without_skips_models_after_its_fourth_trial_as_before(tmp_path:
     study = _study(tmp_path, "plain", 0)
     trials = [_run_one(study, None, 0.5 + i / 100) for i in range(6)]
     assert [MODELLED in t.system_attrs for t in trials] == [False] * 4 + [True] * 2
+
+
+def _measured_start(study: optuna.Study) -> None:
+    """The fp32 baseline and four trials of this machine, at fixed precisions: TPE's random start is over."""
+    _run_one(study, None, 0.8)
+    for number, precision in enumerate(("fp32", "bf16", "fp16", "bf16")):
+        study.enqueue_trial({"fp_precision": precision})
+        _run_one(study, None, 0.78 + number / 100)
+
+
+def _skips_of_another_machine(study: optuna.Study, precision: str, n: int) -> None:
+    """``n`` trials of ``precision`` skipped by a machine that cannot run it, as its worker leaves them in the storage."""
+    shape = study.trials[-1]
+    for _ in range(n):
+        study.add_trial(optuna.trial.create_trial(
+            state=TrialState.PRUNED, params={**shape.params, "fp_precision": precision}, distributions=shape.distributions,
+            user_attrs={"skip_reason": "unsupported_precision"},
+        ))
+
+
+def _draws(study: optuna.Study, n: int = 8) -> list[dict]:
+    """What the study's sampler draws next, ``n`` times, from its model (each draw ended FAIL, which TPE leaves out)."""
+    drawn = []
+    for _ in range(n):
+        trial = study.ask()
+        SPACE.suggest(trial)
+        study.tell(trial, state=TrialState.FAIL)
+        frozen = study.trials[-1]
+        assert MODELLED in frozen.system_attrs and set(frozen.params) == set(SPACE.params)
+        drawn.append(frozen.params)
+    return drawn
+
+
+def _draws_with_and_without_skips(tmp_path: Path, device: str | None, precision: str) -> tuple[list[dict], list[dict]]:
+    # One process, one --seed: both studies' samplers get the same seed (it mixes in the host and pid).
+    with_skips, without = (_study_on(tmp_path, name, device) for name in (f"fleet-{device}-{precision}", f"alone-{device}-{precision}"))
+    for study in (with_skips, without):
+        _measured_start(study)
+    _skips_of_another_machine(with_skips, precision, 16)
+    return _draws(with_skips), _draws(without)
+
+
+def _study_on(tmp_path: Path, name: str, device: str | None) -> optuna.Study:
+    storage = create_storage(f"sqlite:///{tmp_path / 'sampler.db'}")
+    return open_study(storage, name, SPACE, DATA, seed=0, device=device)
+
+
+def test_another_machines_skips_of_a_precision_this_one_runs_are_not_modelled(tmp_path: Path) -> None:
+    """A T4 sharing the study skipped 16 bf16 draws, which TPE read as 16 poor bf16 results: the CPU beside it (which runs
+    bf16) drew bf16 in 20 of 120 draws after four measured trials, against 34 of 120 in the same study without them
+    (6 seeds x 20 draws, measured once on a 2-core AMD EPYC)."""
+    fleet, alone = _draws_with_and_without_skips(tmp_path, "cpu", "bf16")
+    assert fleet == alone
+    # Without a device to judge by, every trial is modelled, as Optuna's TPE does: the skips change the draws.
+    fleet, alone = _draws_with_and_without_skips(tmp_path, None, "bf16")
+    assert fleet != alone
+
+
+def test_skips_of_a_precision_this_machine_cannot_run_are_still_modelled(tmp_path: Path) -> None:
+    """tf32 skipped on a CPU says something here: TPE still reads it as poor and draws tf32 less on this machine."""
+    fleet, alone = _draws_with_and_without_skips(tmp_path, "cpu", "tf32")
+    assert fleet != alone
