@@ -41,7 +41,7 @@ from trial_executor.data import (
 from trial_executor.model import PRESETS, ModelLimitError, ModelNotFoundError, check_max_length, check_model_name
 
 if TYPE_CHECKING:
-    from trial_executor.device import hardware_metadata, memory_in_use_mb, resolve_device
+    from trial_executor.device import hardware_metadata, memory_in_use_mb, resolve_device, total_memory_mb
     from trial_executor.model import LoraUnavailableError
     from trial_executor.model import peft_available as lora_available
     from trial_executor.precision import PrecisionPolicy, precision_support, tf32_enabled
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 # The deferred (torch-bound) names, by module: the same names as the block above.
 _TORCH_BOUND = {
     "trial_executor.train._checkpoint": ("CHECKPOINT_FILE", "Checkpointing", "UnusableCheckpointError"),
-    "trial_executor.device._hardware": ("hardware_metadata", "memory_in_use_mb", "resolve_device"),
+    "trial_executor.device._hardware": ("hardware_metadata", "memory_in_use_mb", "resolve_device", "total_memory_mb"),
     "trial_executor.model._lora": ("LoraUnavailableError", "lora_available"),
     "trial_executor.train._loop": ("STOPPED_EARLY_STOPPING", "STOPPED_PRUNED", "ReportFn", "run_trial"),
     "trial_executor.precision._policy": ("PrecisionPolicy", "precision_support", "tf32_enabled"),
@@ -114,4 +114,5 @@ __all__ = [
     "resolve_device",
     "run_trial",
     "tf32_enabled",
+    "total_memory_mb",
 ]

@@ -7,7 +7,14 @@ torch-bound names; ``hpo.make_objective`` defers it.
 from hpo._attrs import BASELINE_ATTR
 from hpo.study._budget import counts_toward_budget, finished_count
 from hpo.study._options import RunOptions
-from hpo.study._outcomes import SKIP_NON_FINITE, SKIP_OOM, SKIP_REASONS, SKIP_UNSUPPORTED, TrialFailedError
+from hpo.study._outcomes import (
+    SKIP_NON_FINITE,
+    SKIP_OOM,
+    SKIP_REASONS,
+    SKIP_UNSUPPORTED,
+    TrialFailedError,
+    says_nothing_here,
+)
 from hpo.study._study import open_study, run_to_budget
 
 __all__ = [
@@ -22,4 +29,5 @@ __all__ = [
     "finished_count",
     "open_study",
     "run_to_budget",
+    "says_nothing_here",
 ]

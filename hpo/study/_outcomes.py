@@ -28,7 +28,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._attrs import INTERRUPTED, config_or_params, fail_reason_of, skip_reason_of
+from hpo._attrs import INTERRUPTED, config_or_params, fail_reason_of, hardware_of, skip_reason_of
 from hpo.space._fixes import canonical_precision
 
 SKIP_UNSUPPORTED = "unsupported_precision"
@@ -79,30 +79,58 @@ def quiet_trial_failures() -> None:
         logger.addFilter(QuietTrialFailures())
 
 
+class _ThisMachine:
+    """What a worker's ``device`` runs and holds, judged once on first use: a study without skips never imports torch."""
+
+    def __init__(self, device: str) -> None:
+        self._device = device
+        self._runnable: set[str] = set()
+        self._kind: str | None = None
+        self._memory_mb = 0
+
+    def _judge(self) -> None:
+        if self._kind is not None:
+            return
+        from trial_executor import precision_support, resolve_device, total_memory_mb
+
+        try:
+            device = resolve_device(self._device)
+        except RuntimeError:  # --device cuda without CUDA: the run is refused before it samples
+            self._kind = ""
+            return
+        self._runnable = {name for name, reason in precision_support(device).items() if reason is None}
+        self._kind, self._memory_mb = device.type, total_memory_mb(device)
+
+    def runs(self, precision: Any) -> bool:
+        self._judge()
+        return canonical_precision(precision) in self._runnable
+
+    def holds_more_than(self, hardware: dict[str, Any]) -> bool:
+        """Whether a trial that ran out of memory on ``hardware`` (its recorded metadata) might fit here: a device of
+        another kind, or of this kind with less memory. Without a record, it is taken as this machine's."""
+        self._judge()
+        kind, memory_mb = hardware.get("device_type"), hardware.get("total_memory_mb")
+        if not self._kind or kind is None or memory_mb is None:
+            return False
+        return kind != self._kind or float(memory_mb) < self._memory_mb
+
+
 def says_nothing_here(device: str) -> Callable[[FrozenTrial], bool]:
     """Which trials tell a sampler on this machine's ``device`` nothing of a draw here: placeholders that never trained,
-    and skips of a precision that ``device`` runs (another machine could not: bf16 skipped on a T4, read on an A100).
+    skips of a precision that ``device`` runs (another machine could not: bf16 skipped on a T4, read on an A100), and
+    out-of-memory skips on a device of another kind or with less memory (a 16 GB card's OOM, read on an 80 GB one).
 
-    A skip of a precision ``device`` cannot run says something here (draw it less) and stays. The device is judged once,
-    when the first such skip is met: a study without skips never imports torch for it.
+    A skip of a precision ``device`` cannot run, or an OOM on a device as large as this one or larger, says something
+    here (draw it less) and stays.
     """
-    runnable: set[str] | None = None
-
-    def runs_here(precision: Any) -> bool:
-        nonlocal runnable
-        if runnable is None:
-            from trial_executor import precision_support, resolve_device
-
-            try:
-                runnable = {name for name, reason in precision_support(resolve_device(device)).items() if reason is None}
-            except RuntimeError:  # --device cuda without CUDA: the run is refused before it samples
-                runnable = set()
-        return canonical_precision(precision) in runnable
+    here = _ThisMachine(device)
 
     def hidden(trial: FrozenTrial) -> bool:
         reason = skip_reason_of(trial)
         if reason == SKIP_UNSUPPORTED:
-            return runs_here(config_or_params(trial).get("fp_precision"))
+            return here.runs(config_or_params(trial).get("fp_precision"))
+        if reason == SKIP_OOM:
+            return here.holds_more_than(hardware_of(trial))
         return reason in (SKIP_OVER_BUDGET, SKIP_DUPLICATE)
 
     return hidden

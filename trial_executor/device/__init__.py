@@ -14,6 +14,7 @@ from trial_executor.device._hardware import (
     release_memory,
     reset_peak_memory,
     resolve_device,
+    total_memory_mb,
 )
 from trial_executor.device._throughput import HOST_LIMITED_BELOW, CpuWait, DeviceLag, LoopTiming, TrainClock
 
@@ -35,4 +36,5 @@ __all__ = [
     "reset_peak_memory",
     "resolve_device",
     "resolve_knobs",
+    "total_memory_mb",
 ]

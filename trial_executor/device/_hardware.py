@@ -71,17 +71,15 @@ def hardware_metadata(device: torch.device, precision: str | None = None) -> dic
     if is_cuda:
         props = torch.cuda.get_device_properties(device)
         name, capability = props.name, f"{props.major}.{props.minor}"
-        total_mb = round(props.total_memory / 2**20)
     else:
         name, capability = _cpu_name(), None
-        total_mb = round(psutil.virtual_memory().total / 2**20)
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
         "host": socket.gethostname(),
         "device_type": device.type,
         "device_name": name,
         "compute_capability": capability,
-        "total_memory_mb": total_mb,
+        "total_memory_mb": total_memory_mb(device),
         "cuda_version": torch.version.cuda,
         "cudnn_version": str(cudnn) if cudnn is not None else None,
         "driver_version": _nvidia_driver_version() if is_cuda else None,
@@ -94,6 +92,13 @@ def hardware_metadata(device: torch.device, precision: str | None = None) -> dic
         # A CPU without bf16/fp16 matmul instructions emulates them: their speed says so, not the precision.
         "emulated_precisions": emulated_precisions(device),
     }
+
+
+def total_memory_mb(device: torch.device) -> int:
+    """The most memory a trial on ``device`` could have: the GPU's, or the host's RAM on the CPU (MiB)."""
+    if device.type == "cuda":
+        return round(torch.cuda.get_device_properties(device).total_memory / 2**20)
+    return round(psutil.virtual_memory().total / 2**20)
 
 
 _CLEAR_REFS = Path("/proc/self/clear_refs")

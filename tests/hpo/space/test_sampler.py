@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 
+import trial_executor
 from hpo import FINETUNE_SPACE, create_storage, load_search_space, open_study
 from trial_executor import demo_dataset
 
@@ -15,6 +17,7 @@ CATEGORICAL = ("fp_precision", "batch_size", "warmup_ratio", "weight_decay")
 # TPE (constant_liar) records the params it drew from its model on the trial; a random draw records none.
 MODELLED = "tpe:relative_params:0"
 SPACE = load_search_space(FINETUNE_SPACE)
+_STUDY_NUMBERS = itertools.count()
 
 
 def _study(tmp_path: Path, name: str, seed: int) -> optuna.Study:
@@ -66,13 +69,16 @@ def _measured_start(study: optuna.Study) -> None:
         _run_one(study, None, 0.78 + number / 100)
 
 
-def _skips_of_another_machine(study: optuna.Study, precision: str, n: int) -> None:
-    """``n`` trials of ``precision`` skipped by a machine that cannot run it, as its worker leaves them in the storage."""
+def _skips_of_another_machine(study: optuna.Study, precision: str, n: int, skip: str = "unsupported_precision",
+                              hardware: dict | None = None) -> None:
+    """``n`` trials of ``precision`` skipped by another machine (by default: one that cannot run it), as its worker leaves
+    them in the storage, with ``hardware`` recorded when given."""
     shape = study.trials[-1]
+    attrs = {"skip_reason": skip} | ({"hardware": hardware} if hardware is not None else {})
     for _ in range(n):
         study.add_trial(optuna.trial.create_trial(
             state=TrialState.PRUNED, params={**shape.params, "fp_precision": precision}, distributions=shape.distributions,
-            user_attrs={"skip_reason": "unsupported_precision"},
+            user_attrs=attrs,
         ))
 
 
@@ -89,12 +95,13 @@ def _draws(study: optuna.Study, n: int = 8) -> list[dict]:
     return drawn
 
 
-def _draws_with_and_without_skips(tmp_path: Path, device: str | None, precision: str) -> tuple[list[dict], list[dict]]:
+def _draws_with_and_without_skips(tmp_path: Path, device: str | None, precision: str, **skips) -> tuple[list[dict], list[dict]]:
     # One process, one --seed: both studies' samplers get the same seed (it mixes in the host and pid).
-    with_skips, without = (_study_on(tmp_path, name, device) for name in (f"fleet-{device}-{precision}", f"alone-{device}-{precision}"))
+    tag = f"{device}-{precision}-{next(_STUDY_NUMBERS)}"
+    with_skips, without = (_study_on(tmp_path, f"{name}-{tag}", device) for name in ("fleet", "alone"))
     for study in (with_skips, without):
         _measured_start(study)
-    _skips_of_another_machine(with_skips, precision, 16)
+    _skips_of_another_machine(with_skips, precision, 16, **skips)
     return _draws(with_skips), _draws(without)
 
 
@@ -118,3 +125,16 @@ def test_skips_of_a_precision_this_machine_cannot_run_are_still_modelled(tmp_pat
     """tf32 skipped on a CPU says something here: TPE still reads it as poor and draws tf32 less on this machine."""
     fleet, alone = _draws_with_and_without_skips(tmp_path, "cpu", "tf32")
     assert fleet != alone
+
+
+def test_another_machines_out_of_memory_skips_are_modelled_only_from_a_device_as_large(tmp_path: Path) -> None:
+    """An OOM on a device with less memory than this one (a 16 GB card's, read on an 80 GB one) says nothing here and is
+    left out; an OOM on a device of this kind holding as much or more would happen here too, and stays modelled."""
+    here = trial_executor.hardware_metadata(trial_executor.resolve_device("cpu"))
+    smaller = {**here, "host": "small.invalid", "total_memory_mb": here["total_memory_mb"] // 4}
+    fleet, alone = _draws_with_and_without_skips(tmp_path, "cpu", "fp32", skip="oom", hardware=smaller)
+    assert fleet == alone
+    larger = {**here, "host": "large.invalid", "total_memory_mb": here["total_memory_mb"] * 4}
+    fleet, alone = _draws_with_and_without_skips(tmp_path, "cpu", "fp32", skip="oom", hardware=larger)
+    assert fleet != alone
+
