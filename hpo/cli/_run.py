@@ -320,6 +320,12 @@ def _verdict_after_budget(run: Run, stop: StopSignal, worker: int | None, seeds:
         print("\n".join(["", *verdict_table(verdict)]), flush=True)
 
 
+def _emulation_note(run: Run) -> str | None:
+    """What this CPU emulates of the precisions the run trains: its trials' and those its verdict re-trains after the budget."""
+    verdict = verdict_after_budget(run.prepared.space, run.options)
+    return emulation_note(run.prepared.space, run.options.device, verdict=verdict[1] if verdict else ())
+
+
 def options_of(args: argparse.Namespace) -> RunOptions:
     """The run's options from its flags, checked (:class:`RunOptions`); ``--mixed-precision`` joins ``--fix``."""
     fix = args.fix + ([f"fp_precision={MIXED_PRECISION[args.mixed_precision]}"] if args.mixed_precision else [])
@@ -351,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         study, names = run.prepared.study, run.prepared.space.objective_names
         if (run.cluster is not None or (args.workers or 1) > 1) and nothing_left(study, run.prepared.space, options):
             return _nothing_left(run)
-        if announce is not None and run.cluster is None and (note := emulation_note(run.prepared.space, options.device)):
+        if announce is not None and run.cluster is None and (note := _emulation_note(run)):
             print(f"{PROG}: note: {note}", file=sys.stderr, flush=True)
         if run.cluster is not None:
             print(_start_line(run), flush=True)  # where a resumed study starts, as every run says

@@ -8,7 +8,7 @@ once, after its cheap checks and before anything is written.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,26 +154,36 @@ def sampled_precisions(space: SearchSpace) -> list[Any]:
     return [pinned] if pinned else candidate_values(space, "fp_precision")
 
 
-def emulation_note(space: SearchSpace, device: str, flags: set[str] | None = None) -> str | None:
-    """What a run on a CPU that can sample a precision without native matmul instructions should know first: those trials
+def emulation_note(space: SearchSpace, device: str, flags: set[str] | None = None, verdict: Sequence[str] = ()) -> str | None:
+    """What a run on a CPU that can train a precision without native matmul instructions should know first: those trials
     run emulated (fp16 at 0.07x fp32 on an AMD EPYC without avx512_fp16, benchmarks/RESULTS.md; a tiny model loses less),
-    and their speed says nothing of the precision elsewhere. ``None`` on a GPU, or where no such precision can be sampled.
-    ``flags``: the CPU's instruction flags (default: this machine's)."""
+    and their speed says nothing of the precision elsewhere. ``None`` on a GPU, or where no such precision is trained.
+    ``flags``: the CPU's instruction flags (default: this machine's). ``verdict``: the precisions the run's verdict
+    re-trains after its budget (:func:`hpo.study.verdict_after_budget`), which a pinned ``fp_precision`` does not narrow."""
     from trial_executor import precision_support, resolve_device
     from trial_executor.precision import emulated_precisions
 
     resolved = resolve_device(device)
     runs = {name for name, reason in precision_support(resolved).items() if reason is None}  # the rest are skipped, not emulated
     emulated = set(emulated_precisions(resolved, flags)) & runs
-    named = sorted({canonical_precision(p) for p in sampled_precisions(space)} & emulated)
+    sampled = {canonical_precision(p) for p in sampled_precisions(space)} & emulated
+    verdict_only = sorted(set(verdict) & emulated - sampled)
+    named = sorted(sampled | set(verdict_only))
     if not named:
         return None
     which = " and ".join(named)
     note = (f"this CPU has no matmul instructions for {which}: those trials run emulated (fp16 trained all-MiniLM-L6-v2 at "
             f"0.07x fp32's speed on an AMD EPYC without them), and their speed says nothing of {which} on a GPU")
-    if "fp_precision" in space.params and "fp_precision" not in space.fixes:  # searched: the user may not have chosen it here
-        note += f"; to leave {which} out, drop {'them' if len(named) > 1 else 'it'} from fp_precision's choices in a copy of the space"
+    if sampled and "fp_precision" in space.params and "fp_precision" not in space.fixes:  # searched: the user may not have chosen it here
+        note += f"; to leave {' and '.join(sorted(sampled))} out, drop {_them(sampled)} from fp_precision's choices in a copy of the space"
+    if verdict_only and (space.verdict is None or space.verdict.precisions is None):  # the verdict's default list, not the user's
+        note += (f"; the verdict re-trains the best trial in {' and '.join(verdict_only)} too: to leave {_them(verdict_only)} out, "
+                 "name the precisions it compares in the space's verdict: {precisions: [...]}")
     return note
+
+
+def _them(precisions: Collection[str]) -> str:
+    return "them" if len(precisions) > 1 else "it"
 
 
 def check_precisions(space: SearchSpace, device: str | None) -> None:
