@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="the study's total budget of finished (complete + pruned) trials, across all runs and workers (default: %(default)s)",
     )
     parser.add_argument("--timeout", type=_positive_float, default=None, help="stop starting new trials after this many seconds (a --verdict then waits for a rerun that finishes the budget)")
-    parser.add_argument("--seed", type=int, default=None, help="seeds each trial (trial seed = seed + trial number) and, mixed with the host and pid so that workers "
-                        "differ, each worker's sampler; the study keeps the seed it was made with (default: it, 0 for a new study)")
+    parser.add_argument("--seed", type=int, default=None, help="seeds each trial (trial seed = seed + trial number) and, mixed with the trial's number, the sampler's "
+                        "draws for it; the study keeps the seed it was made with (default: it, 0 for a new study)")
     parser.add_argument("--device", choices=DEVICES, default="auto", help="where trials train (default: %(default)s)")
     parser.add_argument(
         "--fix", action="append", default=[], metavar="NAME=VALUE",

@@ -1,5 +1,5 @@
-"""The samplers around TPE: a random start counted in trials that measured something, and a model of the trials that
-say something about this machine.
+"""The samplers around TPE: a seed per trial, a random start counted in trials that measured something, and a model of
+the trials that say something about this machine.
 
 Optuna's TPE draws at random until ``n_startup_trials`` trials are COMPLETE or PRUNED, and this
 project prunes the trials it skips at once: a precision the machine cannot run (tf32 on a CPU,
@@ -11,6 +11,7 @@ In a fleet of machines sharing a study, one machine's skips also read as poor re
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Container, Sequence
 from typing import Any
 
@@ -37,6 +38,50 @@ class _WrappingSampler(BaseSampler):
 
     def reseed_rng(self) -> None:
         self._base.reseed_rng()
+
+
+class SeededPerTrialSampler(BaseSampler):
+    """The sampler ``build(seed)`` returns, made anew for each trial and seeded with ``seed`` mixed with its number.
+
+    A study's trial numbers are unique across its workers: workers sharing a study never draw alike, and a run
+    repeated with the same seed on the same study draws the same trials. (One seed per sampler gave every worker the
+    same draws; one per process mixed with its host and pid, no two runs the same.) A trial's sampler lives from its
+    ``before_trial`` to its ``after_trial``, so what TPE keeps from one call to the next stays within the trial.
+    """
+
+    def __init__(self, build: Callable[[int], BaseSampler], seed: int) -> None:
+        self._build, self._seed = build, seed
+        self._of_trial: dict[int, BaseSampler] = {}  # keyed by number: Optuna's threads (n_jobs) share one sampler
+
+    def sampler_of(self, trial: FrozenTrial) -> BaseSampler:
+        """The sampler drawing ``trial``'s values."""
+        if trial.number not in self._of_trial:
+            salt = f"{self._seed}/{trial.number}".encode()
+            self._of_trial[trial.number] = self._build(int.from_bytes(hashlib.sha256(salt).digest()[:4], "little"))
+        return self._of_trial[trial.number]
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.sampler_of(trial).before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return self.sampler_of(trial).infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return self.sampler_of(trial).sample_relative(study, trial, search_space)
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution,
+    ) -> Any:
+        return self.sampler_of(trial).sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(
+        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None,
+    ) -> None:
+        self.sampler_of(trial).after_trial(study, trial, state, values)
+        del self._of_trial[trial.number]
+
+    def reseed_rng(self) -> None:
+        """Nothing to reseed: no two trials share a random stream (Optuna reseeds a sampler its threads would share)."""
 
 
 class MeasuredStartSampler(_WrappingSampler):

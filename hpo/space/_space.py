@@ -16,7 +16,7 @@ from hpo.space._fixes import as_choice, canonical_precision, parse_fixes
 from hpo.space._measures import NamedObjective, Objective, Strict, natural_direction
 from hpo.space._params import CategoricalParam, FloatParam, IntParam, SearchSpaceError
 from hpo.space._pruning import RetryChainPruner
-from hpo.space._sampler import HidingSampler, MeasuredStartSampler
+from hpo.space._sampler import HidingSampler, MeasuredStartSampler, SeededPerTrialSampler
 from trial_executor import METRICS, PRECISIONS, TASK_METRICS, TASKS
 
 DEFAULT_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
@@ -287,7 +287,8 @@ class SearchSpace(Strict):
     def build_sampler(
         self, seed: int, measured: Callable[[FrozenTrial], bool] | None = None, hidden: Callable[[FrozenTrial], bool] | None = None,
     ) -> optuna.samplers.BaseSampler:
-        """The space's sampler, seeded with ``seed`` (TPE also handles several objectives and constraints).
+        """The space's sampler, each trial's draws seeded with ``seed`` mixed with the trial's number
+        (:class:`SeededPerTrialSampler`); TPE also handles several objectives and constraints.
 
         With ``measured``, TPE's random start lasts until ``n_startup_trials`` finished trials are ``measured``
         (:class:`MeasuredStartSampler`), not merely finished. With ``hidden``, TPE models the study without the trials
@@ -295,23 +296,29 @@ class SearchSpace(Strict):
         still recorded as each trial's params.
         """
         spec = self.sampler
-        with warnings.catch_warnings():
-            # multivariate, group, constant_liar and PartialFixedSampler are "experimental" in Optuna: our
-            # choices, not the user's concern.
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler: optuna.samplers.BaseSampler
+
+        def seeded(trial_seed: int) -> optuna.samplers.BaseSampler:
             if isinstance(spec, RandomSamplerSpec):
-                sampler = optuna.samplers.RandomSampler(seed=seed)
-            else:
-                sampler = optuna.samplers.TPESampler(
-                    seed=seed, n_startup_trials=spec.n_startup_trials, multivariate=spec.multivariate, group=spec.group,
+                return optuna.samplers.RandomSampler(seed=trial_seed)
+            with warnings.catch_warnings():
+                # multivariate, group and constant_liar are "experimental" in Optuna: our choices, not the user's concern.
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                sampler: optuna.samplers.BaseSampler = optuna.samplers.TPESampler(
+                    seed=trial_seed, n_startup_trials=spec.n_startup_trials, multivariate=spec.multivariate, group=spec.group,
                     constant_liar=spec.constant_liar,
                 )
-                if hidden is not None:
-                    sampler = HidingSampler(sampler, hidden)
-                if measured is not None:
-                    sampler = MeasuredStartSampler(sampler, spec.n_startup_trials, measured, seed=seed)
-            return optuna.samplers.PartialFixedSampler(self.fixes, sampler) if self.fixes else sampler
+            if hidden is not None:
+                sampler = HidingSampler(sampler, hidden)
+            if measured is not None:
+                sampler = MeasuredStartSampler(sampler, spec.n_startup_trials, measured, seed=trial_seed)
+            return sampler
+
+        per_trial = SeededPerTrialSampler(seeded, seed)
+        if not self.fixes:
+            return per_trial
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # PartialFixedSampler's: as above
+            return optuna.samplers.PartialFixedSampler(self.fixes, per_trial)
 
     def stored_form(self) -> dict[str, Any]:
         """The space as stored on the study; equal spaces give equal forms.

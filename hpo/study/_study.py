@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -93,7 +90,7 @@ def open_study(
         study_name=study_name,
         directions=space.directions,
         # TPE's random start counts trials that trained: an instant skip (a precision this machine cannot run) does not.
-        sampler=space.build_sampler(_sampler_seed(wanted[SEED_ATTR]), measured=counts_toward_budget,
+        sampler=space.build_sampler(wanted[SEED_ATTR], measured=counts_toward_budget,
                                     hidden=None if device is None else says_nothing_here(device)),
         pruner=space.build_pruner(),
         load_if_exists=True,
@@ -155,16 +152,6 @@ def enqueue_once(
                 extra = attrs.get(origin, {})
                 study.enqueue_trial(params, user_attrs={ENQUEUED_FROM_ATTR: origin, **extra}, skip_if_exists=not extra)
         return len(study.get_trials(deepcopy=False)) - before
-
-
-def _sampler_seed(seed: int) -> int:
-    """The sampler's seed for this worker process: ``seed`` mixed with host and pid.
-
-    Workers of a study each run their own sampler; with one seed they would all propose the
-    very same trials. Trial training stays seeded by ``seed`` (see the objective).
-    """
-    salt = f"{seed}/{socket.gethostname()}/{os.getpid()}".encode()
-    return int.from_bytes(hashlib.sha256(salt).digest()[:4], "little")
 
 
 def _room_for_a_trial(study: optuna.Study, n_trials: int, max_retry: int | None, go_on: Callable[[], bool]) -> bool:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
@@ -37,6 +41,29 @@ def _run_one(study: optuna.Study, skip: str | None, value: float) -> optuna.tria
     return study.trials[-1]
 
 
+def _fresh_draws(db: Path, name: str, seed: int) -> list[dict]:
+    """The params of a new study's first six trials, each completed: the fp32 baseline, the random start, then TPE's model."""
+    study = open_study(create_storage(f"sqlite:///{db}"), name, SPACE, DATA, seed=seed)
+    return [_run_one(study, None, 0.5 + i / 100).params for i in range(6)]
+
+
+def test_a_seed_draws_the_same_trials_in_any_process_and_workers_sharing_a_study_draw_apart(tmp_path: Path) -> None:
+    """Each trial's draws are seeded with --seed mixed with the trial's number. Seeded per process (the seed mixed with
+    the host and pid), no rerun of a study drew the trials its first run drew."""
+    here = _fresh_draws(tmp_path / "here.db", "s", 0)
+    code = (f"import json, sys; from pathlib import Path; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+            f"from test_sampler import _fresh_draws; print(json.dumps(_fresh_draws(Path({str(tmp_path / 'there.db')!r}), 's', 0)))")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert there.returncode == 0, there.stderr[-3000:]
+    assert json.loads(there.stdout.splitlines()[-1]) == here
+    assert _fresh_draws(tmp_path / "here.db", "another-seed", 1)[1:] != here[1:]  # the baseline's params are fixed
+    # Two workers of one study, each with its sampler and the same --seed, asking in turn: no two trials alike.
+    first, second = (_study(tmp_path, "shared", 0) for _ in range(2))
+    drawn = [_run_one(study, None, 0.5).params for _ in range(3) for study in (first, second)]
+    assert len({json.dumps(params, sort_keys=True) for params in drawn}) == len(drawn), drawn
+
+
 def test_skipped_trials_do_not_end_the_random_start(tmp_path: Path) -> None:
     """The fp32 baseline trained, three draws skipped as unsupported on this machine: TPE (n_startup_trials 4) counted
     four finished trials and modelled the one measured, redrawing the baseline's categorical values."""
@@ -50,8 +77,8 @@ def test_skipped_trials_do_not_end_the_random_start(tmp_path: Path) -> None:
         copies += sum(all(t.params[k] == baseline.params[k] for k in CATEGORICAL) for t in drawn)
         modelled += sum(MODELLED in t.system_attrs for t in drawn)
         assert MODELLED in _run_one(study, None, 0.5).system_attrs  # the fifth measured: four before it, TPE models
-    # Random: each draw matches the baseline's four categorical values with chance 1/108 (0.33 expected in 36; the
-    # sampler's seed mixes in the host and pid, so the draws differ per process); TPE's model copied 13 of 36.
+    # Random: each draw matches the baseline's four categorical values with chance 1/108 (0.33 expected in 36);
+    # TPE's model copied 13 of 36.
     assert modelled == 0 and copies <= 3, (copies, modelled)
 
 
@@ -96,12 +123,15 @@ def _draws(study: optuna.Study, n: int = 8) -> list[dict]:
 
 
 def _draws_with_and_without_skips(tmp_path: Path, device: str | None, precision: str, **skips) -> tuple[list[dict], list[dict]]:
-    # One process, one --seed: both studies' samplers get the same seed (it mixes in the host and pid).
+    """The draws on ``device`` after another machine's 16 skips of ``precision``, and the draws of a study whose same
+    trials are placeholders every worker leaves out (starts past the budget), judged on this CPU. The studies' draws
+    have the same trial numbers, hence the same seeds (one --seed, mixed with each trial's number)."""
     tag = f"{device}-{precision}-{next(_STUDY_NUMBERS)}"
-    with_skips, without = (_study_on(tmp_path, f"{name}-{tag}", device) for name in ("fleet", "alone"))
+    with_skips, without = _study_on(tmp_path, f"fleet-{tag}", device), _study_on(tmp_path, f"alone-{tag}", "cpu")
     for study in (with_skips, without):
         _measured_start(study)
     _skips_of_another_machine(with_skips, precision, 16, **skips)
+    _skips_of_another_machine(without, precision, 16, skip="over_budget")
     return _draws(with_skips), _draws(without)
 
 

@@ -47,14 +47,15 @@ def _waiting(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 def test_default_sampler_is_multivariate_tpe_with_a_constant_liar_and_leaves_the_stored_form_alone() -> None:
     space = parse_search_space(SPACE)
-    sampler = space.build_sampler(0)
+    trial = optuna.trial.create_trial(value=0.0)
+    sampler = space.build_sampler(0).sampler_of(trial)  # each trial's own, seeded with its number
     assert isinstance(sampler, optuna.samplers.TPESampler)
     assert sampler._multivariate and sampler._group and sampler._constant_liar
     assert sampler._n_startup_trials == 4
     # Spaces stored before the section existed still compare equal (their studies resume).
     assert "sampler" not in space.stored_form() and "enqueue" not in space.stored_form()
     random = parse_search_space({**SPACE, "sampler": {"type": "random"}})
-    assert isinstance(random.build_sampler(0), optuna.samplers.RandomSampler)
+    assert isinstance(random.build_sampler(0).sampler_of(trial), optuna.samplers.RandomSampler)
     assert random.stored_form()["sampler"] == {"type": "random"}
 
 

@@ -104,5 +104,5 @@ def test_the_sampler_may_change_between_runs_of_a_study(tmp_path: Path) -> None:
     _run_waiting(_open(storage, [A]))
     random = parse_search_space({**SPACE, "sampler": {"type": "random"}})
     study = open_study(storage, "e", random, DATA, 0)
-    assert isinstance(study.sampler, optuna.samplers.RandomSampler)
+    assert isinstance(study.sampler.sampler_of(study.trials[0]), optuna.samplers.RandomSampler)
     assert study.user_attrs["search_space"]["sampler"] == {"type": "random"}
