@@ -89,12 +89,13 @@ class MeasuredStartSampler(_WrappingSampler):
 
     Once that many are, ``base`` decides every draw, from every trial as it sees them (a skip of a precision this
     machine cannot run included: one to draw less often here; :class:`HidingSampler` leaves out the rest). The random
-    draws come from one stream, seeded with ``seed``: TPE's own random start, with the same seed, draws the same values.
+    draws are seeded per trial as ``base``'s are (:class:`SeededPerTrialSampler`, ``seed``): TPE's own random start, with
+    the same seed, draws the same values.
     """
 
-    def __init__(self, base: BaseSampler, n_startup: int, measured: Callable[[FrozenTrial], bool], seed: int | None = None) -> None:
+    def __init__(self, base: BaseSampler, n_startup: int, measured: Callable[[FrozenTrial], bool], seed: int) -> None:
         self._base, self._n_startup, self._measured = base, n_startup, measured
-        self._random = RandomSampler(seed=seed)
+        self._random = SeededPerTrialSampler(lambda trial_seed: RandomSampler(seed=trial_seed), seed)
         self._started = n_startup == 0  # it stays started: a finished trial stays finished
 
     def _has_started(self, study: optuna.Study) -> bool:
@@ -114,6 +115,12 @@ class MeasuredStartSampler(_WrappingSampler):
     ) -> Any:
         sampler = self._base if self._has_started(study) else self._random
         return sampler.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(
+        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None,
+    ) -> None:
+        super().after_trial(study, trial, state, values)
+        self._random.after_trial(study, trial, state, values)  # its sampler of the trial goes with it
 
     def reseed_rng(self) -> None:
         super().reseed_rng()

@@ -296,29 +296,30 @@ class SearchSpace(Strict):
         still recorded as each trial's params.
         """
         spec = self.sampler
+        sampler: optuna.samplers.BaseSampler
+        if isinstance(spec, RandomSamplerSpec):
+            sampler = SeededPerTrialSampler(lambda trial_seed: optuna.samplers.RandomSampler(seed=trial_seed), seed)
+        else:
+            def tpe(trial_seed: int) -> optuna.samplers.BaseSampler:
+                with warnings.catch_warnings():
+                    # multivariate, group and constant_liar are "experimental" in Optuna: our choices, not the user's concern.
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    return optuna.samplers.TPESampler(
+                        seed=trial_seed, n_startup_trials=spec.n_startup_trials, multivariate=spec.multivariate, group=spec.group,
+                        constant_liar=spec.constant_liar,
+                    )
 
-        def seeded(trial_seed: int) -> optuna.samplers.BaseSampler:
-            if isinstance(spec, RandomSamplerSpec):
-                return optuna.samplers.RandomSampler(seed=trial_seed)
-            with warnings.catch_warnings():
-                # multivariate, group and constant_liar are "experimental" in Optuna: our choices, not the user's concern.
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                sampler: optuna.samplers.BaseSampler = optuna.samplers.TPESampler(
-                    seed=trial_seed, n_startup_trials=spec.n_startup_trials, multivariate=spec.multivariate, group=spec.group,
-                    constant_liar=spec.constant_liar,
-                )
+            # Only the samplers that hold a random stream are made per trial: the wrappers keep what they read once.
+            sampler = SeededPerTrialSampler(tpe, seed)
             if hidden is not None:
                 sampler = HidingSampler(sampler, hidden)
             if measured is not None:
-                sampler = MeasuredStartSampler(sampler, spec.n_startup_trials, measured, seed=trial_seed)
-            return sampler
-
-        per_trial = SeededPerTrialSampler(seeded, seed)
+                sampler = MeasuredStartSampler(sampler, spec.n_startup_trials, measured, seed=seed)
         if not self.fixes:
-            return per_trial
+            return sampler
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # PartialFixedSampler's: as above
-            return optuna.samplers.PartialFixedSampler(self.fixes, per_trial)
+            return optuna.samplers.PartialFixedSampler(self.fixes, sampler)
 
     def stored_form(self) -> dict[str, Any]:
         """The space as stored on the study; equal spaces give equal forms.
