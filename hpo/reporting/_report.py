@@ -44,7 +44,7 @@ from hpo.reporting._numbers import number_text
 from hpo.space._fixes import canonical_precision
 from hpo.space._measures import measured_value, quality_objective
 from hpo.storage._inspect import objective_names
-from hpo.study._outcomes import never_ran
+from hpo.study._outcomes import COUNTED_STATES, counted_state, never_ran
 from trial_executor import CPU_CONTENDED_ABOVE, PRECISIONS
 
 _DONE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -82,7 +82,7 @@ class StudyReport:
     constraints: dict[str, float]
     metric: str
     maximize_metric: bool
-    states: dict[str, int]
+    states: dict[str, int]  # search trials by hpo.study._outcomes.counted_state
     devices: list[str]
     baseline: str
     rows: list[PrecisionRow]
@@ -235,7 +235,7 @@ def build_report(study: optuna.Study, storage_shown: str) -> StudyReport:
         ))
     front_label = "Pareto front (no other feasible trial is at least as good in every objective)" if len(objectives) > 1 else "Best trial"
     devices = sorted({f"{h.get('device_name')} ({h.get('device_type')}, torch {h.get('torch_version')})" for h in map(hardware_of, done) if h})
-    states = Counter("NOT_RUN" if never_ran(t) else t.state.name for t in every if not is_verdict_trial(t))
+    states = Counter(counted_state(t) for t in every if not is_verdict_trial(t))
     return StudyReport(
         study_name=study.study_name, storage=storage_shown, objectives=objectives, constraints=constraints,
         metric=metric, maximize_metric=maximize, states=dict(states), devices=devices, baseline=baseline,
@@ -319,12 +319,16 @@ def _constraints(constraints: dict[str, float]) -> str:
     return ", ".join(f"{key}: {number_text(float(limit))}" for key, limit in constraints.items())
 
 
+_STATE_WORDS = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running", "WAITING": "waiting",
+                "SKIPPED": "skipped as unsupported", "NOT_RUN": "not run"}
+
+
 def summary_lines(report: StudyReport) -> list[str]:
     objectives = ", ".join(f"{n} ({d})" for n, d in report.objectives)
     lines = [
         f"Study {report.study_name!r} in {report.storage}",
         f"Objectives: {objectives}" + (f"; constraints: {_constraints(report.constraints)}" if report.constraints else ""),
-        "Trials: " + (", ".join(f"{n} {s.lower().replace('_', ' ')}" for s, n in sorted(report.states.items())) or "none yet")
+        "Trials: " + (", ".join(f"{report.states[s]} {_STATE_WORDS[s]}" for s in COUNTED_STATES if report.states.get(s)) or "none yet")
         + (f"; {report.verdict_trials} verdict trials (the precision verdict's, left out here)" if report.verdict_trials else ""),
         f"Speedups are against {report.baseline}.",
     ]

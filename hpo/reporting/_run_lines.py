@@ -36,6 +36,7 @@ from hpo.study._outcomes import (
     SKIP_OOM,
     SKIP_OVER_BUDGET,
     SKIP_UNSUPPORTED,
+    counted_state,
     never_ran,
 )
 
@@ -94,11 +95,11 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
     """What a run prints at its end: trials by outcome, the best trial (or Pareto front), how to browse the study."""
     everything = study.get_trials(deepcopy=False)
     trials = [t for t in everything if not is_verdict_trial(t)]  # the search's; the verdict's are counted apart
-    by_state = {s: sum(t.state == s for t in trials) for s in TrialState}
+    counted = Counter(counted_state(t) for t in trials)
     verdict = Counter(t.state.name.lower() for t in everything if is_verdict_trial(t))
     verdict_note = f", verdict trials ({', '.join(f'{s} {n}' for s, n in sorted(verdict.items()))})" if verdict else ""
     reasons = Counter(skip_reason_of(t) for t in trials)
-    skipped, not_run, duplicates = reasons[SKIP_UNSUPPORTED], reasons[SKIP_OVER_BUDGET], reasons[SKIP_DUPLICATE]
+    not_run, duplicates = reasons[SKIP_OVER_BUDGET], reasons[SKIP_DUPLICATE]
     diverged, oom = reasons[SKIP_NON_FINITE], reasons[SKIP_OOM]
     why = f" ({diverged} {SKIP_NON_FINITE}, {oom} {SKIP_OOM})" if diverged or oom else ""
     shown = mask_url(url)
@@ -107,8 +108,8 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
     lines = [
         "",
         f"Study {study.study_name!r} in {shown}: {of_budget} trials finished "
-        f"({by_state[TrialState.COMPLETE]} complete, {by_state[TrialState.PRUNED] - skipped - not_run - duplicates} pruned{why}); "
-        f"not counted: {by_state[TrialState.FAIL]} failed, {skipped} skipped as unsupported on this machine"
+        f"({counted['COMPLETE']} complete, {counted['PRUNED']} pruned{why}); "
+        f"not counted: {counted['FAIL']} failed, {counted['SKIPPED']} skipped as unsupported on this machine"
         f"{f', {not_run} not run (the budget was held by running trials)' if not_run else ''}"
         f"{f', {duplicates} not run (duplicates in the queue)' if duplicates else ''}{verdict_note}",
     ]

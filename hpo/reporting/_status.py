@@ -25,7 +25,7 @@ from hpo.storage._heartbeats import heartbeat_ages
 from hpo.storage._inspect import objective_names
 from hpo.study._data import data_flags
 from hpo.study._liveness import worker_is_gone
-from hpo.study._outcomes import SKIP_DUPLICATE, SKIP_OVER_BUDGET, SKIP_UNSUPPORTED
+from hpo.study._outcomes import SKIP_DUPLICATE, SKIP_OVER_BUDGET, counted_state
 
 
 @dataclass
@@ -77,7 +77,8 @@ def study_status(storage: optuna.storages.BaseStorage, study: optuna.Study) -> S
     counts = {state.name: sum(t.state == state for t in search) for state in TrialState}
     status = StudyStatus(study.study_name, [(n, d.name.lower()) for n, d in zip(names, study.directions, strict=True)], counts)
     reasons = Counter(skip_reason_of(t) for t in search)
-    status.skipped, status.not_run, status.duplicates = reasons[SKIP_UNSUPPORTED], reasons[SKIP_OVER_BUDGET], reasons[SKIP_DUPLICATE]
+    status.not_run, status.duplicates = reasons[SKIP_OVER_BUDGET], reasons[SKIP_DUPLICATE]
+    status.skipped = sum(counted_state(t) == "SKIPPED" for t in search)
     status.best = _best(study, names)
     status.no_best = "" if status.best else why_no_best(study)
     status.host_limited = sorted(t.number for t in trials if is_host_limited(t))

@@ -47,6 +47,20 @@ def never_ran(trial: FrozenTrial) -> bool:
     return skip_reason_of(trial) in (SKIP_OVER_BUDGET, SKIP_DUPLICATE)
 
 
+# How every command counts a search trial (the run's summary, ``status``, ``report``), in the order they list the counts.
+COUNTED_STATES: tuple[str, ...] = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING", "SKIPPED", "NOT_RUN")
+
+
+def counted_state(trial: FrozenTrial) -> str:
+    """One of :data:`COUNTED_STATES`: the trial's state, but ``SKIPPED`` for a precision its device cannot run and
+    ``NOT_RUN`` for a placeholder that never trained (:func:`never_ran`); neither is pruned, nor counts toward the budget.
+
+    A diverged or out-of-memory trial stays ``PRUNED``: it trained, and its reason is told beside the count."""
+    if never_ran(trial):
+        return "NOT_RUN"
+    return "SKIPPED" if skip_reason_of(trial) == SKIP_UNSUPPORTED else trial.state.name
+
+
 def was_interrupted(trial: FrozenTrial) -> bool:
     """Whether ``trial`` ended FAIL because its worker got SIGINT/SIGTERM (checkpointed, and re-queued by the run)."""
     return trial.state == TrialState.FAIL and fail_reason_of(trial) == INTERRUPTED

@@ -237,7 +237,7 @@ def test_placeholders_that_never_trained_are_in_no_precision_row(tmp_path: Path)
     rows = {r.precision: (r.trials, r.completed, r.outcomes) for r in report.rows}
     assert rows == {"fp32": (1, 1, {}), "bf16": (2, 1, {"oom": 1})}
     assert report.states == {"COMPLETE": 2, "NOT_RUN": 2, "PRUNED": 1}
-    assert "Trials: 2 complete, 2 not run, 1 pruned" in summary_lines(report)
+    assert "Trials: 2 complete, 1 pruned, 2 not run" in summary_lines(report)
 
 
 def test_the_baseline_is_its_latest_attempt_and_a_contended_one_is_said_so(tmp_path: Path) -> None:

@@ -91,6 +91,25 @@ def test_an_over_budget_placeholder_is_shown_and_counted_as_not_run_everywhere()
     assert "Trials: 2 complete, 1 not run" in summary_lines(build_report(study, "sqlite:///x.db"))[2]
 
 
+def test_a_precision_skipped_as_unsupported_is_counted_as_skipped_everywhere() -> None:
+    """On a CPU, a tf32 trial is skipped: the run's summary said "1 skipped as unsupported", but the report's summary said
+    "Trials: 4 complete, 1 pruned", counting the skip with the pruner's trials."""
+    from hpo.reporting._report import build_report, summary_lines
+    from hpo.reporting._run_lines import run_summary
+    from hpo.reporting._status import status_lines, study_status
+
+    study = optuna.create_study(direction="maximize")
+    for value in (0.7, 0.8):
+        study.add_trial(optuna.trial.create_trial(value=value))
+    for attrs in ({"skip_reason": "unsupported_precision", "skip_detail": "tf32 unsupported"}, {}, {"skip_reason": "oom"}):
+        study.add_trial(optuna.trial.create_trial(state=TrialState.PRUNED, user_attrs=attrs))
+    study.add_trial(optuna.trial.create_trial(state=TrialState.FAIL))
+    summary = run_summary(study, "sqlite:///x.db", 4, ["accuracy"])
+    assert "(2 complete, 2 pruned (0 non_finite_loss, 1 oom)); not counted: 1 failed, 1 skipped as unsupported on this machine" in summary
+    assert "pruned 3 (of them, 1 skipped as unsupported)" in status_lines(study_status(study._storage, study))[1]
+    assert summary_lines(build_report(study, "sqlite:///x.db"))[2] == "Trials: 2 complete, 2 pruned, 1 failed, 1 skipped as unsupported"
+
+
 def test_the_browse_hint_works_for_the_storage_it_names() -> None:
     """optuna-dashboard cannot open grpc:// (NoSuchModuleError: sqlalchemy.dialects:grpc): the hint failed for proxy studies."""
     from hpo.reporting._run_lines import run_summary
