@@ -319,16 +319,12 @@ def _constraints(constraints: dict[str, float]) -> str:
     return ", ".join(f"{key}: {number_text(float(limit))}" for key, limit in constraints.items())
 
 
-_STATE_WORDS = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running", "WAITING": "waiting",
-                "SKIPPED": "skipped as unsupported", "NOT_RUN": "not run"}
-
-
 def summary_lines(report: StudyReport) -> list[str]:
     objectives = ", ".join(f"{n} ({d})" for n, d in report.objectives)
     lines = [
         f"Study {report.study_name!r} in {report.storage}",
         f"Objectives: {objectives}" + (f"; constraints: {_constraints(report.constraints)}" if report.constraints else ""),
-        "Trials: " + (", ".join(f"{report.states[s]} {_STATE_WORDS[s]}" for s in COUNTED_STATES if report.states.get(s)) or "none yet")
+        "Trials: " + (", ".join(f"{report.states[s]} {words}" for s, words in COUNTED_STATES.items() if report.states.get(s)) or "none yet")
         + (f"; {report.verdict_trials} verdict trials (the precision verdict's, left out here)" if report.verdict_trials else ""),
         f"Speedups are against {report.baseline}.",
     ]

@@ -47,8 +47,10 @@ def never_ran(trial: FrozenTrial) -> bool:
     return skip_reason_of(trial) in (SKIP_OVER_BUDGET, SKIP_DUPLICATE)
 
 
-# How every command counts a search trial (the run's summary, ``status``, ``report``), in the order they list the counts.
-COUNTED_STATES: tuple[str, ...] = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING", "SKIPPED", "NOT_RUN")
+# How every command counts a search trial (the run's summary, ``status``, ``report``), in the order they list the counts,
+# each with the words that name it in a count.
+COUNTED_STATES: dict[str, str] = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running",
+                                  "WAITING": "waiting", "SKIPPED": "skipped as unsupported", "NOT_RUN": "not run"}
 
 
 def counted_state(trial: FrozenTrial) -> str:
