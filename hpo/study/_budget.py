@@ -5,10 +5,10 @@ from __future__ import annotations
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo._attrs import BUDGET_SLOT_ATTR, is_verdict_trial, skip_reason_of
+from hpo._attrs import BUDGET_SLOT_ATTR, is_verdict_trial
 from hpo._ranking import end_order
 from hpo.study._lock import study_lock
-from hpo.study._outcomes import SKIP_UNSUPPORTED, never_ran
+from hpo.study._outcomes import counted_state
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -16,9 +16,7 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 def counts_toward_budget(trial: FrozenTrial) -> bool:
     """Finished trials count; instant skips of a precision this machine cannot run, placeholders that never ran and
     verdict trials do not."""
-    return (
-        trial.state in FINISHED and skip_reason_of(trial) != SKIP_UNSUPPORTED and not never_ran(trial) and not is_verdict_trial(trial)
-    )
+    return counted_state(trial) in ("COMPLETE", "PRUNED") and not is_verdict_trial(trial)
 
 
 def finished_count(study: optuna.Study) -> int:
