@@ -16,6 +16,7 @@ from optuna.trial import FrozenTrial
 from hpo._attrs import config_of, config_or_params, is_majority_class, majority_class_hint, stored_space
 from hpo._errors import UserError
 from hpo._ranking import best_trials, why_no_best
+from hpo.reporting._numbers import trials_text
 from hpo.space._params import RESERVED_KEYS
 from hpo.storage._inspect import objective_names
 
@@ -110,8 +111,7 @@ def learned_nothing_note(study: optuna.Study) -> str | None:
     flagged = [t for t in best_trials(study) if is_majority_class(t)]
     if not flagged:
         return None
-    numbers = ", ".join(str(t.number) for t in flagged)
-    return (f"trial{'s' * (len(flagged) > 1)} {numbers} learned nothing (majority class: one class predicted for every row): "
+    return (f"{trials_text(t.number for t in flagged)} learned nothing (majority class: one class predicted for every row): "
             f"no configuration worth reusing; {majority_class_hint(flagged)}")
 
 

@@ -1,8 +1,9 @@
-"""How every command prints a measured number: four significant digits, never an exponent for a large one."""
+"""How every command prints a measured number (four significant digits, never an exponent for a large one) and a list of trials."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 SIGNIFICANT = 4
 
@@ -14,3 +15,9 @@ def number_text(value: float) -> str:
     if 10**SIGNIFICANT <= abs(value) < 1e15:  # a whole number says it in full; an exponent would hide its size
         return f"{value:.0f}"
     return f"{value:.{SIGNIFICANT}g}"
+
+
+def trials_text(numbers: Iterable[int]) -> str:
+    """``trial 4`` or ``trials 0, 3, 7``: trial numbers as every command names them (a bare ``0`` reads as a count)."""
+    listed = list(numbers)
+    return f"trial{'s' * (len(listed) != 1)} {', '.join(map(str, listed))}"

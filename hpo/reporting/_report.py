@@ -40,7 +40,7 @@ from hpo._attrs import (
     trials_per_gpu_of,
 )
 from hpo._ranking import best_trials
-from hpo.reporting._numbers import number_text
+from hpo.reporting._numbers import number_text, trials_text
 from hpo.space._fixes import canonical_precision
 from hpo.space._measures import measured_value, quality_objective
 from hpo.storage._inspect import objective_names
@@ -333,29 +333,29 @@ def summary_lines(report: StudyReport) -> list[str]:
     if report.host_limited:
         lines.append(
             f"Host-limited trials (the device waited for the executor, so their speed says little about their precision): "
-            f"{', '.join(map(str, report.host_limited))}."
+            f"{trials_text(report.host_limited)}."
         )
     if report.majority_class:
         lines.append(
             f"Majority-class trials (predicted one class, or scored exactly the majority share: they learned nothing, "
-            f"so their precision's accuracy says nothing): {', '.join(map(str, report.majority_class))}; "
+            f"so their precision's accuracy says nothing): {trials_text(report.majority_class)}; "
             f"{majority_class_hint(t for t in report.trials if t.number in report.majority_class)}."
         )
     if report.shared_gpu:
         lines.append(
             "Shared-GPU trials (their throughput was taken while other trials used the same GPU: left out of every "
-            f"speed and speedup here): {', '.join(map(str, report.shared_gpu))}."
+            f"speed and speedup here): {trials_text(report.shared_gpu)}."
         )
     if report.cpu_contended:
         lines.append(
             f"CPU-contended trials (their threads waited for a core over {CPU_CONTENDED_ABOVE:.0%} of the time they were "
             "ready to run: other processes held the machine's cores, so their throughput is partly those processes'; left "
-            f"out of every speed and speedup here): {', '.join(map(str, report.cpu_contended))}."
+            f"out of every speed and speedup here): {trials_text(report.cpu_contended)}."
         )
     if report.emulated:
         lines.append(
             "Emulated-precision trials (their CPU has no matmul instructions for their precision, so autocast emulated it: "
-            f"their speed is the emulation's, not the precision's): {', '.join(map(str, report.emulated))}."
+            f"their speed is the emulation's, not the precision's): {trials_text(report.emulated)}."
         )
     if report.startup:
         n, startup, train = report.startup

@@ -25,7 +25,7 @@ from hpo._attrs import (
     startup_seconds_of,
 )
 from hpo._ranking import best_trials
-from hpo.reporting._numbers import number_text
+from hpo.reporting._numbers import number_text, trials_text
 from hpo.space._measures import measured_value
 from hpo.storage._storage import GRPC_SCHEME, STORAGE_ENV, mask_url
 from hpo.study._budget import finished_count
@@ -115,11 +115,11 @@ def run_summary(study: optuna.Study, url: str, budget: int, names: Sequence[str]
     ]
     waiting = [t.number for t in trials if t.state == TrialState.WAITING]
     if waiting:  # a --fix run leaves those it does not allow; a full budget leaves an enqueued trial
-        lines.append(f"Waiting in the queue: trial{'s' if len(waiting) > 1 else ''} {', '.join(map(str, waiting))} "
+        lines.append(f"Waiting in the queue: {trials_text(waiting)} "
                      "(a run whose --fix allows them, or a larger --n-trials, trains them)")
     running = [t.number for t in trials if t.state == TrialState.RUNNING]
     if running:  # this run is done, the study not: another worker's trials (or a dead one's, failed after its grace period)
-        lines.append(f"Still running: trial{'s' if len(running) > 1 else ''} {', '.join(map(str, running))} "
+        lines.append(f"Still running: {trials_text(running)} "
                      "(other workers'; `python -m hpo status` shows where)")
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     # Among trials meeting the space's constraints: the best trial, or the Pareto front.
@@ -164,10 +164,8 @@ def stopped_line(prog: str, interrupted: Sequence[int], lost: Mapping[int, int] 
                for n in sorted(n for n in interrupted if n in lost)]
     if not interrupted:
         what = "stopped by a signal between trials, none interrupted"
-    elif len(saved) == 1:
-        what = f"stopped by a signal; trial {saved[0]} was checkpointed and re-queued"
     elif saved:
-        what = f"stopped by a signal; trials {', '.join(map(str, saved))} were checkpointed and re-queued"
+        what = f"stopped by a signal; {trials_text(saved)} {'was' if len(saved) == 1 else 'were'} checkpointed and re-queued"
     else:
         what = "stopped by a signal"
     what = "; ".join([what, *unsaved])

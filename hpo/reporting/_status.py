@@ -20,7 +20,7 @@ from hpo._attrs import (
     stored_data_source,
 )
 from hpo._ranking import best_trials, why_no_best
-from hpo.reporting._numbers import number_text
+from hpo.reporting._numbers import number_text, trials_text
 from hpo.storage._heartbeats import heartbeat_ages
 from hpo.storage._inspect import objective_names
 from hpo.study._data import data_flags
@@ -136,14 +136,11 @@ def status_lines(status: StudyStatus) -> list[str]:
     if status.data is not None:  # what a run on another machine passes to resume or extend it
         lines.append(f"  data: {status.data}")
     if status.host_limited:
-        shown_trials = ", ".join(map(str, status.host_limited))
-        lines.append(f"  host-limited: trials {shown_trials} (the device waited for the executor; speed not the precision's)")
+        lines.append(f"  host-limited: {trials_text(status.host_limited)} (the device waited for the executor; speed not the precision's)")
     if status.cpu_contended:
-        shown_trials = ", ".join(map(str, status.cpu_contended))
-        lines.append(f"  CPU-contended: trials {shown_trials} (other processes held the cores; speed not the precision's)")
+        lines.append(f"  CPU-contended: {trials_text(status.cpu_contended)} (other processes held the cores; speed not the precision's)")
     if status.majority_class:
-        shown_trials = ", ".join(map(str, status.majority_class))
-        lines.append(f"  majority class: trials {shown_trials} (predicted one class: learned nothing); {status.majority_class_hint}")
+        lines.append(f"  majority class: {trials_text(status.majority_class)} (predicted one class: learned nothing); {status.majority_class_hint}")
     if status.verdict:
         by_state = ", ".join(f"{state} {n}" for state, n in sorted(status.verdict.items()))
         lines.append(f"  verdict trials: {sum(status.verdict.values())}: {by_state} (not counted against --n-trials)")

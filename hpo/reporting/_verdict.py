@@ -42,6 +42,7 @@ from hpo._files import write_whole
 from hpo._ranking import best_trials
 from hpo.reporting._dashboard_view import save_note_quietly
 from hpo.reporting._export import flatten
+from hpo.reporting._numbers import trials_text
 from hpo.reporting._report import _fmt, _objectives, _table, metric_value, outcome
 from hpo.reporting._student_t import paired_interval
 from hpo.reporting._tradeoff_plot import PRECISION_COLOURS, save_png
@@ -215,14 +216,14 @@ def _notes(row: PrecisionVerdict) -> str:
     if row.emulated:
         text += f" [{row.precision} emulated on this CPU (no native instructions for it): its speed is the emulation's]"
     if row.cpu_contended:
-        text += f" [speed taken while other processes held the CPUs in trials {', '.join(map(str, row.cpu_contended))}]"
-    return text + (f" [speed host-limited in trials {', '.join(map(str, row.host_limited))}]" if row.host_limited else "")
+        text += f" [speed taken while other processes held the CPUs in {trials_text(row.cpu_contended)}]"
+    return text + (f" [speed host-limited in {trials_text(row.host_limited)}]" if row.host_limited else "")
 
 
 def _caveats(row: PrecisionVerdict) -> str:
     if not row.majority_class:
         return ""
-    return f" [majority class (learned nothing) in trials {', '.join(map(str, row.majority_class))}]"
+    return f" [majority class (learned nothing) in {trials_text(row.majority_class)}]"
 
 
 def verdict_table(verdict: Verdict) -> list[str]:

@@ -22,9 +22,9 @@ def test_report_and_status_name_the_host_limited_trials(tmp_path: Path) -> None:
         ))
     report = build_report(study, "sqlite:///h.db")
     assert report.host_limited == [1]
-    assert any(line.startswith("Host-limited trials") and line.endswith(": 1.") for line in summary_lines(report))
+    assert any(line.startswith("Host-limited trials") and line.endswith(": trial 1.") for line in summary_lines(report))
     lines = status_lines(study_status(storage, study))
-    assert any("host-limited: trials 1 " in line for line in lines)
+    assert any("host-limited: trial 1 " in line for line in lines)
     # A study without such trials says nothing about it.
     clean = optuna.create_study(storage=storage, study_name="c", direction="maximize")
     assert not any("ost-limited" in line for line in [*summary_lines(build_report(clean, "x")), *status_lines(study_status(storage, clean))])
@@ -44,7 +44,7 @@ def test_cpu_contended_trials_are_named_and_left_out_of_every_speed(tmp_path: Pa
     assert report.cpu_contended == [2]
     bf16 = next(r for r in report.rows if r.precision == "bf16")
     assert bf16.median_samples_per_s == 150.0 and bf16.speedup == 1.5 and bf16.trials == 2  # counted, its speed left out
-    assert any(line.startswith("CPU-contended trials") and line.endswith(": 2.") for line in summary_lines(report))
-    assert any("CPU-contended: trials 2 " in line for line in status_lines(study_status(storage, study)))
+    assert any(line.startswith("CPU-contended trials") and line.endswith(": trial 2.") for line in summary_lines(report))
+    assert any("CPU-contended: trial 2 " in line for line in status_lines(study_status(storage, study)))
     clean = optuna.create_study(storage=storage, study_name="clean", direction="maximize")
     assert not any("contended" in line for line in [*summary_lines(build_report(clean, "x")), *status_lines(study_status(storage, clean))])

@@ -94,7 +94,7 @@ def test_cuda_memory_a_trial_left_allocated_and_emulated_precisions_are_reported
     report = build_report(study, "sqlite:///x.db")
     assert report.memory_kept == {1: pytest.approx(438.5), 5: pytest.approx(512.0)}
     assert report.emulated == [6]
-    assert any(line.startswith("Emulated-precision trials (") and line.endswith("): 6.") for line in summary_lines(report))
+    assert any(line.startswith("Emulated-precision trials (") and line.endswith("): trial 6.") for line in summary_lines(report))
     assert "Memory not released (CUDA memory still allocated after the trial, over 64 MiB above its start, 144 MiB for a " \
            "worker's first CUDA trial, which also sets up cuBLAS: the next trial started that much fuller): 1 (+438 MiB), " \
            "5 (+512 MiB)." in summary_lines(report)

@@ -106,9 +106,9 @@ def test_a_trial_trained_with_learning_rate_one_is_flagged_in_attrs_status_and_r
     (trial,) = study.get_trials()
     assert trial.user_attrs["majority_class"] is True
     lines = status_lines(study_status(study._storage, study))
-    assert any(line.startswith("  majority class: trials 0 ") and "learning rate" in line for line in lines), lines
+    assert any(line.startswith("  majority class: trial 0 ") and "learning rate" in line for line in lines), lines
     summary = summary_lines(build_report(study, storage))
-    assert any(line.startswith("Majority-class trials") and ": 0;" in line for line in summary), summary
+    assert any(line.startswith("Majority-class trials") and ": trial 0;" in line for line in summary), summary
     # The space file in the YAML form the CLI would read gives the same (a mapping and a file are one space).
     path = tmp_path / "lr1.yaml"
     path.write_text(yaml.safe_dump(space))

@@ -205,10 +205,10 @@ def test_verdict_table_from_stored_trials_by_hand() -> None:
     # Differences -4, -3, -5 points: mean -4, sd 1, half-width 4.303 / sqrt(3) = 2.48.
     # Seed 0's fp16 trial shared its cores with other processes: said, not dropped (every column is over the paired seeds).
     assert rows["fp16"].line == ("fp16: 1.90x faster, 0.60x memory, accuracy -4.00 points (95% CI -6.48..-1.52): loss "
-                                 f"[speed taken while other processes held the CPUs in trials {rows['fp16'].trials['0']}]")
+                                 f"[speed taken while other processes held the CPUs in trial {rows['fp16'].trials['0']}]")
     # bf16: +1, -1, 0 points: mean 0, sd 1, CI -2.48..+2.48.
     assert rows["bf16"].line.endswith("(95% CI -2.48..+2.48): no measurable loss on this model and data (a loss of up to "
-                                      f"2.48 points is not ruled out: more seeds narrow it) [speed host-limited in trials {rows['bf16'].trials['1']}]")
+                                      f"2.48 points is not ruled out: more seeds narrow it) [speed host-limited in trial {rows['bf16'].trials['1']}]")
     assert rows["bf16"].not_completed == {} and len(rows["bf16"].trials) == 3
     # Stored as one JSON-able dict and read back the same; the table lists tf32 as not run.
     assert Verdict.from_dict(verdict.to_dict()) == verdict
@@ -236,7 +236,7 @@ def test_trials_that_learned_nothing_give_no_accuracy_verdict() -> None:
         "the learning rate range may be too high")
     # bf16 learned in seed 1 where fp32 did not: a real difference, with the seed that learned nothing named.
     assert not rows["bf16"].learned_nothing and "accuracy +19.00 points (95% CI" in rows["bf16"].line
-    assert rows["bf16"].line.endswith(f"[majority class (learned nothing) in trials {rows['bf16'].trials['0']}]")
+    assert rows["bf16"].line.endswith(f"[majority class (learned nothing) in trial {rows['bf16'].trials['0']}]")
 
     # Re-trained at a fine-tuning rate, the verdict blames the training's length alone.
     retrained = optuna.create_study(direction="maximize")
