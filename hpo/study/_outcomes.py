@@ -47,8 +47,8 @@ def never_ran(trial: FrozenTrial) -> bool:
     return skip_reason_of(trial) in (SKIP_OVER_BUDGET, SKIP_DUPLICATE)
 
 
-# How every command counts a search trial (the run's summary, ``status``, ``report``), in the order they list the counts,
-# each with the words that name it in a count.
+# The counts every command sorts a search trial into (the run's summary, ``status``, ``report``: see counted_state), each
+# with the words ``report`` names it by, in the order it lists them (the summary and status word theirs in context).
 COUNTED_STATES: dict[str, str] = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running",
                                   "WAITING": "waiting", "SKIPPED": "skipped as unsupported", "NOT_RUN": "not run"}
 
