@@ -45,7 +45,9 @@ SHORT_CHECKPOINTED = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs":
 LONGER_CHECKPOINTED = {**LONG_TRIALS, "fixed": {**LONG_TRIALS["fixed"], "epochs": 4, "max_steps": 160, "eval_every": 6}}
 
 
-@pytest.fixture(scope="session")  # session: kept when another module's test runs in between on this xdist worker
+# Module: xdist's loadgroup hands this module's tests (one group, pytestmark) to one worker together, so the
+# cluster starts once and stops after them, instead of idling beside the rest of that worker's tests.
+@pytest.fixture(scope="module")
 def ray_address() -> Iterator[str]:
     import ray
 
